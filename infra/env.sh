@@ -1,0 +1,21 @@
+# Sourced by the infra scripts: where the venvs, jars and local state live. No side effects.
+# Everything that is expensive to build lives under OOO_HOME (a cache shared by clones on this
+# machine, keyed by the hash of what defines it); per-clone state lives under the clone's .local/.
+OOO_REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export OOO_REPO
+export OOO_HOME="${OOO_HOME:-$HOME/.cache/outoforder}"
+OOO_PYTHON="${OOO_PYTHON:-python3.11}"
+
+_ooo_hash() { cat "$@" | sha256sum | cut -c1-12; }
+_ooo_pyver="$("$OOO_PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || echo none)"
+
+export OOO_SPARK_VENV="$OOO_HOME/venvs/spark-py${_ooo_pyver}-$(_ooo_hash "$OOO_REPO/infra/requirements/bootstrap.txt" "$OOO_REPO/infra/requirements/spark.lock")"
+export OOO_AIRFLOW_VENV="$OOO_HOME/venvs/airflow-py${_ooo_pyver}-$(_ooo_hash "$OOO_REPO/infra/requirements/bootstrap.txt" "$OOO_REPO/infra/requirements/airflow.lock")"
+export OOO_SPARK_JARS_DIR="$OOO_HOME/jars/delta-$(_ooo_hash "$OOO_REPO/infra/maven/pom.xml")"
+
+# Spark jobs started by Airflow (spark-submit) must run the Spark venv's Python.
+export PYSPARK_PYTHON="$OOO_SPARK_VENV/bin/python"
+export PYSPARK_DRIVER_PYTHON="$OOO_SPARK_VENV/bin/python"
+
+export OOO_LOCAL="${OOO_LOCAL:-$OOO_REPO/.local}"
+export AIRFLOW_HOME="${AIRFLOW_HOME:-$OOO_LOCAL/airflow}"

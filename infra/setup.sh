@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Idempotent set-up of everything the project needs on this machine:
+#   1. system tools (Python 3.11, a JDK 17, Maven) -- installed with apt-get only if missing;
+#   2. the Spark venv and the Airflow venv from the locked requirements (cached under OOO_HOME,
+#      keyed by the lock file's hash, so a warm machine skips straight past them);
+#   3. Delta's JVM jars from infra/maven/pom.xml into a jar cache (checked against Spark's own jars);
+#   4. the project itself, editable, into both venvs (Airflow's copy without dependencies: DAG files
+#      only import the stdlib-only config module).
+# Prints one line per step; exits non-zero with the reason if a step fails.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+t0=$SECONDS
+say() { echo "[setup] $*"; }
+
+need_apt=()
+command -v "$OOO_PYTHON" >/dev/null || need_apt+=(python3.11 python3.11-venv)
+command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)
+command -v mvn >/dev/null || need_apt+=(maven)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  say "installing system packages: ${need_apt[*]}"
+  command -v apt-get >/dev/null || { echo "[setup] missing ${need_apt[*]} and no apt-get: install them first" >&2; exit 1; }
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  source "$(dirname "${BASH_SOURCE[0]}")/env.sh"   # the Python version is part of the venv keys
+fi
+
+make_venv() {  # name dir lockfile
+  local name=$1 dir=$2 lock=$3
+  if [ -f "$dir/.complete" ]; then
+    say "$name venv ready ($dir)"
+    return
+  fi
+  say "$name venv: installing $(grep -vc '^#' "$lock") locked packages into $dir (first time only, ~2 min)"
+  rm -rf "$dir"
+  "$OOO_PYTHON" -m venv "$dir"
+  "$dir/bin/pip" install -q -r "$OOO_REPO/infra/requirements/bootstrap.txt"
+  "$dir/bin/pip" install -q -r "$lock"
+  touch "$dir/.complete"
+}
+
+install_project() {  # name dir extra-pip-args
+  local name=$1 dir=$2; shift 2
+  # An editable install points at one clone; re-point it only when this clone is not the one.
+  if [ "$(cat "$dir/.project-path" 2>/dev/null)" != "$OOO_REPO" ]; then
+    "$dir/bin/pip" install -q --no-build-isolation "$@" -e "$OOO_REPO" >/dev/null
+    echo "$OOO_REPO" > "$dir/.project-path"
+    say "$name venv: project installed (editable) from $OOO_REPO"
+  fi
+}
+
+make_venv spark "$OOO_SPARK_VENV" "$OOO_REPO/infra/requirements/spark.lock"
+install_project spark "$OOO_SPARK_VENV" --no-deps
+make_venv airflow "$OOO_AIRFLOW_VENV" "$OOO_REPO/infra/requirements/airflow.lock"
+install_project airflow "$OOO_AIRFLOW_VENV" --no-deps
+
+if [ ! -f "$OOO_SPARK_JARS_DIR/.complete" ]; then
+  say "fetching Delta jars with Maven into $OOO_SPARK_JARS_DIR"
+  rm -rf "$OOO_SPARK_JARS_DIR"
+  mvn -q -B -f "$OOO_REPO/infra/maven/pom.xml" dependency:copy-dependencies \
+      -DincludeScope=runtime -DoutputDirectory="$OOO_SPARK_JARS_DIR"
+  spark_jars="$("$OOO_SPARK_VENV/bin/python" -c 'import pyspark, os; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')"
+  # artifact name = file name without the trailing -<version>.jar
+  dups="$(comm -12 \
+    <(ls "$spark_jars" | sed -E 's/-[0-9][^-]*\.jar$//' | sort -u) \
+    <(ls "$OOO_SPARK_JARS_DIR" | sed -E 's/-[0-9][^-]*\.jar$//' | sort -u))"
+  if [ -n "$dups" ]; then
+    echo "[setup] these fetched jars duplicate jars Spark ships; exclude them in infra/maven/pom.xml:" >&2
+    echo "$dups" >&2
+    exit 1
+  fi
+  touch "$OOO_SPARK_JARS_DIR/.complete"
+fi
+say "Delta jars ready: $(ls "$OOO_SPARK_JARS_DIR"/*.jar | wc -l) jars in $OOO_SPARK_JARS_DIR"
+mkdir -p "$OOO_LOCAL"
+say "done in $((SECONDS - t0)) s"

@@ -1,0 +1,1 @@
+"""Pure algorithms: standard library and numpy only (an import-linter contract enforces it)."""

@@ -1,0 +1,30 @@
+"""The project's one small error hierarchy.
+
+Every error the project raises on purpose is an :class:`OutOfOrderError`, so a caller (a stage, an
+Airflow task) can tell our validation failures from bugs. Errors are re-raised with ``from e`` and
+never swallowed: a task that fails loudly is retried by Airflow; one that falls back silently is not.
+"""
+
+
+class OutOfOrderError(Exception):
+    """Base class of all errors raised deliberately by this project."""
+
+
+class ConfigError(OutOfOrderError):
+    """A setting is missing, malformed or inconsistent (fix the config or the environment)."""
+
+
+class SchemaError(OutOfOrderError):
+    """A table or file does not have the columns or types the project expects."""
+
+
+class InputError(OutOfOrderError):
+    """Input data cannot be read at all (missing file, unknown format); bad rows are quarantined instead."""
+
+
+class StateError(OutOfOrderError):
+    """Persisted state (operator snapshot, table contents) contradicts what the code expects."""
+
+
+class QualityError(OutOfOrderError):
+    """A data-quality check failed (a Great Expectations suite or a stated quality target)."""

@@ -1,0 +1,1 @@
+"""Delta IO: table schemas and paths in one place, idempotent writes, interval reads."""

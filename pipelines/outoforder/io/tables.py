@@ -1,0 +1,90 @@
+"""Schemas and locations of every Delta table, in one place.
+
+``bronze`` is the system of record: every tuple ever accepted, append-only, partitioned by source.
+``quarantine`` holds every rejected line with its reason; ``ingest_log`` one row per ingested file.
+For every file: rows read = rows in bronze + rows in quarantine (checked by the tests and GX).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark.sql.types import (
+    DoubleType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+
+def _s(*fields: tuple[str, object, bool]) -> StructType:
+    return StructType([StructField(n, t, nullable) for n, t, nullable in fields])  # type: ignore[arg-type]
+
+
+BRONZE_SCHEMA = _s(
+    ("source", StringType(), False),        # logical origin, e.g. "ooo/d-1"; one arrival order each
+    ("stream", StringType(), False),        # operator input, e.g. ball / team_a / devices / taxi
+    ("key", StringType(), False),           # entity: sensor id, device id, medallion
+    ("event_ts", LongType(), False),        # event time, µs since the epoch (UTC)
+    ("arrival_seq", LongType(), False),     # global, strictly increasing in receive order
+    ("arrival_ts", LongType(), True),       # receive time (µs) when the source has one
+    ("x", DoubleType(), True),
+    ("y", DoubleType(), True),
+    ("z", DoubleType(), True),
+    ("value", DoubleType(), True),          # the primary measure (speed, content length, fare)
+    ("attrs", MapType(StringType(), StringType()), True),  # every other field, verbatim
+    ("row_hash", LongType(), False),        # 64-bit digest of the raw line (duplicate detection)
+    ("ingest_id", StringType(), False),
+    ("source_file", StringType(), False),
+    ("line_no", LongType(), False),
+)
+
+QUARANTINE_SCHEMA = _s(
+    ("source", StringType(), False),
+    ("ingest_id", StringType(), False),
+    ("source_file", StringType(), False),
+    ("line_no", LongType(), False),
+    ("raw_line", StringType(), True),
+    ("reason", StringType(), False),
+    ("detail", StringType(), True),
+)
+
+INGEST_LOG_SCHEMA = _s(
+    ("ingest_id", StringType(), False),     # source + file content hash: the idempotence key
+    ("source", StringType(), False),
+    ("source_file", StringType(), False),
+    ("file_sha256", StringType(), False),
+    ("file_bytes", LongType(), False),
+    ("reader", StringType(), False),
+    ("lines", LongType(), False),
+    ("header_lines", LongType(), False),
+    ("blank_lines", LongType(), False),
+    ("rows_read", LongType(), False),
+    ("rows_accepted", LongType(), False),
+    ("rows_quarantined", LongType(), False),
+    ("arrival_seq_first", LongType(), True),
+    ("arrival_seq_last", LongType(), True),
+    ("ingested_at_us", LongType(), False),
+)
+
+
+@dataclass(frozen=True)
+class Table:
+    """A Delta table: name, schema, partition columns and its path under the lake root."""
+
+    name: str
+    schema: StructType
+    partition_by: tuple[str, ...] = ()
+
+    def path(self, lake_root: Path | str) -> str:
+        """Location of the table under ``lake_root``."""
+        return str(Path(lake_root) / self.name)
+
+
+BRONZE = Table("bronze/arrivals", BRONZE_SCHEMA, ("source",))
+QUARANTINE = Table("bronze/quarantine", QUARANTINE_SCHEMA, ("source",))
+INGEST_LOG = Table("bronze/ingest_log", INGEST_LOG_SCHEMA)
+ALL_TABLES = (BRONZE, QUARANTINE, INGEST_LOG)

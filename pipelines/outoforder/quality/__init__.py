@@ -1,0 +1,1 @@
+"""Data quality: Great Expectations suites, checkpoints and metrics."""

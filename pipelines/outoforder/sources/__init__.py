@@ -1,0 +1,1 @@
+"""Dataset readers, the disorder injector and the synthetic soccer generator (no Spark here)."""

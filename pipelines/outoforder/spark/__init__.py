@@ -1,0 +1,1 @@
+"""Spark: the session factory and set-at-a-time operators."""

@@ -1,0 +1,1 @@
+"""Pipeline stages (extract -> transform -> load) and the ``python -m outoforder.stages`` CLI."""

@@ -1,0 +1,65 @@
+"""Disorder-statistics stage: late fraction, mean and max delay per source, from bronze.
+
+Uses the definitions of the data READMEs (:mod:`outoforder.core.disorder`): arrival order is
+``arrival_seq``; figures are computed for the whole source ("overall"), per stream, and per key
+(sensor / device / taxi), so they can be compared line by line with ``shared/data/*/stats_*.json``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F  # noqa: N812
+
+from outoforder.config import Settings
+from outoforder.core.disorder import disorder_stats, disorder_stats_by
+from outoforder.io import delta
+from outoforder.io.tables import BRONZE
+
+
+def source_stats(spark: SparkSession, settings: Settings, source: str) -> dict[str, Any]:
+    """Disorder of one bronze source: overall, per stream and per key."""
+    pdf = (
+        delta.read(spark, BRONZE, settings.lake_root)
+        .where(F.col("source") == source)
+        .select("arrival_seq", "event_ts", "stream", "key")
+        .orderBy("arrival_seq")
+        .toPandas()
+    )
+    ts = pdf["event_ts"].to_numpy()
+    per_key = disorder_stats_by(ts, pdf["key"].to_numpy())
+    per_stream = disorder_stats_by(ts, pdf["stream"].to_numpy())
+    late_keys = [s for s in per_key.values() if s.late]
+    return {
+        "source": source,
+        "overall": disorder_stats(ts).as_report(),
+        "per_stream": {k: v.as_report() for k, v in per_stream.items()},
+        "n_keys": len(per_key),
+        "per_key": {k: v.as_report() for k, v in per_key.items()},
+        "per_key_summary": {
+            "keys_with_late": len(late_keys),
+            "max_late_frac": max((s.late_frac for s in per_key.values()), default=0.0),
+            "max_max_delay": max((s.max_delay_us for s in per_key.values()), default=0) / 1e6,
+        },
+    }
+
+
+def all_sources(spark: SparkSession, settings: Settings) -> list[str]:
+    """Source ids present in bronze, sorted."""
+    rows = delta.read(spark, BRONZE, settings.lake_root).select("source").distinct().collect()
+    return sorted(r["source"] for r in rows)
+
+
+def format_table(results: list[dict[str, Any]]) -> str:
+    """A fixed-width table of the overall figures, one line per source."""
+    head = (f"{'source':<28} {'rows':>9} {'late':>9} {'late %':>7} {'max delay s':>12} "
+            f"{'mean late ms':>13} {'span s':>9}")
+    lines = [head, "-" * len(head)]
+    for r in results:
+        o = r["overall"]
+        lines.append(
+            f"{r['source']:<28} {o['rows']:>9,} {o['late']:>9,} {100 * o['late_frac']:>6.2f}% "
+            f"{o['max_delay']:>12.3f} {1000 * o['mean_delay_late']:>13.1f} {o['span']:>9.1f}"
+        )
+    return "\n".join(lines)

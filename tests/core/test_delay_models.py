@@ -1,0 +1,59 @@
+import math
+
+import numpy as np
+import pytest
+
+from outoforder.core.delay_models import BodyTail, Bursty, Exponential, LogNormal, Pareto
+from outoforder.errors import ConfigError
+
+MODELS = [
+    Exponential(0.2, 0.5),
+    LogNormal(-3.0, 1.0, 0.7),
+    Pareto(0.01, 1.5, 0.3),
+    Bursty(Exponential(0.01, 0.1), Pareto(0.05, 1.2, 0.9), 500, 100),
+    BodyTail(LogNormal(-4.0, 1.0), Pareto(0.5, 1.2), 0.01, 0.6),
+]
+
+
+@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.describe().split("(")[0])
+def test_every_model_is_seeded_non_negative_and_zero_inflated(model):
+    a = model.sample(np.random.default_rng(42), 50_000)
+    b = model.sample(np.random.default_rng(42), 50_000)
+    assert np.array_equal(a, b)
+    assert (a >= 0).all()
+    delayed = float((a > 0).mean())
+    assert delayed == pytest.approx(model.late_prob, abs=0.02)
+
+
+def test_lognormal_fit_hits_mean_and_typical_max():
+    m = LogNormal.fit(mean_s=0.034, max_s=14.2, n_late=313_405, late_prob=1.0)
+    assert math.exp(m.mu + m.sigma**2 / 2) == pytest.approx(0.034)
+    assert m.expected_max_s(313_405) == pytest.approx(14.2)
+
+
+def test_lognormal_fit_refuses_impossible_targets():
+    with pytest.raises(ConfigError):
+        LogNormal.fit(mean_s=1.0, max_s=0.5, n_late=100, late_prob=1.0)
+
+
+def test_pareto_typical_max_matches_simulation():
+    m = Pareto(0.01, 1.5)
+    maxima = [m.sample(np.random.default_rng(s), 1000).max() for s in range(201)]
+    assert float(np.median(maxima)) == pytest.approx(m.expected_max_s(1000), rel=0.15)
+
+
+def test_bursty_regimes_have_the_configured_share_and_cluster():
+    m = Bursty(Exponential(0.01, 0.0), Exponential(1.0, 1.0), calm_tuples=900, burst_tuples=100)
+    regimes = m.regimes(np.random.default_rng(3), 200_000)
+    assert regimes.mean() == pytest.approx(0.1, abs=0.03)
+    switches = np.count_nonzero(regimes[1:] != regimes[:-1])
+    assert switches < 200_000 / 100          # runs, not independent coin flips
+    d = m.sample(np.random.default_rng(3), 200_000)
+    assert (d > 0).mean() == pytest.approx(m.late_prob, abs=0.03)
+
+
+def test_invalid_parameters_fail_clearly():
+    with pytest.raises(ConfigError, match="probability"):
+        Exponential(1.0, late_prob=1.5)
+    with pytest.raises(ConfigError):
+        Pareto(0.0, 1.0)
