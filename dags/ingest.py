@@ -18,7 +18,7 @@ _SETTINGS = load_settings()
 _APP = str(REPO_ROOT / "pipelines" / "outoforder" / "stages" / "spark_entry.py")
 _SUBMIT = {
     "application": _APP,
-    "conn_id": "spark_default",                    # master local[2] by default (README)
+    "conn_id": "spark_default",  # master local[2] by default (README)
     "conf": {k: v for k, v in _SETTINGS.spark.to_conf().items() if k != "spark.jars"},
     "jars": _SETTINGS.spark.to_conf()["spark.jars"],
     "env_vars": {"OOO_CONFIG": "{{ params.config }}"},
@@ -55,19 +55,20 @@ Params: `datasets` -- built-in dataset ids or prefixes (`all`, `ooo`, `debs2013/
     },
 )
 def ingest() -> None:
-    load = SparkSubmitOperator(
+    """Ingest the chosen datasets, then check bronze."""
+    ingest = SparkSubmitOperator(
         task_id="ingest",
         name="outoforder-ingest",
         application_args=["ingest", "--datasets", "{{ params.datasets }}"],
         **_SUBMIT,
     )
-    check = SparkSubmitOperator(
+    validate_bronze = SparkSubmitOperator(
         task_id="validate_bronze",
         name="outoforder-validate-bronze",
         application_args=["validate-bronze"],
         **_SUBMIT,
     )
-    load >> check
+    ingest >> validate_bronze
 
 
 ingest()

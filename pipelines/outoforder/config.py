@@ -152,8 +152,11 @@ def load_settings(
         raw = _merge(raw, _read_toml(Path(user_file)))
     try:
         lake, data, spark, ingest, demo = (
-            raw.get("lake", {}), raw.get("data", {}), dict(raw.get("spark", {})),
-            raw.get("ingest", {}), raw.get("demo", {}),
+            raw.get("lake", {}),
+            raw.get("data", {}),
+            dict(raw.get("spark", {})),
+            raw.get("ingest", {}),
+            raw.get("demo", {}),
         )
         spark_conf = {str(k): str(v) for k, v in spark.pop("conf", {}).items()}
         spark_settings = SparkSettings(
@@ -164,10 +167,7 @@ def load_settings(
             log_level=str(spark.get("log_level", "WARN")),
             conf=spark_conf,
         )
-        bounds = {
-            str(k): (int(v[0]), int(v[1]))
-            for k, v in ingest.get("plausible_event_us", {}).items()
-        }
+        bounds = {str(k): (int(v[0]), int(v[1])) for k, v in ingest.get("plausible_event_us", {}).items()}
         return Settings(
             lake_root=_path(env.get("OOO_LAKE_ROOT", lake.get("root", ".local/lake"))),
             data_dir=_path(env.get("OOO_DATA_DIR", data.get("shared_dir", "../shared/data"))),

@@ -47,7 +47,7 @@ def test_bursty_regimes_have_the_configured_share_and_cluster():
     regimes = m.regimes(np.random.default_rng(3), 200_000)
     assert regimes.mean() == pytest.approx(0.1, abs=0.03)
     switches = np.count_nonzero(regimes[1:] != regimes[:-1])
-    assert switches < 200_000 / 100          # runs, not independent coin flips
+    assert switches < 200_000 / 100  # runs, not independent coin flips
     d = m.sample(np.random.default_rng(3), 200_000)
     assert (d > 0).mean() == pytest.approx(m.late_prob, abs=0.03)
 

@@ -14,8 +14,9 @@ GOOD = "61,10634757171903878,27058,-130,-110,178392,2700132,3054,-9332,-1892,414
 def run(tmp_path, content: bytes, reader="debs2013", name="f.csv", **kw):
     path = tmp_path / name
     path.write_bytes(content)
-    batches = list(read_file(path, make_reader(reader),
-                             plausible_us=kw.pop("plausible", (10**10, 16 * 10**9)), **kw))
+    batches = list(
+        read_file(path, make_reader(reader), plausible_us=kw.pop("plausible", (10**10, 16 * 10**9)), **kw)
+    )
     counts = batches[-1].counts
     accepted = sum(b.accepted.num_rows for b in batches)
     rejects = [r for b in batches for r in b.quarantined.to_pylist()]
@@ -32,22 +33,30 @@ def reasons(rejects):
 def test_each_kind_of_bad_row_is_quarantined_with_its_reason(tmp_path):
     bad = [
         GOOD,
-        "61,10634757171903878,27058",                                   # column_count
-        GOOD.replace("27058", "x27"),                                   # not_numeric
-        ",10634757171903878" + GOOD[len("61,10634757171903878"):],     # null_key
-        "61," + GOOD[len("61,10634757171903878,"):] .join(["", ""]),    # column_count too
-        "61,," + GOOD[len("61,10634757171903878,"):],                   # null_timestamp
-        GOOD.replace("10634757171903878", "99"),                        # implausible_timestamp
-        GOOD.replace("61,", "999,", 1),                                 # unknown_sensor
-        GOOD,                                                           # duplicate_row
-        "",                                                             # blank: not a row
+        "61,10634757171903878,27058",  # column_count
+        GOOD.replace("27058", "x27"),  # not_numeric
+        ",10634757171903878" + GOOD[len("61,10634757171903878") :],  # null_key
+        "61," + GOOD[len("61,10634757171903878,") :].join(["", ""]),  # column_count too
+        "61,," + GOOD[len("61,10634757171903878,") :],  # null_timestamp
+        GOOD.replace("10634757171903878", "99"),  # implausible_timestamp
+        GOOD.replace("61,", "999,", 1),  # unknown_sensor
+        GOOD,  # duplicate_row
+        "",  # blank: not a row
     ]
     acc, rej, counts = run(tmp_path, "\n".join(bad).encode() + b"\n")
     assert acc == 1
-    assert reasons(rej) == sorted([
-        "column_count", "not_numeric", "null_key", "column_count", "null_timestamp",
-        "implausible_timestamp", "unknown_sensor", "duplicate_row",
-    ])
+    assert reasons(rej) == sorted(
+        [
+            "column_count",
+            "not_numeric",
+            "null_key",
+            "column_count",
+            "null_timestamp",
+            "implausible_timestamp",
+            "unknown_sensor",
+            "duplicate_row",
+        ]
+    )
     assert counts.blank_lines == 1
     assert all(r["raw_line"] is not None and r["line_no"] >= 1 for r in rej)
 
@@ -55,8 +64,11 @@ def test_each_kind_of_bad_row_is_quarantined_with_its_reason(tmp_path):
 def test_non_finite_values_are_quarantined(tmp_path):
     row = ("x;" * 26).rstrip(";")
     content = (
-        b'"S.Message.received.time"' + b';"c"' * 26 + b"\n"
-        + f'"t";1415624021690;nan;"dev_1";0;"d";1415624019862;{row[4:]}'.encode() + b"\n"
+        b'"S.Message.received.time"'
+        + b';"c"' * 26
+        + b"\n"
+        + f'"t";1415624021690;nan;"dev_1";0;"d";1415624019862;{row[4:]}'.encode()
+        + b"\n"
     )
     acc, rej, _ = run(tmp_path, content, reader="ooo", plausible=(0, 2**62))
     assert acc == 0
@@ -64,7 +76,9 @@ def test_non_finite_values_are_quarantined(tmp_path):
 
 
 def test_wrong_encoding_is_quarantined_and_the_rest_survives(tmp_path):
-    content = (GOOD + "\n").encode() + b"\xff\xfe\x00 latin-1 \xe9\n" + GOOD.replace("178392", "1").encode() + b"\n"
+    content = (
+        (GOOD + "\n").encode() + b"\xff\xfe\x00 latin-1 \xe9\n" + GOOD.replace("178392", "1").encode() + b"\n"
+    )
     acc, rej, _ = run(tmp_path, content)
     assert acc == 2
     assert reasons(rej) == ["encoding"]
@@ -89,7 +103,7 @@ def _gz(text: str) -> bytes:
 def test_truncated_gzip_keeps_what_was_readable_and_records_the_break(tmp_path):
     lines = [GOOD.replace("178392", str(i)) for i in range(2000)]
     data = _gz("\n".join(lines) + "\n")
-    acc, rej, counts = run(tmp_path, data[: len(data) // 2], name="cut.csv.gz")
+    acc, rej, _ = run(tmp_path, data[: len(data) // 2], name="cut.csv.gz")
     assert 0 < acc < 2000
     assert reasons(rej) == ["corrupt_file"]
     assert "EOFError" in rej[0]["detail"] or "Error" in rej[0]["detail"]
@@ -115,9 +129,9 @@ def test_header_only_on_the_first_line(tmp_path):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.binary(max_size=3000), st.sampled_from(["debs2013", "ooo", "debs2015"]),
-       st.booleans())
+@given(st.binary(max_size=3000), st.sampled_from(["debs2013", "ooo", "debs2015"]), st.booleans())
 def test_random_bytes_never_crash_and_every_line_is_accounted_for(tmp_path, blob, reader, zipped):
     content = _gz(blob.decode("latin-1")) if zipped else blob
-    run(tmp_path, content, reader=reader, name="fuzz.bin", plausible=(-(2**63), 2**63 - 1),
-        max_line_bytes=500)
+    run(
+        tmp_path, content, reader=reader, name="fuzz.bin", plausible=(-(2**63), 2**63 - 1), max_line_bytes=500
+    )

@@ -27,8 +27,10 @@ def oracle(data_dir, kind, path):
 
 # (file, rows, late, max delay s) straight from the READMEs
 README_FIGURES = {
-    "ooo/d-1": (9600, 1544, 4.544), "ooo/d-2": (10800, 3666, 3.457),
-    "ooo/d-3": (9600, 3277, 5.449), "ooo/d-4": (8400, 2302, 2.910),
+    "ooo/d-1": (9600, 1544, 4.544),
+    "ooo/d-2": (10800, 3666, 3.457),
+    "ooo/d-3": (9600, 3277, 5.449),
+    "ooo/d-4": (8400, 2302, 2.910),
     "ooo/d-5": (8400, 1584, 1.415),
     "debs2015/first10004": (10004, 9850, 2760.0),
     "debs2013/fullgame_head1000": (1000, 0, 0.0),
@@ -82,7 +84,7 @@ def test_debs2013_rows_are_mapped_to_streams_and_units(data_dir):
     for r in rows:
         streams[r["key"]] = r["stream"]
     assert streams == {"8": "ball", "13": "team_a", "61": "team_b"}
-    first = rows[0]      # 61,10634757171903878,27058,-130,-110,178392,...
+    first = rows[0]  # 61,10634757171903878,27058,-130,-110,178392,...
     assert first["event_ts"] == 10634757171903878 // 10**6
     assert first["x"] == pytest.approx(27.058)
     assert first["value"] == pytest.approx(0.178392)
@@ -98,13 +100,13 @@ def test_ooo_rows_carry_receive_time_and_device(data_dir):
     assert first["arrival_ts"] == 1415624021690 * 1000
     assert first["value"] == 264.0
     arrivals = [r["arrival_ts"] for r in rows]
-    assert arrivals == sorted(arrivals)       # file order is receive order
+    assert arrivals == sorted(arrivals)  # file order is receive order
 
 
 def test_debs2015_rows_use_pickup_as_event_and_dropoff_as_arrival(data_dir):
     rows, _, _ = read_all(data_dir / "debs2015" / "sorted_data_first10004.csv.gz", "debs2015")
-    second = rows[1]     # ...,2013-01-01 00:02:00,2013-01-01 00:02:00,0,0.00,0.000000,...,27.00
+    second = rows[1]  # ...,2013-01-01 00:02:00,2013-01-01 00:02:00,0,0.00,0.000000,...,27.00
     assert second["event_ts"] == second["arrival_ts"]
-    assert second["x"] is None and second["y"] is None       # 0.0 = missing
+    assert second["x"] is None and second["y"] is None  # 0.0 = missing
     assert second["value"] == 27.0
     assert len({r["key"] for r in rows}) == 4630

@@ -15,9 +15,9 @@ def test_rates_match_the_papers_setup():
     s = generate_soccer(SoccerConfig(seconds=2.0, seed=1))
     sids, counts = np.unique(s.sid, return_counts=True)
     per = dict(zip(sids.tolist(), counts.tolist(), strict=True))
-    assert per.pop(4) == 4000                     # ball, 2000 Hz
-    assert len(per) == 44                          # 22 players x 2 legs
-    assert set(per.values()) == {400}              # 200 Hz
+    assert per.pop(4) == 4000  # ball, 2000 Hz
+    assert len(per) == 44  # 22 players x 2 legs
+    assert set(per.values()) == {400}  # 200 Hz
     assert (np.diff(s.ts_ps) >= 0).all()
 
 

@@ -69,7 +69,7 @@ def _zero_inflate(rng: np.random.Generator, n: int, late_prob: float, draw: Floa
 
 def _median_max_quantile(n: int) -> float:
     # The median of the maximum of n iid draws sits at quantile 0.5 ** (1 / n).
-    return 0.5 ** (1.0 / max(n, 1))
+    return float(0.5 ** (1.0 / max(n, 1)))
 
 
 @dataclass(frozen=True)
@@ -161,12 +161,12 @@ class Pareto:
 
     def sample(self, rng: np.random.Generator, n: int) -> FloatArray:
         """Draw ``n`` delays (inverse-CDF sampling)."""
-        u = 1.0 - rng.random(n)                      # in (0, 1]
+        u = 1.0 - rng.random(n)  # in (0, 1]
         return _zero_inflate(rng, n, self.late_prob, self.xm_s * u ** (-1.0 / self.alpha))
 
     def expected_max_s(self, n_late: int) -> float:
         """Median of the maximum of ``n_late`` Pareto draws."""
-        return self.xm_s * (1.0 - _median_max_quantile(n_late)) ** (-1.0 / self.alpha)
+        return float(self.xm_s * (1.0 - _median_max_quantile(n_late)) ** (-1.0 / self.alpha))
 
     def describe(self) -> str:
         """Model name and parameters."""
@@ -197,7 +197,7 @@ class Bursty:
         return self.burst_tuples / (self.calm_tuples + self.burst_tuples)
 
     @property
-    def late_prob(self) -> float:  # type: ignore[override]
+    def late_prob(self) -> float:
         """Long-run probability that a tuple is delayed."""
         b = self.burst_share
         return (1 - b) * self.calm.late_prob + b * self.burst.late_prob
@@ -210,7 +210,7 @@ class Bursty:
             mean = self.burst_tuples if burst else self.calm_tuples
             run = int(rng.geometric(1.0 / mean))
             if burst:
-                in_burst[pos:pos + run] = True
+                in_burst[pos : pos + run] = True
             pos += run
             burst = not burst
         return in_burst
@@ -258,7 +258,7 @@ class BodyTail:
 
     def sample(self, rng: np.random.Generator, n: int) -> FloatArray:
         """Draw ``n`` delays."""
-        body = self.body.sample(rng, n)                  # body/tail late_prob are 1 by design
+        body = self.body.sample(rng, n)  # body/tail late_prob are 1 by design
         tail = self.tail.sample(rng, n)
         draw = np.where(rng.random(n) < self.tail_share, tail, body)
         return _zero_inflate(rng, n, self.late_prob, draw)

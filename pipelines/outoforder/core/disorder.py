@@ -26,6 +26,7 @@ import numpy.typing as npt
 from outoforder.core.time import US_PER_SECOND
 
 IntArray = npt.NDArray[np.int64]
+Scope = Sequence[Any] | npt.NDArray[Any]
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ class DisorderStats:
         return asdict(self)
 
 
-def late_delays(event_ts: Sequence[int] | IntArray, scope: Sequence[Any] | None = None) -> IntArray:
+def late_delays(event_ts: Sequence[int] | IntArray, scope: Scope | None = None) -> IntArray:
     """Per-tuple delay (0 when on time) in arrival order, computed within each scope.
 
     ``event_ts`` is in arrival order. ``scope`` (same length) groups tuples into independent
@@ -90,19 +91,19 @@ def late_delays(event_ts: Sequence[int] | IntArray, scope: Sequence[Any] | None 
     else:
         _, group_inv = np.unique(np.asarray(scope), return_inverse=True)
         group = group_inv.astype(np.int64)
-    order = np.argsort(group, kind="stable")            # scopes contiguous, arrival order kept
+    order = np.argsort(group, kind="stable")  # scopes contiguous, arrival order kept
     g_sorted = group[order]
     ts_sorted = ts[order]
     # Dense ranks of event times (ties share a rank) keep order and fit any int64 offset scheme.
     uniq, rank = np.unique(ts_sorted, return_inverse=True)
     keyed = rank.astype(np.int64) + g_sorted * np.int64(uniq.size)
-    running = np.maximum.accumulate(keyed)               # resets at scope starts: offsets grow
+    running = np.maximum.accumulate(keyed)  # resets at scope starts: offsets grow
     prev = np.empty_like(running)
     prev[0] = -1
     prev[1:] = running[:-1]
     starts = np.ones(n, dtype=bool)
     starts[1:] = g_sorted[1:] != g_sorted[:-1]
-    prev[starts] = -1                                    # nothing seen before in this scope
+    prev[starts] = -1  # nothing seen before in this scope
     late = prev > keyed
     delays_sorted = np.zeros(n, dtype=np.int64)
     prev_rank = prev[late] - g_sorted[late] * np.int64(uniq.size)
@@ -112,7 +113,7 @@ def late_delays(event_ts: Sequence[int] | IntArray, scope: Sequence[Any] | None 
     return delays
 
 
-def disorder_stats(event_ts: Sequence[int] | IntArray, scope: Sequence[Any] | None = None) -> DisorderStats:
+def disorder_stats(event_ts: Sequence[int] | IntArray, scope: Scope | None = None) -> DisorderStats:
     """Disorder statistics of one stream (``scope`` groups tuples that are judged separately)."""
     ts = np.asarray(event_ts, dtype=np.int64)
     if ts.size == 0:
@@ -129,9 +130,7 @@ def disorder_stats(event_ts: Sequence[int] | IntArray, scope: Sequence[Any] | No
     )
 
 
-def disorder_stats_by(
-    event_ts: Sequence[int] | IntArray, keys: Sequence[Any]
-) -> dict[str, DisorderStats]:
+def disorder_stats_by(event_ts: Sequence[int] | IntArray, keys: Scope) -> dict[str, DisorderStats]:
     """Statistics of each key's own stream (e.g. per sensor, per device), keyed by ``str(key)``."""
     ts = np.asarray(event_ts, dtype=np.int64)
     k = np.asarray(keys)
@@ -142,8 +141,12 @@ def disorder_stats_by(
         mask = inv == i
         di, ti = d[mask], ts[mask]
         out[str(key)] = DisorderStats(
-            rows=int(ti.size), late=int(np.count_nonzero(di)), max_delay_us=int(di.max()),
-            sum_delay_us=int(di.sum()), span_us=int(ti.max() - ti.min()),
-            t_first_us=int(ti.min()), t_last_us=int(ti.max()),
+            rows=int(ti.size),
+            late=int(np.count_nonzero(di)),
+            max_delay_us=int(di.max()),
+            sum_delay_us=int(di.sum()),
+            span_us=int(ti.max() - ti.min()),
+            t_first_us=int(ti.min()),
+            t_last_us=int(ti.max()),
         )
     return dict(sorted(out.items()))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F  # noqa: N812
+from pyspark.sql import functions as F
 
 from outoforder.errors import SchemaError
 from outoforder.io.tables import Table
@@ -48,13 +48,14 @@ def conform(df: DataFrame, table: Table) -> DataFrame:
     return df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in table.schema.fields])
 
 
-def append_once(
-    df: DataFrame, table: Table, lake_root: Path | str, app_id: str, version: int
-) -> None:
+def append_once(df: DataFrame, table: Table, lake_root: Path | str, app_id: str, version: int) -> None:
     """Append ``df`` unless this (app_id, version) was already committed to the table."""
     writer = (
-        conform(df, table).write.format("delta").mode("append")
-        .option("txnAppId", app_id).option("txnVersion", version)
+        conform(df, table)
+        .write.format("delta")
+        .mode("append")
+        .option("txnAppId", app_id)
+        .option("txnVersion", version)
     )
     if table.partition_by:
         writer = writer.partitionBy(*table.partition_by)
@@ -70,8 +71,10 @@ def read_arrivals(
     seq_range: tuple[int, int] | None = None,
     arrival_ts_range: tuple[int, int] | None = None,
 ) -> DataFrame:
-    """Bronze rows of one source in an arrival interval: half-open ``[start, end)`` by
-    ``arrival_seq`` or by ``arrival_ts`` (µs); partition pruning on ``source``."""
+    """Bronze rows of one source in a half-open arrival interval ``[start, end)``.
+
+    By ``arrival_seq`` or by ``arrival_ts`` (µs); ``source`` prunes partitions.
+    """
     df = read(spark, table, lake_root)
     if source is not None:
         df = df.where(F.col("source") == source)

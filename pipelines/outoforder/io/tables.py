@@ -25,18 +25,18 @@ def _s(*fields: tuple[str, object, bool]) -> StructType:
 
 
 BRONZE_SCHEMA = _s(
-    ("source", StringType(), False),        # logical origin, e.g. "ooo/d-1"; one arrival order each
-    ("stream", StringType(), False),        # operator input, e.g. ball / team_a / devices / taxi
-    ("key", StringType(), False),           # entity: sensor id, device id, medallion
-    ("event_ts", LongType(), False),        # event time, µs since the epoch (UTC)
-    ("arrival_seq", LongType(), False),     # global, strictly increasing in receive order
-    ("arrival_ts", LongType(), True),       # receive time (µs) when the source has one
+    ("source", StringType(), False),  # logical origin, e.g. "ooo/d-1"; one arrival order each
+    ("stream", StringType(), False),  # operator input, e.g. ball / team_a / devices / taxi
+    ("key", StringType(), False),  # entity: sensor id, device id, medallion
+    ("event_ts", LongType(), False),  # event time, µs since the epoch (UTC)
+    ("arrival_seq", LongType(), False),  # global, strictly increasing in receive order
+    ("arrival_ts", LongType(), True),  # receive time (µs) when the source has one
     ("x", DoubleType(), True),
     ("y", DoubleType(), True),
     ("z", DoubleType(), True),
-    ("value", DoubleType(), True),          # the primary measure (speed, content length, fare)
+    ("value", DoubleType(), True),  # the primary measure (speed, content length, fare)
     ("attrs", MapType(StringType(), StringType()), True),  # every other field, verbatim
-    ("row_hash", LongType(), False),        # 64-bit digest of the raw line (duplicate detection)
+    ("row_hash", LongType(), False),  # 64-bit digest of the raw line (duplicate detection)
     ("ingest_id", StringType(), False),
     ("source_file", StringType(), False),
     ("line_no", LongType(), False),
@@ -53,7 +53,7 @@ QUARANTINE_SCHEMA = _s(
 )
 
 INGEST_LOG_SCHEMA = _s(
-    ("ingest_id", StringType(), False),     # source + file content hash: the idempotence key
+    ("ingest_id", StringType(), False),  # source + file content hash: the idempotence key
     ("source", StringType(), False),
     ("source_file", StringType(), False),
     ("file_sha256", StringType(), False),

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F  # noqa: N812
+from pyspark.sql import functions as F
 
 from outoforder.config import Settings
 from outoforder.errors import QualityError
@@ -39,20 +39,29 @@ class SuiteResult:
     def lines(self) -> list[str]:
         """Human-readable lines, failures first."""
         head = f"[quality] {self.suite}: {'PASSED' if self.success else 'FAILED'} ({len(self.checks)} checks)"
-        body = [f"    {'ok  ' if ok else 'FAIL'} {name} {detail}"
-                for name, ok, detail in sorted(self.checks, key=lambda c: c[1])]
+        body = [
+            f"    {'ok  ' if ok else 'FAIL'} {name} {detail}"
+            for name, ok, detail in sorted(self.checks, key=lambda c: c[1])
+        ]
         return [head, *body]
 
 
 def accounting_frame(spark: SparkSession, settings: Settings) -> DataFrame:
     """One row per ingested file: logged counts next to the rows actually stored."""
     log = delta.read(spark, INGEST_LOG, settings.lake_root)
-    stored = delta.read(spark, BRONZE, settings.lake_root).groupBy("ingest_id").agg(
-        F.count("*").alias("bronze_rows"))
-    held = delta.read(spark, QUARANTINE, settings.lake_root).groupBy("ingest_id").agg(
-        F.count("*").alias("quarantine_rows"))
+    stored = (
+        delta.read(spark, BRONZE, settings.lake_root)
+        .groupBy("ingest_id")
+        .agg(F.count("*").alias("bronze_rows"))
+    )
+    held = (
+        delta.read(spark, QUARANTINE, settings.lake_root)
+        .groupBy("ingest_id")
+        .agg(F.count("*").alias("quarantine_rows"))
+    )
     return (
-        log.join(stored, "ingest_id", "left").join(held, "ingest_id", "left")
+        log.join(stored, "ingest_id", "left")
+        .join(held, "ingest_id", "left")
         .fillna(0, subset=["bronze_rows", "quarantine_rows"])
         .withColumn("accepted_plus_quarantined", F.col("rows_accepted") + F.col("rows_quarantined"))
     )
@@ -60,21 +69,27 @@ def accounting_frame(spark: SparkSession, settings: Settings) -> DataFrame:
 
 def _run(name: str, df: DataFrame, expectations: list[Any]) -> SuiteResult:
     import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
 
     context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
     source = context.data_sources.add_spark(name=f"{name}_source")
     asset = source.add_dataframe_asset(name=name)
     batch_def = asset.add_batch_definition_whole_dataframe(f"{name}_all")
     suite = context.suites.add(gx.ExpectationSuite(name=name, expectations=expectations))
     validation = context.validation_definitions.add(
-        gx.ValidationDefinition(data=batch_def, suite=suite, name=f"{name}_validation"))
+        gx.ValidationDefinition(data=batch_def, suite=suite, name=f"{name}_validation")
+    )
     result = validation.run(batch_parameters={"dataframe": df})
     checks = []
     for r in result.results:
         cfg = r.expectation_config
-        kwargs = {k: v for k, v in cfg.kwargs.items() if k not in ("batch_id",)}
+        label = "unnamed expectation"
+        if cfg is not None:
+            kwargs = {k: v for k, v in cfg.kwargs.items() if k != "batch_id"}
+            label = f"{cfg.type}({kwargs})"
         observed = r.result.get("observed_value", r.result.get("unexpected_count", ""))
-        checks.append((f"{cfg.type}({kwargs})", bool(r.success), f"observed={observed}"))
+        checks.append((label, bool(r.success), f"observed={observed}"))
     return SuiteResult(name, bool(result.success), checks)
 
 
@@ -87,23 +102,33 @@ def validate_bronze(spark: SparkSession, settings: Settings, fail: bool = True) 
     hi = max((b[1] for b in bounds), default=2**63 - 1)
     arrivals = delta.read(spark, BRONZE, settings.lake_root)
     results = [
-        _run("bronze_arrivals", arrivals, [
-            gxe.ExpectTableColumnsToMatchSet(column_set=BRONZE.schema.fieldNames(), exact_match=True),
-            *[gxe.ExpectColumnValuesToNotBeNull(column=c) for c in
-              ("source", "stream", "key", "event_ts", "arrival_seq", "row_hash", "ingest_id")],
-            gxe.ExpectColumnValuesToBeUnique(column="arrival_seq"),
-            gxe.ExpectCompoundColumnsToBeUnique(column_list=["source", "row_hash"]),
-            gxe.ExpectColumnValuesToBeBetween(column="event_ts", min_value=lo, max_value=hi),
-            gxe.ExpectColumnValuesToBeInSet(column="stream", value_set=list(KNOWN_STREAMS)),
-        ]),
-        _run("bronze_accounting", accounting_frame(spark, settings), [
-            gxe.ExpectColumnPairValuesToBeEqual(column_A="rows_read",
-                                                column_B="accepted_plus_quarantined"),
-            gxe.ExpectColumnPairValuesToBeEqual(column_A="rows_accepted", column_B="bronze_rows"),
-            gxe.ExpectColumnPairValuesToBeEqual(column_A="rows_quarantined",
-                                                column_B="quarantine_rows"),
-            gxe.ExpectColumnValuesToBeUnique(column="ingest_id"),
-        ]),
+        _run(
+            "bronze_arrivals",
+            arrivals,
+            [
+                gxe.ExpectTableColumnsToMatchSet(column_set=BRONZE.schema.fieldNames(), exact_match=True),
+                *[
+                    gxe.ExpectColumnValuesToNotBeNull(column=c)
+                    for c in ("source", "stream", "key", "event_ts", "arrival_seq", "row_hash", "ingest_id")
+                ],
+                gxe.ExpectColumnValuesToBeUnique(column="arrival_seq"),
+                gxe.ExpectCompoundColumnsToBeUnique(column_list=["source", "row_hash"]),
+                gxe.ExpectColumnValuesToBeBetween(column="event_ts", min_value=lo, max_value=hi),
+                gxe.ExpectColumnValuesToBeInSet(column="stream", value_set=list(KNOWN_STREAMS)),
+            ],
+        ),
+        _run(
+            "bronze_accounting",
+            accounting_frame(spark, settings),
+            [
+                gxe.ExpectColumnPairValuesToBeEqual(
+                    column_A="rows_read", column_B="accepted_plus_quarantined"
+                ),
+                gxe.ExpectColumnPairValuesToBeEqual(column_A="rows_accepted", column_B="bronze_rows"),
+                gxe.ExpectColumnPairValuesToBeEqual(column_A="rows_quarantined", column_B="quarantine_rows"),
+                gxe.ExpectColumnValuesToBeUnique(column="ingest_id"),
+            ],
+        ),
     ]
     for r in results:
         for line in r.lines():

@@ -32,11 +32,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from statistics import NormalDist
 
 from outoforder.core.delay_models import (
     AnyDelayModel,
@@ -114,8 +114,7 @@ def calibrate_body(target: Target, n: int = 100_000, seed: int = 3) -> tuple[flo
                 mu += math.log(target.mean_delay_late_s * US_PER_SECOND / got.mean_delay_late_us)
             got = _measure(LogNormal(mu, float(sigma), float(share)), target.rate_per_s, n, seed)
             err = ((got.late_frac - target.late_frac) / target.late_frac) ** 2 + (
-                (got.mean_delay_late_us / US_PER_SECOND - target.mean_delay_late_s)
-                / target.mean_delay_late_s
+                (got.mean_delay_late_us / US_PER_SECOND - target.mean_delay_late_s) / target.mean_delay_late_s
             ) ** 2
             if best is None or err < best[0]:
                 best = (err, mu, float(sigma), float(share))
@@ -144,19 +143,23 @@ PRESETS: dict[str, Preset] = {
     p.name: p
     for p in (
         _body_tail_preset(
-            "qjoin_d1", "QJoin D1: DEBS 2013 soccer, 13.9 min",
+            "qjoin_d1",
+            "QJoin D1: DEBS 2013 soccer, 13.9 min",
             Target(5_940_703 / 7_122_060, 0.034133, 142.14664, 7_122_060, 8_514.0),
         ),
         _body_tail_preset(
-            "qjoin_d2", "QJoin D2: DEBS 2013 soccer, 6.4 min",
+            "qjoin_d2",
+            "QJoin D2: DEBS 2013 soccer, 6.4 min",
             Target(3_493_068 / 4_022_600, 0.029597, 170.95926, 4_022_600, 10_037.0),
         ),
         _body_tail_preset(
-            "hpm_game1", "HPM Game 1: DEBS 2013 soccer",
+            "hpm_game1",
+            "HPM Game 1: DEBS 2013 soccer",
             Target(313_405 / 544_223, 0.034, 14.2, 544_223, 10_800.0),
         ),
         _body_tail_preset(
-            "hpm_game2", "HPM Game 2: DEBS 2013 soccer",
+            "hpm_game2",
+            "HPM Game 2: DEBS 2013 soccer",
             Target(373_664 / 559_211, 0.064, 17.1, 559_211, 10_800.0),
         ),
         _exponential_preset("topk_light", "top-k light disorder (our choice)", 0.5, 0.10),
@@ -220,8 +223,7 @@ class Injection:
 
     def report(self) -> dict[str, Any]:
         """Achieved vs target disorder, for printing and for the tests."""
-        out: dict[str, Any] = {"model": self.model, "seed": self.seed,
-                               "achieved": self.achieved.as_report()}
+        out: dict[str, Any] = {"model": self.model, "seed": self.seed, "achieved": self.achieved.as_report()}
         if self.target is not None:
             out["target"] = {
                 "late_frac": round(self.target.late_frac, 6),
@@ -256,7 +258,11 @@ def inject(
         for name in np.unique(s):
             per_stream[str(name)] = disorder_stats(ts[order][s == name])
     return Injection(
-        order=order, arrival_us=arrival, achieved=disorder_stats(ts[order]),
-        model=m.describe(), seed=seed, target=preset.target if preset else None,
+        order=order,
+        arrival_us=arrival,
+        achieved=disorder_stats(ts[order]),
+        model=m.describe(),
+        seed=seed,
+        target=preset.target if preset else None,
         per_stream=per_stream,
     )

@@ -19,7 +19,7 @@ from typing import BinaryIO
 from outoforder.errors import InputError
 
 GZIP_MAGIC = b"\x1f\x8b"
-RAW_KEEP_BYTES = 4096          # how much of an unparseable line is kept in quarantine
+RAW_KEEP_BYTES = 4096  # how much of an unparseable line is kept in quarantine
 
 
 @dataclass(frozen=True)
@@ -64,16 +64,22 @@ def read_lines(path: str | Path, max_line_bytes: int = 1 << 20) -> Iterator[Line
                 if len(chunk) > max_line_bytes and not chunk.endswith(b"\n"):
                     total = len(chunk)
                     rest = chunk
-                    while rest and not rest.endswith(b"\n"):      # skip the rest of the line
+                    while rest and not rest.endswith(b"\n"):  # skip the rest of the line
                         rest = fh.readline(max_line_bytes)
                         total += len(rest)
-                    yield Line(line_no, None, _preview(chunk), "line_too_long",
-                               f"{total} bytes > limit {max_line_bytes}")
+                    yield Line(
+                        line_no,
+                        None,
+                        _preview(chunk),
+                        "line_too_long",
+                        f"{total} bytes > limit {max_line_bytes}",
+                    )
                     continue
             except (EOFError, OSError, zlib.error) as e:
                 # gzip.BadGzipFile is an OSError; EOFError = truncated stream.
-                yield Line(line_no + 1, None, "", "corrupt_file",
-                           f"{type(e).__name__}: {e} (after line {line_no})")
+                yield Line(
+                    line_no + 1, None, "", "corrupt_file", f"{type(e).__name__}: {e} (after line {line_no})"
+                )
                 return
             body = chunk.rstrip(b"\r\n")
             try:

@@ -29,7 +29,7 @@ from outoforder.errors import ConfigError
 from outoforder.sources.lines import read_lines
 
 
-class Reject(Exception):  # noqa: N818 -- a control-flow signal, not an error to report as such
+class Reject(Exception):
     """Raised by a reader's ``parse`` for a line that goes to quarantine."""
 
     def __init__(self, reason: str, detail: str = "") -> None:
@@ -56,7 +56,7 @@ class Row:
 class Reader(Protocol):
     """Parses the lines of one file format."""
 
-    name: str
+    name: ClassVar[str]
 
     def is_header(self, text: str) -> bool:
         """Whether line 1 is a header (never called for later lines)."""
@@ -135,18 +135,43 @@ class Debs2013Reader:
         if stream is None:
             raise Reject("unknown_sensor", f"sid={sid}")
         arrival = ps_to_us(_int(f[13], "arrival")) if len(f) == 14 else None
-        return Row(stream, str(sid), ps_to_us(ts), arrival, x, y, z, speed,
-                   dict(zip(self.ATTRS, f[6:13], strict=True)))
+        return Row(
+            stream,
+            str(sid),
+            ps_to_us(ts),
+            arrival,
+            x,
+            y,
+            z,
+            speed,
+            dict(zip(self.ATTRS, f[6:13], strict=True)),
+        )
 
 
 OOO_COLUMNS = (
-    "S.Message.received.time", "S.Message.received.time.ms", "S.Http.Content.Length",
-    "S.Device.ID", "S.Message.ID", "S.Session.Name", "S.Client.Detection.Time",
-    "S.Client.Network.Type", "S.Client.IP", "S.Client.Last.Clock.Synch.Time", "C.Device.ID",
-    "C.Message.ID", "C.Send.Time", "C.Arrival.Time", "C.NTP.offset",
-    "C.Server.Message.received.Time", "C.Server.Message.Processed.Time",
-    "C.Server.Pocessing.duration.ns", "A.Duration.send", "A.Duration.receive",
-    "A.Duration.round.trip", "A.ooo.Event.Client.Sequence", "A.ooo.Event.Sent.Time",
+    "S.Message.received.time",
+    "S.Message.received.time.ms",
+    "S.Http.Content.Length",
+    "S.Device.ID",
+    "S.Message.ID",
+    "S.Session.Name",
+    "S.Client.Detection.Time",
+    "S.Client.Network.Type",
+    "S.Client.IP",
+    "S.Client.Last.Clock.Synch.Time",
+    "C.Device.ID",
+    "C.Message.ID",
+    "C.Send.Time",
+    "C.Arrival.Time",
+    "C.NTP.offset",
+    "C.Server.Message.received.Time",
+    "C.Server.Message.Processed.Time",
+    "C.Server.Pocessing.duration.ns",
+    "A.Duration.send",
+    "A.Duration.receive",
+    "A.Duration.round.trip",
+    "A.ooo.Event.Client.Sequence",
+    "A.ooo.Event.Sent.Time",
     "A.Time.to.previous.Client.sequence.detection.time",
     "A.Time.to.previous.Client.sequence.send.time",
     "A.Time.to.previous.Client.sequence.receive.time",
@@ -189,17 +214,34 @@ class OooReader:
         event = ms_to_us(_int(detect, "S.Client.Detection.Time"))
         arrival = ms_to_us(_int(f[i["S.Message.received.time.ms"]], "S.Message.received.time.ms"))
         length = _float(f[i["S.Http.Content.Length"]], "S.Http.Content.Length")
-        keep = ("S.Device.ID", "S.Client.Detection.Time", "S.Message.received.time.ms",
-                "S.Http.Content.Length")
+        keep = (
+            "S.Device.ID",
+            "S.Client.Detection.Time",
+            "S.Message.received.time.ms",
+            "S.Http.Content.Length",
+        )
         attrs = {c: f[j] for c, j in i.items() if c not in keep and f[j] != "NA"}
         return Row(self.stream, device, event, arrival, None, None, None, length, attrs)
 
 
 DEBS2015_COLUMNS = (
-    "medallion", "hack_license", "pickup_datetime", "dropoff_datetime", "trip_time_in_secs",
-    "trip_distance", "pickup_longitude", "pickup_latitude", "dropoff_longitude",
-    "dropoff_latitude", "payment_type", "fare_amount", "surcharge", "mta_tax", "tip_amount",
-    "tolls_amount", "total_amount",
+    "medallion",
+    "hack_license",
+    "pickup_datetime",
+    "dropoff_datetime",
+    "trip_time_in_secs",
+    "trip_distance",
+    "pickup_longitude",
+    "pickup_latitude",
+    "dropoff_longitude",
+    "dropoff_latitude",
+    "payment_type",
+    "fare_amount",
+    "surcharge",
+    "mta_tax",
+    "tip_amount",
+    "tolls_amount",
+    "total_amount",
 )
 
 
@@ -236,11 +278,22 @@ class Debs2015Reader:
         nums = {DEBS2015_COLUMNS[j]: _float(f[j], DEBS2015_COLUMNS[j]) for j in self.NUMERIC}
         lon, lat = nums["pickup_longitude"], nums["pickup_latitude"]
         located = lon != 0.0 and lat != 0.0
-        attrs = {c: f[j] for j, c in enumerate(DEBS2015_COLUMNS)
-                 if c not in ("medallion", "pickup_datetime", "pickup_longitude",
-                              "pickup_latitude", "fare_amount")}
-        return Row(self.stream, f[0], pickup, dropoff, lon if located else None,
-                   lat if located else None, None, nums["fare_amount"], attrs)
+        attrs = {
+            c: f[j]
+            for j, c in enumerate(DEBS2015_COLUMNS)
+            if c not in ("medallion", "pickup_datetime", "pickup_longitude", "pickup_latitude", "fare_amount")
+        }
+        return Row(
+            self.stream,
+            f[0],
+            pickup,
+            dropoff,
+            lon if located else None,
+            lat if located else None,
+            None,
+            nums["fare_amount"],
+            attrs,
+        )
 
 
 @dataclass(frozen=True)
@@ -274,20 +327,33 @@ def make_reader(name: str) -> Reader:
 
 def row_hash(text: str) -> int:
     """A stable signed 64-bit digest of a line's content (exact-duplicate detection)."""
-    return int.from_bytes(hashlib.blake2b(text.strip().encode(), digest_size=8).digest(),
-                          "big", signed=True)
+    return int.from_bytes(hashlib.blake2b(text.strip().encode(), digest_size=8).digest(), "big", signed=True)
 
 
-STAGED_SCHEMA = pa.schema([
-    ("stream", pa.string()), ("key", pa.string()), ("event_ts", pa.int64()),
-    ("arrival_ts", pa.int64()), ("x", pa.float64()), ("y", pa.float64()), ("z", pa.float64()),
-    ("value", pa.float64()), ("attrs", pa.map_(pa.string(), pa.string())),
-    ("row_hash", pa.int64()), ("line_no", pa.int64()), ("raw_line", pa.string()),
-])
-REJECT_SCHEMA = pa.schema([
-    ("line_no", pa.int64()), ("raw_line", pa.string()), ("reason", pa.string()),
-    ("detail", pa.string()),
-])
+STAGED_SCHEMA = pa.schema(
+    [
+        ("stream", pa.string()),
+        ("key", pa.string()),
+        ("event_ts", pa.int64()),
+        ("arrival_ts", pa.int64()),
+        ("x", pa.float64()),
+        ("y", pa.float64()),
+        ("z", pa.float64()),
+        ("value", pa.float64()),
+        ("attrs", pa.map_(pa.string(), pa.string())),
+        ("row_hash", pa.int64()),
+        ("line_no", pa.int64()),
+        ("raw_line", pa.string()),
+    ]
+)
+REJECT_SCHEMA = pa.schema(
+    [
+        ("line_no", pa.int64()),
+        ("raw_line", pa.string()),
+        ("reason", pa.string()),
+        ("detail", pa.string()),
+    ]
+)
 
 
 @dataclass
@@ -325,19 +391,33 @@ class _Acc:
 
     def flush(self, counts: FileCounts) -> ReadBatch:
         r = self.rows
-        accepted = pa.table({
-            "stream": [t[0].stream for t in r], "key": [t[0].key for t in r],
-            "event_ts": [t[0].event_us for t in r], "arrival_ts": [t[0].arrival_us for t in r],
-            "x": [t[0].x for t in r], "y": [t[0].y for t in r], "z": [t[0].z for t in r],
-            "value": [t[0].value for t in r], "attrs": [list(t[0].attrs.items()) for t in r],
-            "row_hash": [t[1] for t in r], "line_no": [t[2] for t in r],
-            "raw_line": [t[3] for t in r],
-        }, schema=STAGED_SCHEMA)
+        accepted = pa.table(
+            {
+                "stream": [t[0].stream for t in r],
+                "key": [t[0].key for t in r],
+                "event_ts": [t[0].event_us for t in r],
+                "arrival_ts": [t[0].arrival_us for t in r],
+                "x": [t[0].x for t in r],
+                "y": [t[0].y for t in r],
+                "z": [t[0].z for t in r],
+                "value": [t[0].value for t in r],
+                "attrs": [list(t[0].attrs.items()) for t in r],
+                "row_hash": [t[1] for t in r],
+                "line_no": [t[2] for t in r],
+                "raw_line": [t[3] for t in r],
+            },
+            schema=STAGED_SCHEMA,
+        )
         q = self.rejects
-        quarantined = pa.table({
-            "line_no": [t[0] for t in q], "raw_line": [t[1] for t in q],
-            "reason": [t[2] for t in q], "detail": [t[3] for t in q],
-        }, schema=REJECT_SCHEMA)
+        quarantined = pa.table(
+            {
+                "line_no": [t[0] for t in q],
+                "raw_line": [t[1] for t in q],
+                "reason": [t[2] for t in q],
+                "detail": [t[3] for t in q],
+            },
+            schema=REJECT_SCHEMA,
+        )
         self.rows, self.rejects = [], []
         return ReadBatch(accepted, quarantined, FileCounts(**vars(counts)))
 
@@ -368,8 +448,7 @@ def read_file(
             try:
                 row = reader.parse(text)
                 if not lo <= row.event_us <= hi:
-                    raise Reject("implausible_timestamp",
-                                 f"event_ts={row.event_us} outside [{lo}, {hi}]")
+                    raise Reject("implausible_timestamp", f"event_ts={row.event_us} outside [{lo}, {hi}]")
                 h = row_hash(text)
                 if h in seen:
                     raise Reject("duplicate_row", "same content as an earlier line of this file")

@@ -27,10 +27,32 @@ PS_PER_S = 10**12
 HALF_LENGTH_MM, HALF_WIDTH_MM = 52_500, 34_000
 PITCH_M = np.array([HALF_LENGTH_MM / 1000.0, HALF_WIDTH_MM / 1000.0])
 # (left leg, right leg) of each player; DEBS ids first, then the extra players.
-TEAM_A_PLAYERS = ((13, 14), (47, 16), (49, 88), (19, 52), (53, 54), (23, 24), (57, 58), (59, 28),
-                  (201, 202), (203, 204), (205, 206))
-TEAM_B_PLAYERS = ((61, 62), (63, 64), (65, 66), (67, 68), (69, 38), (71, 40), (73, 74), (75, 44),
-                  (211, 212), (213, 214), (215, 216))
+TEAM_A_PLAYERS = (
+    (13, 14),
+    (47, 16),
+    (49, 88),
+    (19, 52),
+    (53, 54),
+    (23, 24),
+    (57, 58),
+    (59, 28),
+    (201, 202),
+    (203, 204),
+    (205, 206),
+)
+TEAM_B_PLAYERS = (
+    (61, 62),
+    (63, 64),
+    (65, 66),
+    (67, 68),
+    (69, 38),
+    (71, 40),
+    (73, 74),
+    (75, 44),
+    (211, 212),
+    (213, 214),
+    (215, 216),
+)
 SYNTHETIC_STREAMS: dict[int, str] = {
     **DEBS2013_STREAMS,
     **{s: "team_a" for p in TEAM_A_PLAYERS for s in p},
@@ -55,7 +77,7 @@ class SoccerStream:
 
     sid: npt.NDArray[np.int64]
     ts_ps: npt.NDArray[np.int64]
-    xyz_mm: npt.NDArray[np.int64]      # (n, 3)
+    xyz_mm: npt.NDArray[np.int64]  # (n, 3)
     speed_um_s: npt.NDArray[np.int64]
     accel_um_s2: npt.NDArray[np.int64]
 
@@ -66,21 +88,25 @@ class SoccerStream:
         """The stream (ball / team_a / team_b) of every row."""
         return [SYNTHETIC_STREAMS[int(s)] for s in self.sid]
 
-    def lines(self, order: npt.NDArray[np.int64] | None = None,
-              arrival_ps: npt.NDArray[np.int64] | None = None) -> list[str]:
+    def lines(
+        self, order: npt.NDArray[np.int64] | None = None, arrival_ps: npt.NDArray[np.int64] | None = None
+    ) -> list[str]:
         """DEBS 2013 CSV lines, optionally in a given (arrival) order with an arrival column."""
         idx = np.arange(len(self)) if order is None else order
         out = []
         for i in idx:
             x, y, z = self.xyz_mm[i]
-            base = (f"{self.sid[i]},{self.ts_ps[i]},{x},{y},{z},{self.speed_um_s[i]},"
-                    f"{self.accel_um_s2[i]},0,0,0,0,0,0")
+            base = (
+                f"{self.sid[i]},{self.ts_ps[i]},{x},{y},{z},{self.speed_um_s[i]},"
+                f"{self.accel_um_s2[i]},0,0,0,0,0,0"
+            )
             out.append(base if arrival_ps is None else f"{base},{arrival_ps[i]}")
         return out
 
 
-def _track(rng: np.random.Generator, n: int, hz: int, home: npt.NDArray[np.float64],
-           speed_scale: float) -> npt.NDArray[np.float64]:
+def _track(
+    rng: np.random.Generator, n: int, hz: int, home: npt.NDArray[np.float64], speed_scale: float
+) -> npt.NDArray[np.float64]:
     """Positions (m) of one mover: OU velocity integrated, pulled back to ``home``."""
     dt = 1.0 / hz
     theta, sigma = 0.5, speed_scale
@@ -92,9 +118,9 @@ def _track(rng: np.random.Generator, n: int, hz: int, home: npt.NDArray[np.float
     carry = np.zeros(2)
     chunk = 2048
     for start in range(0, n, chunk):
-        part = noise[start:start + chunk]
+        part = noise[start : start + chunk]
         powers = decay ** np.arange(1, part.shape[0] + 1)
-        v[start:start + chunk] = (carry + np.cumsum(part / powers[:, None], axis=0)) * powers[:, None]
+        v[start : start + chunk] = (carry + np.cumsum(part / powers[:, None], axis=0)) * powers[:, None]
         carry = v[start + part.shape[0] - 1] * 1.0
     pos = home + np.cumsum(v * dt, axis=0)
     # keep players near home and on the pitch
@@ -133,14 +159,14 @@ def generate_soccer(cfg: SoccerConfig) -> SoccerStream:
     ts_b = cfg.start_ps + np.arange(n_b, dtype=np.int64) * (PS_PER_S // cfg.ball_hz)
     parts.append((4, ts_b, ball))
 
-    sid = np.concatenate([np.full(p[1].size, p[0], dtype=np.int64) for p in parts])
+    sensor = np.concatenate([np.full(p[1].size, p[0], dtype=np.int64) for p in parts])
     ts = np.concatenate([p[1] for p in parts])
     pos = np.concatenate([p[2] for p in parts])
-    order = np.lexsort((sid, ts))
-    sid, ts, pos = sid[order], ts[order], pos[order]
+    order = np.lexsort((sensor, ts))
+    sensor, ts, pos = sensor[order], ts[order], pos[order]
     # speed and acceleration from finite differences per sensor (sorted by sensor then time)
-    by_sensor = np.lexsort((ts, sid))
-    p_s, t_s, s_s = pos[by_sensor], ts[by_sensor], sid[by_sensor]
+    by_sensor = np.lexsort((ts, sensor))
+    p_s, t_s, s_s = pos[by_sensor], ts[by_sensor], sensor[by_sensor]
     dt = np.diff(t_s, prepend=t_s[0]) / PS_PER_S
     step = np.linalg.norm(np.diff(p_s, axis=0, prepend=p_s[:1]), axis=1)
     same = np.concatenate([[False], s_s[1:] == s_s[:-1]])
@@ -148,11 +174,11 @@ def generate_soccer(cfg: SoccerConfig) -> SoccerStream:
     speed = np.empty_like(speed_sorted)
     speed[by_sensor] = speed_sorted
     accel = np.abs(np.diff(speed, prepend=speed[0])) * 10.0
-    z = np.where(sid == 4, 110, 0)
-    xyz = np.column_stack([np.rint(pos * 1000.0).astype(np.int64),
-                           z.astype(np.int64)])
-    return SoccerStream(sid, ts, xyz, np.rint(speed * 1e6).astype(np.int64),
-                        np.rint(accel * 1e6).astype(np.int64))
+    z = np.where(sensor == 4, 110, 0)
+    xyz = np.column_stack([np.rint(pos * 1000.0).astype(np.int64), z.astype(np.int64)])
+    return SoccerStream(
+        sensor, ts, xyz, np.rint(speed * 1e6).astype(np.int64), np.rint(accel * 1e6).astype(np.int64)
+    )
 
 
 def write_debs2013(path: Path, lines: list[str]) -> Path:

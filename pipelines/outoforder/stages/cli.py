@@ -59,8 +59,11 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
         total_read += s.rows_read
         total_acc += s.accepted
         total_q += s.quarantined
-    print(f"[ingest] {len(jobs)} files: {total_read:,} rows read = {total_acc:,} accepted + "
-          f"{total_q:,} quarantined", flush=True)
+    print(
+        f"[ingest] {len(jobs)} files: {total_read:,} rows read = {total_acc:,} accepted + "
+        f"{total_q:,} quarantined",
+        flush=True,
+    )
     return 0
 
 
@@ -121,13 +124,16 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
         print(ingest_file(spark, settings, path, d.reader, d.source).line(), flush=True)
         sources.append(d.source)
     preset = args.preset or settings.demo.preset
-    print(f"[demo] 2/4 synthetic soccer play ({settings.demo.synthetic_seconds:g} s) with the "
-          f"'{preset}' disorder preset", flush=True)
-    replay = make_replay(settings.lake_root.parent / "landing", preset,
-                         settings.demo.synthetic_seconds, settings.demo.seed)
+    print(
+        f"[demo] 2/4 synthetic soccer play ({settings.demo.synthetic_seconds:g} s) with the "
+        f"'{preset}' disorder preset",
+        flush=True,
+    )
+    replay = make_replay(
+        settings.lake_root.parent / "landing", preset, settings.demo.synthetic_seconds, settings.demo.seed
+    )
     print(format_report(replay.report), flush=True)
-    print(ingest_file(spark, settings, replay.path, "soccer_synthetic", replay.source).line(),
-          flush=True)
+    print(ingest_file(spark, settings, replay.path, "soccer_synthetic", replay.source).line(), flush=True)
     sources.append(replay.source)
     print("[demo] 3/4 disorder statistics (arrival order = arrival_seq)", flush=True)
     results = [source_stats(spark, settings, s) for s in sources]
@@ -137,8 +143,10 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     print(format_table(results), flush=True)
     print("[demo] 4/4 data quality of bronze (Great Expectations)", flush=True)
     validate_bronze(spark, settings)
-    print(f"[demo] done in {time.monotonic() - t0:.0f} s; lake at {settings.lake_root}; "
-          f"statistics in {out}", flush=True)
+    print(
+        f"[demo] done in {time.monotonic() - t0:.0f} s; lake at {settings.lake_root}; statistics in {out}",
+        flush=True,
+    )
     return 0
 
 
@@ -150,8 +158,10 @@ def cmd_presets(args: argparse.Namespace, settings: Settings) -> int:
         t = p.target
         line = f"{p.name:<12} {p.description:<40} {p.model.describe()}"
         if t is not None:
-            line += (f"\n{'':<12} target: late {100 * t.late_frac:.2f}%, mean {1000 * t.mean_delay_late_s:.1f} ms,"
-                     f" max {t.max_delay_s:.1f} s over {t.tuples:,} tuples at {t.rate_per_s:,.0f}/s")
+            line += (
+                f"\n{'':<12} target: late {100 * t.late_frac:.2f}%, mean {1000 * t.mean_delay_late_s:.1f} ms,"
+                f" max {t.max_delay_s:.1f} s over {t.tuples:,} tuples at {t.rate_per_s:,.0f}/s"
+            )
         print(line)
         if args.calibrate and p.name in _BODIES and t is not None:
             print(f"{'':<12} calibrated body (mu, sigma, delayed share): {calibrate_body(t)}")
@@ -160,8 +170,11 @@ def cmd_presets(args: argparse.Namespace, settings: Settings) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of all stages."""
-    p = argparse.ArgumentParser(prog="python -m outoforder.stages", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m outoforder.stages",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--config", help="a TOML file overriding include/config/outoforder.toml")
     sub = p.add_subparsers(dest="stage", required=True)
     i = sub.add_parser("ingest", help="read files into bronze")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F  # noqa: N812
+from pyspark.sql import functions as F
 
 from outoforder.config import Settings
 from outoforder.errors import InputError
@@ -119,22 +119,28 @@ def ingest_file(
         (F.col("source") == source) & (F.col("ingest_id") != ingest_id)
     ).select("row_hash")
     if prior is not None and not prior.limit(1).count():
-        prior = None                                   # first file of this source: nothing to dedupe
+        prior = None  # first file of this source: nothing to dedupe
     first_seq = seq = _first_seq(spark, settings, ingest_id)
     reasons: dict[str, int] = {}
     cross_dups = 0
     counts = None
-    for batch_no, batch in enumerate(read_file(
-        path, reader, settings.ingest.plausible_range(reader.name),
-        settings.ingest.batch_rows, settings.ingest.max_line_bytes,
-    )):
+    for batch_no, batch in enumerate(
+        read_file(
+            path,
+            reader,
+            settings.ingest.plausible_range(reader.name),
+            settings.ingest.batch_rows,
+            settings.ingest.max_line_bytes,
+        )
+    ):
         counts = batch.counts
         acc = batch.accepted
         acc = acc.append_column("arrival_seq", pa.array(range(seq, seq + acc.num_rows), pa.int64()))
         seq += acc.num_rows
         acc = _with_constants(acc, source=source, ingest_id=ingest_id, source_file=str(path))
-        rejects = _with_constants(batch.quarantined, source=source, ingest_id=ingest_id,
-                                  source_file=str(path))
+        rejects = _with_constants(
+            batch.quarantined, source=source, ingest_id=ingest_id, source_file=str(path)
+        )
         for r in batch.quarantined.column("reason").to_pylist():
             reasons[r] = reasons.get(r, 0) + 1
         staged = spark.createDataFrame(acc) if acc.num_rows else None
@@ -146,7 +152,11 @@ def ingest_file(
                 cross_dups += n_dups
                 reasons["duplicate_row"] = reasons.get("duplicate_row", 0) + n_dups
                 dup_rows = dups.select(
-                    "source", "ingest_id", "source_file", "line_no", "raw_line",
+                    "source",
+                    "ingest_id",
+                    "source_file",
+                    "line_no",
+                    "raw_line",
                     F.lit("duplicate_row").alias("reason"),
                     F.lit("same content as a row of an earlier file of this source").alias("detail"),
                 )
@@ -156,17 +166,43 @@ def ingest_file(
             delta.append_once(staged, BRONZE, settings.lake_root, ingest_id, batch_no)
         if rejected is not None:
             delta.append_once(rejected, QUARANTINE, settings.lake_root, ingest_id, batch_no)
-        print(f"[ingest] {source}: {counts.lines:,} lines read "
-              f"({time.monotonic() - t0:.1f} s)", flush=True)
+        print(f"[ingest] {source}: {counts.lines:,} lines read ({time.monotonic() - t0:.1f} s)", flush=True)
     assert counts is not None
     accepted = counts.accepted - cross_dups
     quarantined = counts.quarantined + cross_dups
     now = now_us if now_us is not None else int(datetime.now(UTC).timestamp() * 1_000_000)
-    log_row = spark.createDataFrame([(
-        ingest_id, source, str(path), sha, size, reader.name, counts.lines, counts.header_lines,
-        counts.blank_lines, counts.rows_read, accepted, quarantined,
-        first_seq if seq > first_seq else None, seq - 1 if seq > first_seq else None, now,
-    )], INGEST_LOG.schema)
+    log_row = spark.createDataFrame(
+        [
+            (
+                ingest_id,
+                source,
+                str(path),
+                sha,
+                size,
+                reader.name,
+                counts.lines,
+                counts.header_lines,
+                counts.blank_lines,
+                counts.rows_read,
+                accepted,
+                quarantined,
+                first_seq if seq > first_seq else None,
+                seq - 1 if seq > first_seq else None,
+                now,
+            )
+        ],
+        INGEST_LOG.schema,
+    )
     delta.append_once(log_row, INGEST_LOG, settings.lake_root, ingest_id, 0)
-    return IngestSummary(source, str(path), ingest_id, False, counts.lines, counts.rows_read,
-                         accepted, quarantined, reasons, time.monotonic() - t0)
+    return IngestSummary(
+        source,
+        str(path),
+        ingest_id,
+        False,
+        counts.lines,
+        counts.rows_read,
+        accepted,
+        quarantined,
+        reasons,
+        time.monotonic() - t0,
+    )

@@ -39,7 +39,8 @@ def make_replay(landing: Path, model: str, seconds: float, seed: int) -> Replay:
     report["per_stream"] = {k: v.as_report() for k, v in injection.per_stream.items()}
     report["tuples"] = len(play)
     report["expected_max_delay_at_this_size"] = round(
-        _expected_max(model, int(np.count_nonzero(injection.arrival_us - event_us))), 3)
+        _expected_max(model, int(np.count_nonzero(injection.arrival_us - event_us))), 3
+    )
     return Replay(path, f"synthetic/{name}-seed{seed}", report)
 
 
@@ -53,12 +54,16 @@ def format_report(r: dict[str, Any]) -> str:
     """Target vs achieved disorder, one line each."""
     a = r["achieved"]
     lines = [f"[inject] model {r['model']} seed {r['seed']}: {r['tuples']:,} tuples"]
-    lines.append(f"[inject]   achieved: late {100 * a['late_frac']:.2f}%  mean delay (late) "
-                 f"{1000 * a['mean_delay_late']:.1f} ms  max delay {a['max_delay']:.3f} s "
-                 f"(model's typical max at this size: {r['expected_max_delay_at_this_size']} s)")
+    lines.append(
+        f"[inject]   achieved: late {100 * a['late_frac']:.2f}%  mean delay (late) "
+        f"{1000 * a['mean_delay_late']:.1f} ms  max delay {a['max_delay']:.3f} s "
+        f"(model's typical max at this size: {r['expected_max_delay_at_this_size']} s)"
+    )
     if "target" in r:
         t = r["target"]
-        lines.append(f"[inject]   target  : late {100 * t['late_frac']:.2f}%  mean delay (late) "
-                     f"{1000 * t['mean_delay_late']:.1f} ms  max delay {t['max_delay']:.3f} s "
-                     f"(over {t['at_tuples']:,} tuples)")
+        lines.append(
+            f"[inject]   target  : late {100 * t['late_frac']:.2f}%  mean delay (late) "
+            f"{1000 * t['mean_delay_late']:.1f} ms  max delay {t['max_delay']:.3f} s "
+            f"(over {t['at_tuples']:,} tuples)"
+        )
     return "\n".join(lines)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F  # noqa: N812
+from pyspark.sql import functions as F
 
 from outoforder.config import Settings
 from outoforder.core.disorder import disorder_stats, disorder_stats_by
@@ -53,8 +53,10 @@ def all_sources(spark: SparkSession, settings: Settings) -> list[str]:
 
 def format_table(results: list[dict[str, Any]]) -> str:
     """A fixed-width table of the overall figures, one line per source."""
-    head = (f"{'source':<28} {'rows':>9} {'late':>9} {'late %':>7} {'max delay s':>12} "
-            f"{'mean late ms':>13} {'span s':>9}")
+    head = (
+        f"{'source':<28} {'rows':>9} {'late':>9} {'late %':>7} {'max delay s':>12} "
+        f"{'mean late ms':>13} {'span s':>9}"
+    )
     lines = [head, "-" * len(head)]
     for r in results:
         o = r["overall"]

@@ -1,0 +1,35 @@
+"""Airflow tests run in the Airflow venv with an isolated AIRFLOW_HOME (SQLite) per session."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    spark_venv = os.environ.get("OOO_SPARK_VENV")
+    if not spark_venv or not Path(spark_venv, "bin", "spark-submit").exists():
+        pytest.fail("OOO_SPARK_VENV is not set up: run the tests through infra/test.sh")
+    home = tmp_path_factory.mktemp("airflow-home")
+    env = dict(os.environ)
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+            "OOO_LAKE_ROOT": str(home / "lake"),
+            "PATH": f"{spark_venv}/bin:{Path(sys.executable).parent}:{env.get('PATH', '')}",
+            "PYSPARK_PYTHON": f"{spark_venv}/bin/python",
+        }
+    )
+    return env

@@ -1,0 +1,80 @@
+"""Every DAG file imports cleanly, follows the house rules, and is wired as documented."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.airflow.conftest import REPO
+
+pytestmark = pytest.mark.airflow
+
+EXPECTED_STRUCTURE = {
+    "ingest": {"ingest": {"validate_bronze"}, "validate_bronze": set()},
+}
+
+PROBE = r"""
+import json, sys
+from airflow.dag_processing.dagbag import DagBag
+bag = DagBag(dag_folder=sys.argv[1])
+out = {
+    "errors": {k: str(v) for k, v in bag.import_errors.items()},
+    "heavy": sorted(m for m in sys.modules
+                    if m.split(".")[0] in ("pyspark", "delta", "pandas", "great_expectations")),
+    "dags": {
+        d.dag_id: {
+            "tags": sorted(d.tags), "doc": bool(d.doc_md), "max_active_runs": d.max_active_runs,
+            "catchup": d.catchup,
+            "tasks": {t.task_id: {"retries": t.retries, "down": sorted(t.downstream_task_ids)}
+                      for t in d.tasks},
+        } for d in bag.dags.values()
+    },
+}
+print("PROBE" + json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def probe(airflow_env):
+    # A fresh interpreter, so that nothing imported by pytest itself hides a parse-time import.
+    run = subprocess.run(
+        [sys.executable, "-c", PROBE, str(REPO / "dags")],
+        env=airflow_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    line = next((ln for ln in run.stdout.splitlines() if ln.startswith("PROBE")), None)
+    assert line, f"DagBag probe failed:\n{run.stdout}\n{run.stderr}"
+    import json
+
+    return json.loads(line[len("PROBE") :])
+
+
+def test_no_import_errors(probe):
+    assert probe["errors"] == {}
+
+
+def test_no_heavy_imports_at_parse_time(probe):
+    assert probe["heavy"] == []
+
+
+def test_every_expected_dag_is_present_and_nothing_else(probe):
+    assert set(probe["dags"]) == set(EXPECTED_STRUCTURE)
+
+
+@pytest.mark.parametrize("dag_id", sorted(EXPECTED_STRUCTURE))
+def test_policy_tags_docs_retries(probe, dag_id):
+    dag = probe["dags"][dag_id]
+    assert "outoforder" in dag["tags"]
+    assert dag["doc"]
+    assert all(t["retries"] >= 1 for t in dag["tasks"].values())
+
+
+@pytest.mark.parametrize("dag_id", sorted(EXPECTED_STRUCTURE))
+def test_task_wiring(probe, dag_id):
+    got = {tid: set(t["down"]) for tid, t in probe["dags"][dag_id]["tasks"].items()}
+    assert got == EXPECTED_STRUCTURE[dag_id]

@@ -1,0 +1,162 @@
+"""Ingest into Delta: round trip, idempotence, accounting, duplicates, crash resume, interval reads."""
+
+import gzip
+
+import pytest
+from pyspark.sql import functions as F
+
+from outoforder.errors import QualityError
+from outoforder.io import delta
+from outoforder.io.tables import BRONZE, INGEST_LOG, QUARANTINE
+from outoforder.quality.bronze import validate_bronze
+from outoforder.stages.ingest import ingest_file
+from outoforder.stages.stats import source_stats
+
+pytestmark = [pytest.mark.spark, pytest.mark.delta]
+
+GOOD = "61,10634757171903878,27058,-130,-110,178392,2700132,3054,-9332,-1892,4149,-8999,1339"
+
+
+def soccer_lines(n, start=0):
+    return [GOOD.replace("10634757171903878", str(10634757171903878 + (start + i) * 10**9)) for i in range(n)]
+
+
+def write(path, lines, gz=False):
+    data = ("\n".join(lines) + "\n").encode()
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return path
+
+
+def version(spark, table, settings):
+    from delta.tables import DeltaTable
+
+    return DeltaTable.forPath(spark, table.path(settings.lake_root)).history(1).first()["version"]
+
+
+def test_delta_round_trip_and_transaction_ids_make_appends_idempotent(spark, settings):
+    delta.ensure(spark, QUARANTINE, settings.lake_root)
+    rows = [("s", "id", "f", 1, "raw", "column_count", "d")]
+    df = spark.createDataFrame(rows, QUARANTINE.schema)
+    delta.append_once(df, QUARANTINE, settings.lake_root, "app", 0)
+    delta.append_once(df, QUARANTINE, settings.lake_root, "app", 0)  # replay: skipped by Delta
+    back = delta.read(spark, QUARANTINE, settings.lake_root).collect()
+    assert [tuple(r) for r in back] == rows
+    delta.append_once(df, QUARANTINE, settings.lake_root, "app", 1)  # next version: applied
+    assert delta.read(spark, QUARANTINE, settings.lake_root).count() == 2
+
+
+def test_real_file_lands_in_bronze_with_readme_statistics(spark, settings, data_dir):
+    s = ingest_file(spark, settings, data_dir / "ooo-dataset" / "d-1.csv.gz", "ooo", "ooo/d-1")
+    assert (s.rows_read, s.accepted, s.quarantined, s.skipped) == (9600, 9600, 0, False)
+    stats = source_stats(spark, settings, "ooo/d-1")
+    assert stats["overall"]["late"] == 1544
+    assert stats["overall"]["max_delay"] == pytest.approx(4.544)
+    assert stats["per_key"]["dev_15"]["max_delay"] == pytest.approx(4.502)
+    bronze = delta.read(spark, BRONZE, settings.lake_root)
+    seqs = [r["arrival_seq"] for r in bronze.orderBy("arrival_seq").select("arrival_seq").collect()]
+    assert seqs == list(range(9600))
+    lines = [r["line_no"] for r in bronze.orderBy("arrival_seq").select("line_no").collect()]
+    assert lines == list(range(2, 9602))  # file order = arrival order (line 1 = header)
+
+
+def test_ingesting_the_same_file_twice_changes_nothing(spark, settings, tmp_path):
+    f = write(tmp_path / "a.csv", soccer_lines(50))
+    first = ingest_file(spark, settings, f, "debs2013", "t/a")
+    versions = {t.name: version(spark, t, settings) for t in (BRONZE, QUARANTINE, INGEST_LOG)}
+    again = ingest_file(spark, settings, f, "debs2013", "t/a")
+    assert again.skipped and not first.skipped
+    assert {t.name: version(spark, t, settings) for t in (BRONZE, QUARANTINE, INGEST_LOG)} == versions
+    assert delta.read(spark, BRONZE, settings.lake_root).count() == 50
+
+
+def test_bad_rows_are_quarantined_and_accounted_in_the_log(spark, settings, tmp_path):
+    lines = [*soccer_lines(10), "garbage", GOOD.replace("27058", "nan?"), soccer_lines(1)[0], ""]
+    f = write(tmp_path / "bad.csv.gz", lines, gz=True)
+    s = ingest_file(spark, settings, f, "debs2013", "t/bad")
+    assert (s.rows_read, s.accepted, s.quarantined) == (13, 10, 3)
+    assert s.reasons == {"column_count": 1, "not_numeric": 1, "duplicate_row": 1}
+    q = delta.read(spark, QUARANTINE, settings.lake_root).orderBy("line_no").collect()
+    assert [(r["line_no"], r["reason"]) for r in q] == [
+        (11, "column_count"),
+        (12, "not_numeric"),
+        (13, "duplicate_row"),
+    ]
+    assert q[0]["raw_line"] == "garbage"
+    log = delta.read(spark, INGEST_LOG, settings.lake_root).first()
+    assert (log["rows_read"], log["rows_accepted"], log["rows_quarantined"], log["blank_lines"]) == (
+        13,
+        10,
+        3,
+        1,
+    )
+    assert log["rows_read"] == log["rows_accepted"] + log["rows_quarantined"]
+    assert (log["arrival_seq_first"], log["arrival_seq_last"]) == (0, 9)
+
+
+def test_rows_repeated_by_a_later_file_of_the_same_source_are_quarantined(spark, settings, tmp_path):
+    a = write(tmp_path / "part1.csv", soccer_lines(20))
+    b = write(tmp_path / "part2.csv", soccer_lines(20, start=15))  # 5 rows overlap
+    ingest_file(spark, settings, a, "debs2013", "t/parts")
+    s = ingest_file(spark, settings, b, "debs2013", "t/parts")
+    assert (s.accepted, s.quarantined, s.reasons) == (15, 5, {"duplicate_row": 5})
+    bronze = delta.read(spark, BRONZE, settings.lake_root)
+    assert bronze.count() == 35
+    assert bronze.select("row_hash").distinct().count() == 35
+    seqs = [r[0] for r in bronze.orderBy("arrival_seq").select("arrival_seq").collect()]
+    assert seqs == sorted(set(seqs)) and seqs[:20] == list(range(20))
+    validate_bronze(spark, settings)
+
+
+def test_an_interrupted_ingest_resumes_without_loss_or_duplicates(spark, settings, tmp_path, monkeypatch):
+    import dataclasses
+
+    small = dataclasses.replace(settings, ingest=dataclasses.replace(settings.ingest, batch_rows=30))
+    f = write(tmp_path / "big.csv", soccer_lines(100))
+    real_append = delta.append_once
+    calls = {"n": 0}
+
+    def crash_after_two_bronze_batches(df, table, root, app_id, ver):
+        if table is BRONZE:
+            calls["n"] += 1
+            if calls["n"] == 3:
+                raise RuntimeError("simulated crash")
+        real_append(df, table, root, app_id, ver)
+
+    monkeypatch.setattr(delta, "append_once", crash_after_two_bronze_batches)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        ingest_file(spark, small, f, "debs2013", "t/crash")
+    assert delta.read(spark, BRONZE, small.lake_root).count() == 60
+    monkeypatch.setattr(delta, "append_once", real_append)
+    s = ingest_file(spark, small, f, "debs2013", "t/crash")
+    assert (s.accepted, s.quarantined) == (100, 0)
+    rows = delta.read(spark, BRONZE, small.lake_root).orderBy("arrival_seq").collect()
+    assert [r["arrival_seq"] for r in rows] == list(range(100))
+    assert [r["line_no"] for r in rows] == list(range(1, 101))
+    validate_bronze(spark, small)
+
+
+def test_interval_reads_are_half_open(spark, settings, data_dir):
+    ingest_file(spark, settings, data_dir / "ooo-dataset" / "d-2.csv.gz", "ooo", "ooo/d-2")
+    by_seq = delta.read_arrivals(spark, BRONZE, settings.lake_root, source="ooo/d-2", seq_range=(100, 200))
+    assert by_seq.count() == 100
+    assert by_seq.agg(F.min("arrival_seq"), F.max("arrival_seq")).first() == (100, 199)
+    first = delta.read(spark, BRONZE, settings.lake_root).agg(F.min("arrival_ts")).first()[0]
+    window = delta.read_arrivals(
+        spark, BRONZE, settings.lake_root, source="ooo/d-2", arrival_ts_range=(first, first + 10_000_000)
+    )
+    got = window.agg(F.min("arrival_ts"), F.max("arrival_ts"), F.count("*")).first()
+    assert got[0] == first and got[1] < first + 10_000_000 and got[2] > 0
+    assert delta.read_arrivals(spark, BRONZE, settings.lake_root, source="nope").count() == 0
+
+
+def test_quality_suite_fails_when_bronze_is_corrupted(spark, settings, tmp_path):
+    f = write(tmp_path / "q.csv", soccer_lines(5))
+    ingest_file(spark, settings, f, "debs2013", "t/q")
+    results = validate_bronze(spark, settings)
+    assert all(r.success for r in results)
+    dup = delta.read(spark, BRONZE, settings.lake_root).limit(1)
+    dup.write.format("delta").mode("append").save(BRONZE.path(settings.lake_root))
+    with pytest.raises(QualityError, match="bronze_arrivals"):
+        validate_bronze(spark, settings)
+    failed = {r.suite: r.success for r in validate_bronze(spark, settings, fail=False)}
+    assert failed == {"bronze_arrivals": False, "bronze_accounting": False}

@@ -1,0 +1,47 @@
+"""The pure algorithm layer imports nothing from Spark, Delta, Airflow, GX or IO."""
+
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "pipelines" / "outoforder"
+FORBIDDEN_IN_CORE = ("pyspark", "delta", "deltalake", "airflow", "great_expectations", "pandas",
+                     "pyarrow", "outoforder.spark", "outoforder.io", "outoforder.stages",
+                     "outoforder.quality", "outoforder.sources")
+
+
+def forbidden_imports(source: str, forbidden=FORBIDDEN_IN_CORE) -> list[str]:
+    """Every import (top level or inside functions) of a forbidden module."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        found += [n for n in names if any(n == f or n.startswith(f + ".") for f in forbidden)]
+    return found
+
+
+def test_the_checker_catches_lazy_and_top_level_imports():
+    src = "import numpy\nfrom pyspark.sql import DataFrame\ndef f():\n    import airflow.sdk\n"
+    assert forbidden_imports(src) == ["pyspark.sql", "airflow.sdk"]
+
+
+def test_core_modules_import_only_stdlib_numpy_and_core():
+    offenders = {}
+    for path in sorted((PACKAGE / "core").rglob("*.py")):
+        bad = forbidden_imports(path.read_text())
+        if bad:
+            offenders[str(path.relative_to(PACKAGE))] = bad
+    assert offenders == {}
+
+
+def test_import_linter_contracts_are_kept():
+    exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
+    assert exe, "import-linter is part of the Spark venv (infra/requirements/spark.in)"
+    run = subprocess.run([exe], cwd=PACKAGE.parents[1], capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert "0 broken" in run.stdout

@@ -1,0 +1,52 @@
+import pytest
+
+from outoforder.config import REPO_ROOT, load_settings
+from outoforder.errors import ConfigError
+
+
+def test_defaults_are_the_embedded_local_setup():
+    s = load_settings(env={})
+    assert s.spark.master == "local[2]"
+    assert 2 <= s.spark.shuffle_partitions <= 8
+    assert s.lake_root == REPO_ROOT / ".local" / "lake"
+    assert s.ingest.plausible_range("ooo")[0] < s.ingest.plausible_range("ooo")[1]
+
+
+def test_environment_overrides_the_file(tmp_path):
+    s = load_settings(env={"OOO_SPARK_MASTER": "spark://h:7077", "OOO_LAKE_ROOT": str(tmp_path)})
+    assert s.spark.master == "spark://h:7077"
+    assert s.lake_root == tmp_path
+
+
+def test_a_user_file_overrides_only_what_it_names(tmp_path):
+    f = tmp_path / "mine.toml"
+    f.write_text('[spark]\nshuffle_partitions = 8\n[spark.conf]\n"spark.x" = "1"\n')
+    s = load_settings(f, env={})
+    assert s.spark.shuffle_partitions == 8
+    assert s.spark.master == "local[2]"
+    assert s.spark.conf["spark.x"] == "1"
+    assert s.spark.conf["spark.sql.adaptive.enabled"] == "true"
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("[spark]\nshuffle_partitions = 0\n", "shuffle_partitions"),
+        ("[ingest.plausible_event_us]\nooo = [5, 1]\n", "lower bound"),
+        ("[spark\n", "not valid TOML"),
+        ("[ingest]\nbatch_rows = 'many'\n", "invalid setting"),
+    ],
+)
+def test_bad_settings_fail_with_a_clear_message(tmp_path, text, match):
+    f = tmp_path / "bad.toml"
+    f.write_text(text)
+    with pytest.raises(ConfigError, match=match):
+        load_settings(f, env={})
+
+
+def test_missing_jars_explain_how_to_fix_it(tmp_path):
+    s = load_settings(env={"OOO_SPARK_JARS_DIR": str(tmp_path)})
+    with pytest.raises(ConfigError, match="infra/setup.sh"):
+        s.spark.to_conf()
+    with pytest.raises(ConfigError, match="not found"):
+        load_settings(tmp_path / "nope.toml", env={})
