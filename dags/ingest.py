@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import Param, dag
+from airflow.sdk import Param, dag, task
 
 from outoforder.config import REPO_ROOT, load_settings
 
@@ -28,11 +28,13 @@ _SUBMIT = {
 DOC = """
 ### Ingest raw files into bronze
 
-1. **ingest** (`python -m outoforder.stages ingest`) reads the chosen datasets and appends every
+1. **plan** checks the `datasets` parameter against the catalogue of built-in datasets and fails
+   at once, without starting Spark, if a name is unknown.
+2. **ingest** (`python -m outoforder.stages ingest`) reads the chosen datasets and appends every
    accepted row to `bronze/arrivals` and every rejected line, with its reason, to
    `bronze/quarantine`; one row per file goes to `bronze/ingest_log`. Re-running is a no-op for
    files already ingested (content hash), and resumes a file whose ingest was interrupted.
-2. **validate_bronze** runs the Great Expectations suites `bronze_arrivals` and
+3. **validate_bronze** runs the Great Expectations suites `bronze_arrivals` and
    `bronze_accounting` (rows read = accepted + quarantined for every file) and fails on violation.
 
 Params: `datasets` -- built-in dataset ids or prefixes (`all`, `ooo`, `debs2013/mini_soccer`, ...);
@@ -55,11 +57,22 @@ Params: `datasets` -- built-in dataset ids or prefixes (`all`, `ooo`, `debs2013/
     },
 )
 def ingest() -> None:
-    """Ingest the chosen datasets, then check bronze."""
+    """Plan, ingest the chosen datasets, then check bronze."""
+
+    @task(retries=0)
+    def plan(datasets: str) -> str:
+        """Resolve dataset ids/prefixes to source ids (fails on unknown names)."""
+        from outoforder.sources.catalog import select
+
+        names = datasets.replace(",", " ").split()
+        chosen = [d.source for d in select(names or None)]
+        print(f"ingesting {len(chosen)} datasets: {', '.join(chosen)}")
+        return " ".join(chosen)
+
     ingest = SparkSubmitOperator(
         task_id="ingest",
         name="outoforder-ingest",
-        application_args=["ingest", "--datasets", "{{ params.datasets }}"],
+        application_args=["ingest", "--datasets", "{{ ti.xcom_pull(task_ids='plan') }}"],
         **_SUBMIT,
     )
     validate_bronze = SparkSubmitOperator(
@@ -68,7 +81,7 @@ def ingest() -> None:
         application_args=["validate-bronze"],
         **_SUBMIT,
     )
-    ingest >> validate_bronze
+    plan("{{ params.datasets }}") >> ingest >> validate_bronze
 
 
 ingest()

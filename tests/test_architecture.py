@@ -7,9 +7,20 @@ import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pipelines" / "outoforder"
-FORBIDDEN_IN_CORE = ("pyspark", "delta", "deltalake", "airflow", "great_expectations", "pandas",
-                     "pyarrow", "outoforder.spark", "outoforder.io", "outoforder.stages",
-                     "outoforder.quality", "outoforder.sources")
+FORBIDDEN_IN_CORE = (
+    "pyspark",
+    "delta",
+    "deltalake",
+    "airflow",
+    "great_expectations",
+    "pandas",
+    "pyarrow",
+    "outoforder.spark",
+    "outoforder.io",
+    "outoforder.stages",
+    "outoforder.quality",
+    "outoforder.sources",
+)
 
 
 def forbidden_imports(source: str, forbidden=FORBIDDEN_IN_CORE) -> list[str]:

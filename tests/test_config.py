@@ -46,7 +46,7 @@ def test_bad_settings_fail_with_a_clear_message(tmp_path, text, match):
 
 def test_missing_jars_explain_how_to_fix_it(tmp_path):
     s = load_settings(env={"OOO_SPARK_JARS_DIR": str(tmp_path)})
-    with pytest.raises(ConfigError, match="infra/setup.sh"):
+    with pytest.raises(ConfigError, match=r"infra/setup\.sh"):
         s.spark.to_conf()
     with pytest.raises(ConfigError, match="not found"):
         load_settings(tmp_path / "nope.toml", env={})

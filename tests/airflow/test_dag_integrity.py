@@ -12,7 +12,7 @@ from tests.airflow.conftest import REPO
 pytestmark = pytest.mark.airflow
 
 EXPECTED_STRUCTURE = {
-    "ingest": {"ingest": {"validate_bronze"}, "validate_bronze": set()},
+    "ingest": {"plan": {"ingest"}, "ingest": {"validate_bronze"}, "validate_bronze": set()},
 }
 
 PROBE = r"""
@@ -71,7 +71,8 @@ def test_policy_tags_docs_retries(probe, dag_id):
     dag = probe["dags"][dag_id]
     assert "outoforder" in dag["tags"]
     assert dag["doc"]
-    assert all(t["retries"] >= 1 for t in dag["tasks"].values())
+    # every Spark task retries; only pure validation tasks (named plan) may fail at once
+    assert all(t["retries"] >= 1 for tid, t in dag["tasks"].items() if tid != "plan")
 
 
 @pytest.mark.parametrize("dag_id", sorted(EXPECTED_STRUCTURE))

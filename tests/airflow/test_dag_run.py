@@ -56,3 +56,12 @@ def test_ingest_dag_runs_end_to_end(airflow_env):
     assert line, check.stderr[-3000:]
     counts = json.loads(line[len("COUNTS") :])
     assert counts == {"bronze": 9600, "quarantine": 0, "log": [["ooo/d-1", 9600, 9600, 0]]}
+
+
+def test_unknown_dataset_fails_in_plan_before_spark_starts(airflow_env):
+    assert airflow(airflow_env, "db", "migrate").returncode == 0
+    run = airflow(airflow_env, "dags", "test", "ingest", "-c", json.dumps({"datasets": "nope"}))
+    out = run.stdout + run.stderr
+    assert "unknown dataset 'nope'" in out
+    assert "state=failed" in out
+    assert "SparkSubmitHook" not in out          # ingest never started: upstream failed
