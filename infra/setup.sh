@@ -55,7 +55,7 @@ install_project airflow "$OOO_AIRFLOW_VENV" --no-deps
 if [ ! -f "$OOO_SPARK_JARS_DIR/.complete" ]; then
   say "fetching Delta jars with Maven into $OOO_SPARK_JARS_DIR"
   rm -rf "$OOO_SPARK_JARS_DIR"
-  mvn -q -B -f "$OOO_REPO/infra/maven/pom.xml" dependency:copy-dependencies \
+  mvn -q -B -Dmaven.repo.local="$OOO_HOME/m2" -f "$OOO_REPO/infra/maven/pom.xml" dependency:copy-dependencies \
       -DincludeScope=runtime -DoutputDirectory="$OOO_SPARK_JARS_DIR"
   spark_jars="$("$OOO_SPARK_VENV/bin/python" -c 'import pyspark, os; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')"
   # artifact name = file name without the trailing -<version>.jar

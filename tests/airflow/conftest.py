@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -33,3 +34,13 @@ def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         }
     )
     return env
+
+
+def run_probe(python: str, code: str, tag: str, env: dict[str, str], *args: str) -> dict:
+    """Run ``code`` in a fresh interpreter; return the JSON it printed after ``tag``."""
+    run = subprocess.run(
+        [python, "-c", code, *args], env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    line = next((ln for ln in run.stdout.splitlines() if ln.startswith(tag)), None)
+    assert line, f"probe {tag} failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+    return json.loads(line[len(tag) :])

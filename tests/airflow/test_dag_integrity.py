@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import pytest
 
-from tests.airflow.conftest import REPO
+from tests.airflow.conftest import REPO, run_probe
 
 pytestmark = pytest.mark.airflow
 
@@ -39,19 +38,7 @@ print("PROBE" + json.dumps(out))
 @pytest.fixture(scope="module")
 def probe(airflow_env):
     # A fresh interpreter, so that nothing imported by pytest itself hides a parse-time import.
-    run = subprocess.run(
-        [sys.executable, "-c", PROBE, str(REPO / "dags")],
-        env=airflow_env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    line = next((ln for ln in run.stdout.splitlines() if ln.startswith("PROBE")), None)
-    assert line, f"DagBag probe failed:\n{run.stdout}\n{run.stderr}"
-    import json
-
-    return json.loads(line[len("PROBE") :])
+    return run_probe(sys.executable, PROBE, "PROBE", airflow_env, str(REPO / "dags"))
 
 
 def test_no_import_errors(probe):

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.airflow.conftest import run_probe
+
 pytestmark = [pytest.mark.airflow, pytest.mark.integration]
 
 COUNT = r"""
@@ -44,17 +46,7 @@ def test_ingest_dag_runs_end_to_end(airflow_env):
     assert "state=success" in out
     assert "bronze_accounting: PASSED" in out
     spark_python = Path(os.environ["OOO_SPARK_VENV"]) / "bin" / "python"
-    check = subprocess.run(
-        [str(spark_python), "-c", COUNT],
-        env=airflow_env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    line = next((ln for ln in check.stdout.splitlines() if ln.startswith("COUNTS")), None)
-    assert line, check.stderr[-3000:]
-    counts = json.loads(line[len("COUNTS") :])
+    counts = run_probe(str(spark_python), COUNT, "COUNTS", airflow_env)
     assert counts == {"bronze": 9600, "quarantine": 0, "log": [["ooo/d-1", 9600, 9600, 0]]}
 
 
@@ -64,4 +56,4 @@ def test_unknown_dataset_fails_in_plan_before_spark_starts(airflow_env):
     out = run.stdout + run.stderr
     assert "unknown dataset 'nope'" in out
     assert "state=failed" in out
-    assert "SparkSubmitHook" not in out          # ingest never started: upstream failed
+    assert "SparkSubmitHook" not in out  # ingest never started: upstream failed

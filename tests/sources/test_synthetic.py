@@ -43,3 +43,10 @@ def test_written_file_reads_back_with_all_streams(tmp_path):
     assert len(acc) == len(s)
     assert {r["stream"] for r in acc} == {"ball", "team_a", "team_b"}
     assert all(SYNTHETIC_STREAMS[int(r["key"])] == r["stream"] for r in acc[:100])
+
+
+def test_writing_the_same_play_twice_gives_identical_bytes(tmp_path):
+    s = generate_soccer(SoccerConfig(seconds=0.5, seed=5))
+    a = write_debs2013(tmp_path / "a.csv.gz", s.lines()).read_bytes()
+    b = write_debs2013(tmp_path / "b.csv.gz", s.lines()).read_bytes()
+    assert a == b

@@ -56,6 +56,19 @@ class DisorderStats:
         """Mean delay over all tuples (on-time tuples count as 0)."""
         return self.sum_delay_us / self.rows if self.rows else 0.0
 
+    @classmethod
+    def of(cls, ts: IntArray, delays: IntArray) -> DisorderStats:
+        """Statistics from event times and their per-tuple delays (same order, non-empty)."""
+        return cls(
+            rows=int(ts.size),
+            late=int(np.count_nonzero(delays)),
+            max_delay_us=int(delays.max()),
+            sum_delay_us=int(delays.sum()),
+            span_us=int(ts.max() - ts.min()),
+            t_first_us=int(ts.min()),
+            t_last_us=int(ts.max()),
+        )
+
     def as_report(self) -> dict[str, Any]:
         """Seconds-based figures, with the same keys as ``disorder_stats.py``."""
         return {
@@ -118,16 +131,7 @@ def disorder_stats(event_ts: Sequence[int] | IntArray, scope: Scope | None = Non
     ts = np.asarray(event_ts, dtype=np.int64)
     if ts.size == 0:
         return DisorderStats(0, 0, 0, 0, 0, None, None)
-    d = late_delays(ts, scope)
-    return DisorderStats(
-        rows=int(ts.size),
-        late=int(np.count_nonzero(d)),
-        max_delay_us=int(d.max()),
-        sum_delay_us=int(d.sum()),
-        span_us=int(ts.max() - ts.min()),
-        t_first_us=int(ts.min()),
-        t_last_us=int(ts.max()),
-    )
+    return DisorderStats.of(ts, late_delays(ts, scope))
 
 
 def disorder_stats_by(event_ts: Sequence[int] | IntArray, keys: Scope) -> dict[str, DisorderStats]:
@@ -139,14 +143,5 @@ def disorder_stats_by(event_ts: Sequence[int] | IntArray, keys: Scope) -> dict[s
     uniq, inv = np.unique(k, return_inverse=True)
     for i, key in enumerate(uniq):
         mask = inv == i
-        di, ti = d[mask], ts[mask]
-        out[str(key)] = DisorderStats(
-            rows=int(ti.size),
-            late=int(np.count_nonzero(di)),
-            max_delay_us=int(di.max()),
-            sum_delay_us=int(di.sum()),
-            span_us=int(ti.max() - ti.min()),
-            t_first_us=int(ti.min()),
-            t_last_us=int(ti.max()),
-        )
+        out[str(key)] = DisorderStats.of(ts[mask], d[mask])
     return dict(sorted(out.items()))

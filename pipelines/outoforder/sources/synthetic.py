@@ -185,8 +185,12 @@ def write_debs2013(path: Path, lines: list[str]) -> Path:
     """Write lines as a gzip DEBS 2013 file (the format :class:`Debs2013Reader` reads)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=3) as fh:
-        fh.write("\n".join(lines))
-        fh.write("\n")
+    # mtime=0 and no file name in the header: the same lines give the same bytes, hence the same
+    # content hash, so re-generating a replay and ingesting it again is a no-op.
+    with (
+        tmp.open("wb") as raw,
+        gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=3) as fh,
+    ):
+        fh.write(("\n".join(lines) + "\n").encode("utf-8"))
     tmp.replace(path)
     return path

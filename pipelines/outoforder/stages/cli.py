@@ -87,7 +87,7 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
     spark = _spark(settings, "stats")
     sources = args.source or all_sources(spark, settings)
     results = [source_stats(spark, settings, s) for s in sources]
-    print(format_table(results), flush=True)
+    print(format_table(results, detail=args.detail), flush=True)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results, indent=1))
@@ -190,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_replay)
     s = sub.add_parser("stats", help="disorder statistics per source")
     s.add_argument("--source", nargs="*", help="source ids (default: all in bronze)")
+    s.add_argument("--detail", action="store_true", help="also print per stream and per key")
     s.add_argument("--json", help="also write the full figures (per stream, per key) here")
     s.set_defaults(func=cmd_stats)
     v = sub.add_parser("validate-bronze", help="Great Expectations over bronze")

@@ -51,17 +51,26 @@ def all_sources(spark: SparkSession, settings: Settings) -> list[str]:
     return sorted(r["source"] for r in rows)
 
 
-def format_table(results: list[dict[str, Any]]) -> str:
-    """A fixed-width table of the overall figures, one line per source."""
+def format_table(results: list[dict[str, Any]], detail: bool = False) -> str:
+    """A fixed-width table of the overall figures, one line per source.
+
+    With ``detail``, each source is followed by its streams and keys, indented.
+    """
     head = (
         f"{'source':<28} {'rows':>9} {'late':>9} {'late %':>7} {'max delay s':>12} "
         f"{'mean late ms':>13} {'span s':>9}"
     )
     lines = [head, "-" * len(head)]
-    for r in results:
-        o = r["overall"]
-        lines.append(
-            f"{r['source']:<28} {o['rows']:>9,} {o['late']:>9,} {100 * o['late_frac']:>6.2f}% "
+
+    def row(name: str, o: dict[str, Any]) -> str:
+        return (
+            f"{name:<28} {o['rows']:>9,} {o['late']:>9,} {100 * o['late_frac']:>6.2f}% "
             f"{o['max_delay']:>12.3f} {1000 * o['mean_delay_late']:>13.1f} {o['span']:>9.1f}"
         )
+
+    for r in results:
+        lines.append(row(r["source"], r["overall"]))
+        if detail:
+            lines += [row(f"  stream {k}", v) for k, v in r["per_stream"].items()]
+            lines += [row(f"    key {k}", v) for k, v in r["per_key"].items()]
     return "\n".join(lines)
