@@ -37,13 +37,11 @@ class SuiteResult:
     checks: list[tuple[str, bool, str]]
 
     def lines(self) -> list[str]:
-        """Human-readable lines, failures first."""
-        head = f"[quality] {self.suite}: {'PASSED' if self.success else 'FAILED'} ({len(self.checks)} checks)"
-        body = [
-            f"    {'ok  ' if ok else 'FAIL'} {name} {detail}"
-            for name, ok, detail in sorted(self.checks, key=lambda c: c[1])
-        ]
-        return [head, *body]
+        """A summary line, then one line per failed check (every check when ``verbose``)."""
+        passed = sum(ok for _, ok, _ in self.checks)
+        verdict = "PASSED" if self.success else "FAILED"
+        head = f"[quality] {self.suite}: {verdict} ({passed}/{len(self.checks)} checks passed)"
+        return [head, *(f"    FAIL {name} {detail}" for name, ok, detail in self.checks if not ok)]
 
 
 def accounting_frame(spark: SparkSession, settings: Settings) -> DataFrame:
