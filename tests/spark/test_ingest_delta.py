@@ -9,6 +9,7 @@ from outoforder.errors import QualityError
 from outoforder.io import delta
 from outoforder.io.tables import BRONZE, INGEST_LOG, QUARANTINE
 from outoforder.quality.bronze import validate_bronze
+from outoforder.stages.cli import main
 from outoforder.stages.ingest import ingest_file
 from outoforder.stages.stats import source_stats
 
@@ -160,3 +161,23 @@ def test_quality_suite_fails_when_bronze_is_corrupted(spark, settings, tmp_path)
         validate_bronze(spark, settings)
     failed = {r.suite: r.success for r in validate_bronze(spark, settings, fail=False)}
     assert failed == {"bronze_arrivals": False, "bronze_accounting": False}
+    # the stage exits non-zero, which is what fails the Airflow task (spark-submit's exit code)
+    config = tmp_path / "c.toml"
+    config.write_text(f'[lake]\nroot = "{settings.lake_root}"\n')
+    assert main(["--config", str(config), "validate-bronze"]) == 2
+    assert main(["--config", str(config), "validate-bronze", "--warn-only"]) == 0
+
+
+def test_stats_command_prints_per_stream_and_per_key_detail(spark, settings, tmp_path, capsys, data_dir):
+    ingest_file(spark, settings, data_dir / "ooo-dataset" / "d-5.csv.gz", "ooo", "ooo/d-5")
+    config = tmp_path / "c.toml"
+    config.write_text(f'[lake]\nroot = "{settings.lake_root}"\n')
+    out_json = tmp_path / "stats.json"
+    assert main(["--config", str(config), "stats", "--detail", "--json", str(out_json)]) == 0
+    out = capsys.readouterr().out
+    assert "ooo/d-5" in out and "  stream devices" in out and "    key dev_" in out
+    assert "1,584" in out and "18.86%" in out and "1.415" in out
+    import json
+
+    (stats,) = json.loads(out_json.read_text())
+    assert stats["n_keys"] == 7
