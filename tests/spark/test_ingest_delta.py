@@ -7,7 +7,7 @@ from pyspark.sql import functions as F
 
 from outoforder.errors import QualityError
 from outoforder.io import delta
-from outoforder.io.tables import BRONZE, INGEST_LOG, QUARANTINE
+from outoforder.io.tables import BRONZE, INGEST_LOG, QUARANTINE, SEQ_PER_FILE
 from outoforder.quality.bronze import validate_bronze
 from outoforder.stages.cli import main
 from outoforder.stages.ingest import ingest_file
@@ -54,10 +54,9 @@ def test_real_file_lands_in_bronze_with_readme_statistics(spark, settings, data_
     assert stats["overall"]["max_delay"] == pytest.approx(4.544)
     assert stats["per_key"]["dev_15"]["max_delay"] == pytest.approx(4.502)
     bronze = delta.read(spark, BRONZE, settings.lake_root)
-    seqs = [r["arrival_seq"] for r in bronze.orderBy("arrival_seq").select("arrival_seq").collect()]
-    assert seqs == list(range(9600))
-    lines = [r["line_no"] for r in bronze.orderBy("arrival_seq").select("line_no").collect()]
-    assert lines == list(range(2, 9602))  # file order = arrival order (line 1 = header)
+    rows = bronze.orderBy("arrival_seq").select("arrival_seq", "line_no").collect()
+    # file order = arrival order; the first file has ordinal 0, so arrival_seq = line (1 = header)
+    assert [r["arrival_seq"] for r in rows] == [r["line_no"] for r in rows] == list(range(2, 9602))
 
 
 def test_ingesting_the_same_file_twice_changes_nothing(spark, settings, tmp_path):
@@ -91,7 +90,7 @@ def test_bad_rows_are_quarantined_and_accounted_in_the_log(spark, settings, tmp_
         1,
     )
     assert log["rows_read"] == log["rows_accepted"] + log["rows_quarantined"]
-    assert (log["arrival_seq_first"], log["arrival_seq_last"]) == (0, 9)
+    assert (log["arrival_seq_first"], log["arrival_seq_last"]) == (1, 10)
 
 
 def test_rows_repeated_by_a_later_file_of_the_same_source_are_quarantined(spark, settings, tmp_path):
@@ -104,7 +103,7 @@ def test_rows_repeated_by_a_later_file_of_the_same_source_are_quarantined(spark,
     assert bronze.count() == 35
     assert bronze.select("row_hash").distinct().count() == 35
     seqs = [r[0] for r in bronze.orderBy("arrival_seq").select("arrival_seq").collect()]
-    assert seqs == sorted(set(seqs)) and seqs[:20] == list(range(20))
+    assert seqs == list(range(1, 21)) + [SEQ_PER_FILE + line for line in range(6, 21)]
     validate_bronze(spark, settings)
 
 
@@ -113,6 +112,7 @@ def test_an_interrupted_ingest_resumes_without_loss_or_duplicates(spark, setting
 
     small = dataclasses.replace(settings, ingest=dataclasses.replace(settings.ingest, batch_rows=30))
     f = write(tmp_path / "big.csv", soccer_lines(100))
+    g = write(tmp_path / "other.csv", soccer_lines(40, start=1000))
     real_append = delta.append_once
     calls = {"n": 0}
 
@@ -128,11 +128,17 @@ def test_an_interrupted_ingest_resumes_without_loss_or_duplicates(spark, setting
         ingest_file(spark, small, f, "debs2013", "t/crash")
     assert delta.read(spark, BRONZE, small.lake_root).count() == 60
     monkeypatch.setattr(delta, "append_once", real_append)
+    # another file gets in between: it must not take the crashed file's sequence numbers
+    other = ingest_file(spark, small, g, "debs2013", "t/other")
     s = ingest_file(spark, small, f, "debs2013", "t/crash")
-    assert (s.accepted, s.quarantined) == (100, 0)
-    rows = delta.read(spark, BRONZE, small.lake_root).orderBy("arrival_seq").collect()
-    assert [r["arrival_seq"] for r in rows] == list(range(100))
-    assert [r["line_no"] for r in rows] == list(range(1, 101))
+    assert (s.accepted, s.quarantined, other.accepted) == (100, 0, 40)
+    bronze = delta.read(spark, BRONZE, small.lake_root)
+    crashed = bronze.where(F.col("source") == "t/crash").orderBy("arrival_seq").collect()
+    assert [r["arrival_seq"] for r in crashed] == list(range(1, 101))
+    assert [r["line_no"] for r in crashed] == list(range(1, 101))
+    assert bronze.select("arrival_seq").distinct().count() == 140
+    log = delta.read(spark, INGEST_LOG, small.lake_root).where(F.col("status") == "done").collect()
+    assert sorted((r["source"], r["file_ordinal"]) for r in log) == [("t/crash", 0), ("t/other", 1)]
     validate_bronze(spark, small)
 
 

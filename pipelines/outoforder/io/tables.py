@@ -54,6 +54,8 @@ QUARANTINE_SCHEMA = _s(
 
 INGEST_LOG_SCHEMA = _s(
     ("ingest_id", StringType(), False),  # source + file content hash: the idempotence key
+    ("status", StringType(), False),  # "started" (claims the ordinal) or "done" (with the counts)
+    ("file_ordinal", LongType(), False),  # arrival_seq = file_ordinal * SEQ_PER_FILE + line_no
     ("source", StringType(), False),
     ("source_file", StringType(), False),
     ("file_sha256", StringType(), False),
@@ -69,6 +71,12 @@ INGEST_LOG_SCHEMA = _s(
     ("arrival_seq_last", LongType(), True),
     ("ingested_at_us", LongType(), False),
 )
+
+
+# A file's tuples get arrival_seq = file_ordinal * SEQ_PER_FILE + line number: strictly increasing
+# in receive order, fixed before any row is written (so a resumed ingest re-derives the same
+# numbers), and readable (file 3, line 1234 -> 30_000_001_234).
+SEQ_PER_FILE = 10_000_000_000
 
 
 @dataclass(frozen=True)

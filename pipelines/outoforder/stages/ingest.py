@@ -1,12 +1,14 @@
 """Ingest stage: raw files -> bronze arrivals + quarantine + ingest log, idempotently.
 
-Per file: the content hash gives an ``ingest_id``; a file whose ingest_id is in the ingest log is
-skipped ("already ingested"). Otherwise the file is read in bounded batches; each batch gets the
-next arrival sequence numbers (file order = receive order), loses rows whose content a previous
-file of the same source already delivered (quarantined as ``duplicate_row``), and is appended to
-bronze and quarantine with Delta transaction ids (ingest_id, batch number). A crash half-way is
-therefore resumed by simply running the stage again: committed batches are skipped by Delta,
-the sequence numbers are re-derived identically, and the ingest-log row is written last.
+Per file: the content hash gives an ``ingest_id``; a file with a ``done`` row in the ingest log is
+skipped ("already ingested"). Otherwise a ``started`` row claims the next file ordinal (before any
+data is written), and the file is read in bounded batches. Each row gets
+``arrival_seq = file_ordinal * SEQ_PER_FILE + line_no`` (file order = receive order); rows whose
+content an earlier file of the same source already delivered are quarantined as
+``duplicate_row``; each batch is appended to bronze and quarantine with Delta transaction ids
+(ingest_id, batch number). A crash half-way is resumed by running the stage again: the claimed
+ordinal is reused, committed batches are skipped by Delta, the numbers come out the same, and the
+``done`` row with the file's counts is written last.
 """
 
 from __future__ import annotations
@@ -18,13 +20,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from outoforder.config import Settings
 from outoforder.errors import InputError
 from outoforder.io import delta
-from outoforder.io.tables import BRONZE, INGEST_LOG, QUARANTINE
+from outoforder.io.tables import BRONZE, INGEST_LOG, QUARANTINE, SEQ_PER_FILE
 from outoforder.sources.readers import make_reader, read_file
 
 
@@ -71,18 +74,37 @@ def file_sha256(path: Path) -> tuple[str, int]:
     return h.hexdigest(), size
 
 
-def _first_seq(spark: SparkSession, settings: Settings, ingest_id: str) -> int:
-    """Where this file's sequence numbers start: reuse a crashed attempt's, else after the max."""
-    bronze = delta.read(spark, BRONZE, settings.lake_root)
-    row = bronze.agg(
-        F.min(F.when(F.col("ingest_id") == ingest_id, F.col("arrival_seq"))).alias("mine"),
-        F.max("arrival_seq").alias("top"),
-    ).first()
-    assert row is not None
-    if row["mine"] is not None:
-        # A previous attempt committed some batches; batch 0 holds the file's first number.
-        return int(row["mine"])
-    return 0 if row["top"] is None else int(row["top"]) + 1
+def _claim_ordinal(spark: SparkSession, settings: Settings, ingest_id: str, row: tuple[object, ...]) -> int:
+    """The file's ordinal: the one a crashed attempt claimed, else the next free one (claimed now).
+
+    The claim is committed to the ingest log before any data, so two files can never share
+    sequence numbers, however attempts interleave.
+    """
+    log = delta.read(spark, INGEST_LOG, settings.lake_root)
+    mine = log.where((F.col("ingest_id") == ingest_id) & (F.col("status") == "started")).first()
+    if mine is not None:
+        return int(mine["file_ordinal"])
+    top = log.agg(F.max("file_ordinal")).first()
+    ordinal = 0 if top is None or top[0] is None else int(top[0]) + 1
+    claim = spark.createDataFrame([(ingest_id, "started", ordinal, *row)], INGEST_LOG.schema)
+    delta.append_once(claim, INGEST_LOG, settings.lake_root, ingest_id, 0)
+    # Re-read (a fresh snapshot): if another attempt claimed first, Delta skipped our append.
+    log = delta.read(spark, INGEST_LOG, settings.lake_root)
+    mine = log.where((F.col("ingest_id") == ingest_id) & (F.col("status") == "started")).first()
+    assert mine is not None
+    return int(mine["file_ordinal"])
+
+
+def _seq_range(df: DataFrame) -> tuple[int | None, int | None]:
+    got = df.agg(F.min("arrival_seq"), F.max("arrival_seq")).first()
+    return (None, None) if got is None or got[0] is None else (int(got[0]), int(got[1]))
+
+
+def _seq_range_arrow(table: pa.Table) -> tuple[int | None, int | None]:
+    if table.num_rows == 0:
+        return None, None
+    col = table.column("arrival_seq")
+    return int(pa.compute.min(col).as_py()), int(pa.compute.max(col).as_py())
 
 
 def _with_constants(table: pa.Table, **columns: str) -> pa.Table:
@@ -111,8 +133,12 @@ def ingest_file(
     for table in (BRONZE, QUARANTINE, INGEST_LOG):
         delta.ensure(spark, table, settings.lake_root)
     log = delta.read(spark, INGEST_LOG, settings.lake_root)
-    if log.where(F.col("ingest_id") == ingest_id).limit(1).count():
+    done = log.where((F.col("ingest_id") == ingest_id) & (F.col("status") == "done"))
+    if done.limit(1).count():
         return IngestSummary(source, str(path), ingest_id, True, 0, 0, 0, 0, {}, 0.0)
+    now = now_us if now_us is not None else int(datetime.now(UTC).timestamp() * 1_000_000)
+    claim_row = (source, str(path), sha, size, reader.name, 0, 0, 0, 0, 0, 0, None, None, now)
+    base = _claim_ordinal(spark, settings, ingest_id, claim_row) * SEQ_PER_FILE
 
     bronze = delta.read(spark, BRONZE, settings.lake_root)
     prior: DataFrame | None = bronze.where(
@@ -120,7 +146,8 @@ def ingest_file(
     ).select("row_hash")
     if prior is not None and not prior.limit(1).count():
         prior = None  # first file of this source: nothing to dedupe
-    first_seq = seq = _first_seq(spark, settings, ingest_id)
+    first_seq: int | None = None
+    last_seq: int | None = None
     reasons: dict[str, int] = {}
     cross_dups = 0
     counts = None
@@ -135,8 +162,8 @@ def ingest_file(
     ):
         counts = batch.counts
         acc = batch.accepted
-        acc = acc.append_column("arrival_seq", pa.array(range(seq, seq + acc.num_rows), pa.int64()))
-        seq += acc.num_rows
+        seqs = pa.compute.add(acc.column("line_no"), pa.scalar(base, pa.int64()))
+        acc = acc.append_column("arrival_seq", seqs)
         acc = _with_constants(acc, source=source, ingest_id=ingest_id, source_file=str(path))
         rejects = _with_constants(
             batch.quarantined, source=source, ingest_id=ingest_id, source_file=str(path)
@@ -145,6 +172,7 @@ def ingest_file(
             reasons[r] = reasons.get(r, 0) + 1
         staged = spark.createDataFrame(acc) if acc.num_rows else None
         rejected = spark.createDataFrame(rejects) if rejects.num_rows else None
+        deduped = staged is not None and prior is not None
         if staged is not None and prior is not None:
             dups = staged.join(prior, "row_hash", "left_semi").cache()
             n_dups = dups.count()
@@ -162,38 +190,40 @@ def ingest_file(
                 )
                 rejected = dup_rows if rejected is None else rejected.unionByName(dup_rows)
                 staged = staged.join(prior, "row_hash", "left_anti")
+            dups.unpersist()
         if staged is not None:
             delta.append_once(staged, BRONZE, settings.lake_root, ingest_id, batch_no)
+            lo, hi = _seq_range(staged) if deduped else _seq_range_arrow(acc)
+            if lo is not None:
+                first_seq = lo if first_seq is None else first_seq
+                last_seq = hi
         if rejected is not None:
             delta.append_once(rejected, QUARANTINE, settings.lake_root, ingest_id, batch_no)
         print(f"[ingest] {source}: {counts.lines:,} lines read ({time.monotonic() - t0:.1f} s)", flush=True)
     assert counts is not None
     accepted = counts.accepted - cross_dups
     quarantined = counts.quarantined + cross_dups
-    now = now_us if now_us is not None else int(datetime.now(UTC).timestamp() * 1_000_000)
-    log_row = spark.createDataFrame(
-        [
-            (
-                ingest_id,
-                source,
-                str(path),
-                sha,
-                size,
-                reader.name,
-                counts.lines,
-                counts.header_lines,
-                counts.blank_lines,
-                counts.rows_read,
-                accepted,
-                quarantined,
-                first_seq if seq > first_seq else None,
-                seq - 1 if seq > first_seq else None,
-                now,
-            )
-        ],
-        INGEST_LOG.schema,
+    done_row = (
+        ingest_id,
+        "done",
+        base // SEQ_PER_FILE,
+        source,
+        str(path),
+        sha,
+        size,
+        reader.name,
+        counts.lines,
+        counts.header_lines,
+        counts.blank_lines,
+        counts.rows_read,
+        accepted,
+        quarantined,
+        first_seq,
+        last_seq,
+        now,
     )
-    delta.append_once(log_row, INGEST_LOG, settings.lake_root, ingest_id, 0)
+    log_row = spark.createDataFrame([done_row], INGEST_LOG.schema)
+    delta.append_once(log_row, INGEST_LOG, settings.lake_root, ingest_id, 1)
     return IngestSummary(
         source,
         str(path),

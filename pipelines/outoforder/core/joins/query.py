@@ -119,33 +119,87 @@ def sort_pairs(pairs: PairArray) -> PairArray:
     return p[np.lexsort((p[:, 1], p[:, 0]))]
 
 
+def _buckets(inp: JoinInput, query: JoinQuery) -> tuple[IntArray, list[IntArray]]:
+    """A bucket per tuple and, per neighbour offset, the bucket each tuple must look in.
+
+    Key equality: the key itself. Distance <= theta: square cells of side theta, the 3 x 3 cells
+    around a tuple's own (any pair within theta lies in neighbouring cells). Buckets are dense
+    ints; a neighbour cell nobody occupies maps to -1.
+    """
+    if query.predicate == "key":
+        uniq, inv = np.unique(inp.key, return_inverse=True)
+        own = inv.astype(np.int64)
+        return own, [own]
+    size = query.theta if query.theta > 0 else 1.0
+    cx = np.floor(inp.x / size).astype(np.int64)
+    cy = np.floor(inp.y / size).astype(np.int64)
+    span = int(cy.max() - cy.min() + 3) if cy.size else 1
+    base_y = int(cy.min()) - 1 if cy.size else 0
+    code = cx * span + (cy - base_y)
+    uniq, inv = np.unique(code, return_inverse=True)
+    around = []
+    for dx in (-1, 0, 1):
+        for dy in (-1, 0, 1):
+            c = code + dx * span + dy
+            pos = np.searchsorted(uniq, c)
+            pos_c = np.minimum(pos, max(uniq.size - 1, 0))
+            around.append(np.where((uniq.size > 0) & (uniq[pos_c] == c), pos_c, -1).astype(np.int64))
+    return inv.astype(np.int64), around
+
+
 def exact_join(inp: JoinInput, query: JoinQuery, chunk_candidates: int = 4_000_000) -> PairArray:
     """Every pair satisfying the query, whatever the arrival order: the ground truth.
 
-    A band join on event time (sort S, binary-search each R tuple's window) in chunks of bounded
-    candidate count, then the predicate.
+    Tuples are bucketed (by key, or by theta-sized cells), S is sorted by (bucket, ts), and each R
+    tuple binary-searches its time window in each neighbouring bucket; candidates are expanded in
+    chunks of bounded size and filtered by the exact predicate.
     """
     r_idx = np.flatnonzero(inp.side == R)
     s_idx = np.flatnonzero(inp.side == S)
     if r_idx.size == 0 or s_idx.size == 0:
         return np.zeros((0, 2), dtype=np.int64)
-    s_sorted = s_idx[np.argsort(inp.ts[s_idx], kind="stable")]
-    s_ts = inp.ts[s_sorted]
-    lo = np.searchsorted(s_ts, inp.ts[r_idx] - query.window_us, side="left")
-    hi = np.searchsorted(s_ts, inp.ts[r_idx] + query.window_us, side="right")
+    own, around = _buckets(inp, query)
+    t0 = int(inp.ts.min())
+    span = int(inp.ts.max()) - t0 + 2 * query.window_us + 2
+    s_key = own[s_idx] * span + (inp.ts[s_idx] - t0)
+    order = np.argsort(s_key, kind="stable")
+    s_sorted, s_key = s_idx[order], s_key[order]
+    out: list[PairArray] = []
+    for nb in around:
+        bucket = nb[r_idx]
+        has = bucket >= 0
+        rr_all = r_idx[has]
+        base = bucket[has] * span + (inp.ts[rr_all] - t0)
+        lo = np.searchsorted(s_key, base - query.window_us, side="left")
+        hi = np.searchsorted(s_key, base + query.window_us, side="right")
+        out += _expand(inp, query, rr_all, s_sorted, lo, hi, chunk_candidates)
+    pairs = np.concatenate(out) if out else np.zeros((0, 2), np.int64)
+    return sort_pairs(pairs)
+
+
+def _expand(
+    inp: JoinInput,
+    query: JoinQuery,
+    r_idx: IntArray,
+    s_sorted: IntArray,
+    lo: IntArray,
+    hi: IntArray,
+    chunk_candidates: int,
+) -> list[PairArray]:
     counts = hi - lo
+    cum = np.cumsum(counts)
     out: list[PairArray] = []
     start = 0
-    cum = np.cumsum(counts)
     while start < r_idx.size:
-        base = cum[start - 1] if start else 0
-        stop = int(np.searchsorted(cum, base + chunk_candidates, side="right"))
-        stop = max(stop, start + 1)
+        base = int(cum[start - 1]) if start else 0
+        stop = max(int(np.searchsorted(cum, base + chunk_candidates, side="right")), start + 1)
         c = counts[start:stop]
-        rr = np.repeat(r_idx[start:stop], c)
-        offsets = np.arange(int(c.sum())) - np.repeat(np.cumsum(c) - c, c)
-        ss = s_sorted[np.repeat(lo[start:stop], c) + offsets]
-        keep = query.matches_many(inp, rr, ss)
-        out.append(np.column_stack([rr[keep], ss[keep]]))
+        total = int(c.sum())
+        if total:
+            rr = np.repeat(r_idx[start:stop], c)
+            offsets = np.arange(total) - np.repeat(np.cumsum(c) - c, c)
+            ss = s_sorted[np.repeat(lo[start:stop], c) + offsets]
+            keep = query.matches_many(inp, rr, ss)
+            out.append(np.column_stack([rr[keep], ss[keep]]))
         start = stop
-    return sort_pairs(np.concatenate(out) if out else np.zeros((0, 2), np.int64))
+    return out

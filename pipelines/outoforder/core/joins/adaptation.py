@@ -1,0 +1,322 @@
+"""Choosing retention (QJoin) and slack (AQ-K-slack) every L so that recall per period meets Q_user.
+
+Every L of stream progress the controller looks at the recent history and sets the parameters
+for the next L (SEEDS.md §1):
+
+1. The quality the next L must deliver (the paper's eq. 3): the period ending one L from now is
+   (P - L) of history plus the next L, so ``(N'_{P-L} + N_L·Q_L) / N_P >= Q_user`` gives
+   ``Q_L = (Q_user·N_P - N'_{P-L}) / N_L`` (clipped to [0, 1]), with N_L estimated as the number
+   of true pairs in the last L and N_P = N_{P-L} + N_L.
+2. The estimated recall of candidate retentions splits by the side of the earlier-arriving tuple
+   of a pair, because only that tuple has to be buffered: ``Q(d_R, d_S) = A_R(d_R) + A_S(d_S)``,
+   where ``A_X(d)`` is the share of pairs whose earlier tuple is on X and needs at most d.
+   Two estimators supply the per-pair *required retention* ``T(later) - w - earlier.ts``:
+
+   - ``learned``: from the exact join of the last L of arrivals (bronze holds every tuple, so the
+     true pairs seen so far are known exactly) -- what the history actually required;
+   - ``paper``: modelled from the coarse delay distributions f_D of each stream (granularity g)
+     and basic windows of size b: a pair's time offset is uniform over the basic windows of the
+     window, each tuple's delay is drawn from its stream's f_D, the earlier-arriving tuple must
+     still be buffered when the later one arrives (T at that moment ≈ later.ts + its delay). This
+     keeps the paper's ingredients (f_D, b, g, rates) where its eqs. 7 and 11 are garbled.
+3. Algorithm 1's search over the grid g: for each d_R, the smallest d_S reaching Q_L; keep the pair
+   with the fewest buffered tuples ``(d_R + w)·V_R + (d_S + w)·V_S``, within [0, Maxd_X].
+
+AQ-K-slack (Ji et al.) needs both tuples of a pair on time, so it keeps
+``P[D_R <= K_R]·P[D_S <= K_S] >= Q_user`` with the fewest buffered tuples, from the delays of the
+last L.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from itertools import pairwise
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from outoforder.core.joins.kslack import ScheduledK, arrival_delays, kslack_set
+from outoforder.core.joins.progress import NEG, joint_progress, running_max
+from outoforder.core.joins.qjoin import JoinRun, qjoin_set
+from outoforder.core.joins.query import JoinInput, JoinQuery, PairArray, R, S, exact_join
+from outoforder.errors import ConfigError
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class AdaptationSettings:
+    """The user's target and the controller's cadence (defaults: the paper's)."""
+
+    q_user: float = 0.95
+    period_us: int = 60_000_000  # P
+    interval_us: int = 1_000_000  # L
+    basic_window_us: int = 10_000  # b
+    granularity_us: int = 10_000  # g
+    estimator: Literal["learned", "paper"] = "learned"
+    initial_us: int = 0  # d (or K) before the first adaptation
+    min_pairs: int = 30  # fewer true pairs in the last L: also use the rest of P
+    seed: int = 0  # the paper estimator's Monte Carlo draws
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.q_user <= 1.0:
+            msg = f"q_user must be in (0, 1], got {self.q_user}"
+            raise ConfigError(msg)
+        if not 0 < self.interval_us < self.period_us:
+            msg = f"need 0 < L ({self.interval_us}) < P ({self.period_us})"
+            raise ConfigError(msg)
+        if self.granularity_us <= 0 or self.basic_window_us <= 0:
+            msg = "granularity g and basic window b must be > 0"
+            raise ConfigError(msg)
+        if self.estimator not in ("learned", "paper"):
+            msg = f"estimator must be 'learned' or 'paper', got {self.estimator!r}"
+            raise ConfigError(msg)
+
+
+@dataclass(frozen=True)
+class Adaptation:
+    """One decision: when, what target, what was chosen, and the statistics it came from."""
+
+    at_index: int
+    progress_us: int
+    q_l: float
+    d_r_us: int
+    d_s_us: int
+    estimated_q: float
+    stats: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (for the parameters table)."""
+        return asdict(self)
+
+
+def interval_target(q_user: float, n_true_p_minus_l: int, n_prod_p_minus_l: int, n_l: float) -> float:
+    """Q_L from eq. 3 (clipped to [0, 1]).
+
+    >>> interval_target(0.9, 900, 800, 100.0)   # 800 of 900 made; 100 expected next: need all
+    1.0
+    >>> interval_target(0.9, 900, 900, 100.0)
+    0.0
+    """
+    if n_l <= 0:
+        return q_user
+    q = (q_user * (n_true_p_minus_l + n_l) - n_prod_p_minus_l) / n_l
+    return float(min(1.0, max(0.0, q)))
+
+
+def choose_retention(
+    req_r: FloatArray,
+    req_s: FloatArray,
+    q_l: float,
+    grid_us: int,
+    max_r: int,
+    max_s: int,
+    rate_r: float,
+    rate_s: float,
+    window_us: int,
+) -> tuple[int, int, float]:
+    """Algorithm 1 on the separable recall model: the cheapest (d_R, d_S) with Q >= q_l.
+
+    ``req_X`` are required retentions of the pairs whose earlier tuple is on X (all pairs
+    together are the denominator). Returns (d_R, d_S, estimated Q).
+    """
+    n = req_r.size + req_s.size
+    if n == 0:
+        return 0, 0, 1.0
+    grid_r = np.arange(0, max(max_r, 0) + grid_us, grid_us, dtype=np.int64)
+    grid_s = np.arange(0, max(max_s, 0) + grid_us, grid_us, dtype=np.int64)
+    a_r = np.searchsorted(np.sort(req_r), grid_r, side="right") / n
+    a_s = np.searchsorted(np.sort(req_s), grid_s, side="right") / n
+    need_s = q_l - a_r - 1e-12
+    j = np.searchsorted(a_s, need_s, side="left")  # a_s is non-decreasing
+    feasible = j < grid_s.size
+    if not feasible.any():
+        return int(grid_r[-1]), int(grid_s[-1]), float(a_r[-1] + a_s[-1])
+    i_ok = np.flatnonzero(feasible)
+    cost = (grid_r[i_ok] + window_us) * rate_r + (grid_s[j[i_ok]] + window_us) * rate_s
+    best = i_ok[int(np.argmin(cost))]
+    return int(grid_r[best]), int(grid_s[j[best]]), float(a_r[best] + a_s[j[best]])
+
+
+def _coarse(delays: IntArray, g: int) -> IntArray:
+    """Delays rounded up to the granularity g (the paper's D buckets)."""
+    return (np.ceil(delays / g) * g).astype(np.int64) if delays.size else delays
+
+
+def modelled_requirements(
+    delays_r: IntArray,
+    delays_s: IntArray,
+    rate_r: float,
+    rate_s: float,
+    query: JoinQuery,
+    settings: AdaptationSettings,
+    draws: int = 20_000,
+) -> tuple[FloatArray, FloatArray]:
+    """The paper estimator's required retentions, drawn from f_D and the basic windows."""
+    rng = np.random.default_rng(settings.seed)
+    if delays_r.size == 0 or delays_s.size == 0:
+        return np.zeros(0), np.zeros(0)
+    b = settings.basic_window_us
+    n_bw = max(1, 2 * query.window_us // b + 1)
+    offset = (rng.integers(0, n_bw, draws) * b - query.window_us).astype(np.float64)  # s.ts - r.ts
+    d_r = rng.choice(_coarse(delays_r, settings.granularity_us), draws).astype(np.float64)
+    d_s = rng.choice(_coarse(delays_s, settings.granularity_us), draws).astype(np.float64)
+    arrive_r = d_r  # relative to r.ts
+    arrive_s = offset + d_s
+    r_first = arrive_r <= arrive_s
+    # progress at the later arrival ≈ later.ts + its delay; required d = T - w - earlier.ts
+    req_when_r_first = (offset + d_s) - query.window_us  # earlier = r (ts 0)
+    req_when_s_first = (0.0 + d_r) - offset - query.window_us  # earlier = s (ts offset)
+    weight = np.where(r_first, rate_s, rate_r)  # the later side's rate drives how often it probes
+    keep = rng.random(draws) < weight / max(rate_r, rate_s, 1e-12)
+    return (
+        np.maximum(req_when_r_first[r_first & keep], 0.0),
+        np.maximum(req_when_s_first[~r_first & keep], 0.0),
+    )
+
+
+def _adaptation_points(progress: IntArray, interval_us: int) -> list[int]:
+    """Arrival indices at which T first reaches each multiple of L after the first T."""
+    valid = np.flatnonzero(progress > NEG)
+    if valid.size == 0:
+        return []
+    t0 = int(progress[valid[0]])
+    marks = t0 + interval_us * np.arange(1, max(1, (int(progress[-1]) - t0) // interval_us) + 1)
+    pts = np.searchsorted(progress, marks, side="left")
+    return sorted({int(p) for p in pts if 0 < p < progress.size})
+
+
+def run_adaptive_qjoin(
+    inp: JoinInput, query: JoinQuery, settings: AdaptationSettings, truth: PairArray | None = None
+) -> tuple[JoinRun, list[Adaptation]]:
+    """QJoin with its retention adapted every L.
+
+    The result is exactly QJoin's set form under the retention schedule the controller chose;
+    each decision sees only the arrivals before it.
+    """
+    n = len(inp)
+    pairs = exact_join(inp, query) if truth is None else truth
+    t = joint_progress(inp)
+    earlier, later = pairs.min(axis=1), pairs.max(axis=1)
+    e_side = inp.side[earlier]
+    delays = arrival_delays(inp)
+    d_r = np.full(n, settings.initial_us, dtype=np.int64)
+    d_s = np.full(n, settings.initial_us, dtype=np.int64)
+    h_carry = [NEG, NEG]
+    decided = np.zeros(pairs.shape[0], dtype=bool)  # produced or not, for pairs decided so far
+    produced = np.zeros(pairs.shape[0], dtype=bool)
+    steps: list[Adaptation] = []
+    bounds = [0, *_adaptation_points(t, settings.interval_us), n]
+    for seg_start, seg_end in pairwise(bounds):
+        if seg_start > 0:
+            step = _decide(
+                inp, query, settings, pairs, earlier, later, e_side, t, delays, decided, produced, seg_start
+            )
+            d_r[seg_start:] = step.d_r_us
+            d_s[seg_start:] = step.d_s_us
+            steps.append(step)
+        # decide this segment's pairs with the horizon carried over (H never moves back)
+        seg_t = t[seg_start:seg_end]
+        valid = seg_t > NEG
+        for side, d in ((R, d_r), (S, d_s)):
+            h = running_max(np.where(valid, seg_t - query.window_us - d[seg_start:seg_end], NEG))
+            h = np.maximum(h, h_carry[side])
+            h_carry[side] = int(h[-1]) if h.size else h_carry[side]
+            mine = (later >= seg_start) & (later < seg_end) & (e_side == side)
+            produced[mine] = inp.ts[earlier[mine]] >= h[later[mine] - seg_start]
+        decided[(later >= seg_start) & (later < seg_end)] = True
+    run = qjoin_set(inp, query, d_r, d_s, truth=pairs)
+    return run, steps
+
+
+def _decide(
+    inp: JoinInput,
+    query: JoinQuery,
+    st: AdaptationSettings,
+    pairs: PairArray,
+    earlier: IntArray,
+    later: IntArray,
+    e_side: IntArray,
+    t: IntArray,
+    delays: IntArray,
+    decided: npt.NDArray[np.bool_],
+    produced: npt.NDArray[np.bool_],
+    at: int,
+) -> Adaptation:
+    now = int(t[at - 1])
+    t_later = t[later]
+    known = decided & (later < at)
+    in_p = known & (t_later > now + st.interval_us - st.period_us)
+    in_l = known & (t_later > now - st.interval_us)
+    n_l = float(in_l.sum())
+    q_l = interval_target(st.q_user, int(in_p.sum()), int((in_p & produced).sum()), n_l)
+    recent = np.arange(at) >= np.searchsorted(t[:at], now - st.interval_us, side="right")
+    rates = [float(((inp.side[:at] == s) & recent).sum()) / st.interval_us for s in (R, S)]
+    max_d = [int(delays[:at][inp.side[:at] == s].max(initial=0)) for s in (R, S)]
+    sample = in_l if in_l.sum() >= st.min_pairs else in_p
+    if st.estimator == "learned":
+        req = (t_later - query.window_us - inp.ts[earlier]).astype(np.float64)
+        req_r = req[sample & (e_side == R)]
+        req_s = req[sample & (e_side == S)]
+    else:
+        dl = [delays[:at][(inp.side[:at] == s) & recent[:at]] for s in (R, S)]
+        req_r, req_s = modelled_requirements(dl[0], dl[1], rates[0], rates[1], query, st)
+    d_r, d_s, est = choose_retention(
+        req_r, req_s, q_l, st.granularity_us, max_d[0], max_d[1], rates[0], rates[1], query.window_us
+    )
+    stats = {
+        "estimator": st.estimator,
+        "n_true_p": int(in_p.sum()),
+        "n_prod_p": int((in_p & produced).sum()),
+        "n_true_l": int(n_l),
+        "rate_r_per_s": rates[0] * 1e6,
+        "rate_s_per_s": rates[1] * 1e6,
+        "max_delay_r_us": max_d[0],
+        "max_delay_s_us": max_d[1],
+        "samples": int(req_r.size + req_s.size),
+    }
+    return Adaptation(at, now, q_l, d_r, d_s, est, stats)
+
+
+def aq_kslack_schedule(inp: JoinInput, query: JoinQuery, settings: AdaptationSettings) -> ScheduledK:
+    """AQ-K-slack's K per stream and interval.
+
+    The cheapest (K_R, K_S) with P[D_R <= K_R]·P[D_S <= K_S] >= Q_user over the last L's delays.
+    """
+    n = len(inp)
+    t = joint_progress(inp)
+    delays = arrival_delays(inp)
+    k_r = np.full(n, settings.initial_us, dtype=np.int64)
+    k_s = np.full(n, settings.initial_us, dtype=np.int64)
+    g = settings.granularity_us
+    for at in _adaptation_points(t, settings.interval_us):
+        now = int(t[at - 1])
+        recent = np.arange(at) >= np.searchsorted(t[:at], now - settings.interval_us, side="right")
+        per = [np.sort(delays[:at][(inp.side[:at] == s) & recent]) for s in (R, S)]
+        if per[0].size == 0 or per[1].size == 0:
+            continue
+        grid = [np.arange(0, int(p[-1]) + g + 1, g, dtype=np.int64) for p in per]
+        cdf = [np.searchsorted(p, gr, side="right") / p.size for p, gr in zip(per, grid, strict=True)]
+        rate = [p.size for p in per]
+        need = settings.q_user / np.maximum(cdf[0], 1e-12)
+        j = np.searchsorted(cdf[1], need - 1e-12, side="left")
+        ok = np.flatnonzero(j < grid[1].size)
+        if ok.size == 0:
+            kr, ks = int(grid[0][-1]), int(grid[1][-1])
+        else:
+            cost = grid[0][ok] * rate[0] + grid[1][j[ok]] * rate[1]
+            best = ok[int(np.argmin(cost))]
+            kr, ks = int(grid[0][best]), int(grid[1][j[best]])
+        k_r[at:] = kr
+        k_s[at:] = ks
+    return ScheduledK(k_r, k_s)
+
+
+def run_aq_kslack(
+    inp: JoinInput, query: JoinQuery, settings: AdaptationSettings, truth: PairArray | None = None
+) -> tuple[JoinRun, ScheduledK]:
+    """AQ-K-slack: the K-slack join under the adapted slack schedule."""
+    sched = aq_kslack_schedule(inp, query, settings)
+    return kslack_set(inp, query, sched, truth=truth), sched
