@@ -14,13 +14,18 @@ from airflow.sdk import Param, dag, task
 
 from outoforder.config import REPO_ROOT, load_settings
 
-_SETTINGS = load_settings()
+
+def _delta_jars() -> str:
+    """Delta's jars, resolved when a task runs (a missing jar cache fails the task, not the parse)."""
+    return ",".join(load_settings().spark.jar_paths())
+
+
 _APP = str(REPO_ROOT / "pipelines" / "outoforder" / "stages" / "spark_entry.py")
 _SUBMIT = {
     "application": _APP,
     "conn_id": "spark_default",  # master local[2] by default (README)
-    "conf": {k: v for k, v in _SETTINGS.spark.to_conf().items() if k != "spark.jars"},
-    "jars": _SETTINGS.spark.to_conf()["spark.jars"],
+    "conf": load_settings().spark.to_conf(with_jars=False),
+    "jars": "{{ delta_jars() }}",
     "env_vars": {"OOO_CONFIG": "{{ params.config }}"},
     "verbose": False,
 }
@@ -50,6 +55,7 @@ Params: `datasets` -- built-in dataset ids or prefixes (`all`, `ooo`, `debs2013/
     max_active_runs=1,
     tags=["outoforder", "bronze", "ingest"],
     doc_md=DOC,
+    user_defined_macros={"delta_jars": _delta_jars},
     default_args={"retries": 2, "retry_delay": timedelta(seconds=30), "owner": "outoforder"},
     params={
         "datasets": Param("all", type="string", description="dataset ids/prefixes, comma-separated"),

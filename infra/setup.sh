@@ -12,16 +12,27 @@ source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 t0=$SECONDS
 say() { echo "[setup] $*"; }
 
+java_major() { java -version 2>&1 | sed -nE '1s/.*version "([0-9]+).*/\1/p'; }
 need_apt=()
-command -v "$OOO_PYTHON" >/dev/null || need_apt+=(python3.11 python3.11-venv)
-command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)
+command -v "$OOO_PYTHON" >/dev/null || need_apt+=(python3.11)
+"$OOO_PYTHON" -c 'import ensurepip, venv' 2>/dev/null || need_apt+=(python3.11-venv)
+if ! command -v java >/dev/null || [ "$(java_major)" -lt 17 ] 2>/dev/null; then
+  need_apt+=(openjdk-17-jre-headless)
+fi
 command -v mvn >/dev/null || need_apt+=(maven)
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "installing system packages: ${need_apt[*]}"
   command -v apt-get >/dev/null || { echo "[setup] missing ${need_apt[*]} and no apt-get: install them first" >&2; exit 1; }
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need_apt[@]}" >/dev/null
   source "$(dirname "${BASH_SOURCE[0]}")/env.sh"   # the Python version is part of the venv keys
 fi
+
+# One set-up at a time per OOO_HOME: two runs (say test.sh and main.sh) must not build the same
+# venv at once.
+mkdir -p "$OOO_HOME"
+exec 9>"$OOO_HOME/.setup.lock"
+flock 9
 
 make_venv() {  # name dir lockfile
   local name=$1 dir=$2 lock=$3

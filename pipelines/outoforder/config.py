@@ -51,10 +51,14 @@ class SparkSettings:
             raise ConfigError(msg)
         return jars
 
-    def to_conf(self) -> dict[str, str]:
-        """Every Spark setting the project relies on, as strings (session builder and spark-submit)."""
-        conf = {
-            "spark.jars": ",".join(self.jar_paths()),
+    def to_conf(self, with_jars: bool = True) -> dict[str, str]:
+        """Every Spark setting the project relies on, as strings (session builder and spark-submit).
+
+        ``with_jars=False`` leaves out ``spark.jars`` (Airflow resolves it when a task runs, so a
+        DAG file parses even where the jar cache is not set up).
+        """
+        conf = {"spark.jars": ",".join(self.jar_paths())} if with_jars else {}
+        conf |= {
             "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
             "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
             "spark.sql.shuffle.partitions": str(self.shuffle_partitions),

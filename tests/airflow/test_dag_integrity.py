@@ -66,3 +66,9 @@ def test_policy_tags_docs_retries(probe, dag_id):
 def test_task_wiring(probe, dag_id):
     got = {tid: set(t["down"]) for tid, t in probe["dags"][dag_id]["tasks"].items()}
     assert got == EXPECTED_STRUCTURE[dag_id]
+
+
+def test_dags_parse_even_where_the_jar_cache_is_not_configured(airflow_env):
+    env = {k: v for k, v in airflow_env.items() if k != "OOO_SPARK_JARS_DIR"}
+    got = run_probe(sys.executable, PROBE, "PROBE", env, str(REPO / "dags"))
+    assert got["errors"] == {}

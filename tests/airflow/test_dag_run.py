@@ -21,7 +21,7 @@ from outoforder.spark.session import get_spark
 from outoforder.io import delta
 from outoforder.io.tables import BRONZE, INGEST_LOG, QUARANTINE
 s = load_settings(); spark = get_spark(s)
-log = delta.read(spark, INGEST_LOG, s.lake_root).collect()
+log = delta.read(spark, INGEST_LOG, s.lake_root).where("status = 'done'").collect()
 print("COUNTS" + json.dumps({
     "bronze": delta.read(spark, BRONZE, s.lake_root).count(),
     "quarantine": delta.read(spark, QUARANTINE, s.lake_root).count(),

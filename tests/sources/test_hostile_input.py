@@ -135,3 +135,49 @@ def test_random_bytes_never_crash_and_every_line_is_accounted_for(tmp_path, blob
     run(
         tmp_path, content, reader=reader, name="fuzz.bin", plausible=(-(2**63), 2**63 - 1), max_line_bytes=500
     )
+
+
+TAXI = (
+    "07290D3599E7A0D62097A346EFCC1FB5,E7750A37CAB07D0DFF0AF7E3573AC141,2013-01-01 00:00:00,"
+    "2013-01-01 00:02:00,120,0.44,-73.956528,40.716976,-73.962440,40.715008,CSH,3.50,0.50,"
+    "0.50,0.00,0.00,4.50"
+)
+TAXI_RANGE = (946_684_800_000_000, 4_102_444_800_000_000)
+
+
+def test_a_byte_order_mark_does_not_leak_into_the_first_key(tmp_path):
+    _, rej, _ = run(tmp_path, ("\ufeff" + TAXI + "\n").encode(), reader="debs2015", plausible=TAXI_RANGE)
+    batches = list(read_file(tmp_path / "f.csv", make_reader("debs2015"), plausible_us=TAXI_RANGE))
+    assert rej == []
+    assert batches[-1].accepted.column("key").to_pylist() == ["07290D3599E7A0D62097A346EFCC1FB5"]
+    acc, rej, _ = run(tmp_path, ("\ufeff" + GOOD + "\n").encode())
+    assert (acc, rej) == (1, [])
+
+
+def test_quoted_taxi_fields_and_one_trailing_delimiter_are_accepted(tmp_path):
+    quoted = ",".join(f'"{v}"' for v in TAXI.split(","))
+    content = f"{quoted}\n{TAXI.replace('120', '121')},\n".encode()
+    acc, rej, _ = run(tmp_path, content, reader="debs2015", plausible=TAXI_RANGE)
+    assert (acc, rej) == (2, [])
+    acc, rej, _ = run(tmp_path, (GOOD + ",\n").encode())
+    assert (acc, rej) == (1, [])
+
+
+def test_numbers_beyond_64_bits_are_quarantined_not_raised(tmp_path):
+    huge = "9" * 400
+    content = "\n".join(
+        [
+            GOOD.replace("27058", huge),  # position far beyond float range
+            GOOD + "," + huge,  # arrival column beyond int64
+            GOOD.replace("27058", "1e400"),  # overflows to inf: not numeric/finite
+        ]
+    ).encode()
+    acc, rej, _ = run(tmp_path, content)
+    assert acc == 0
+    assert reasons(rej) == ["not_numeric", "not_numeric", "not_numeric"]
+
+
+def test_an_arrival_time_outside_the_plausible_range_is_quarantined(tmp_path):
+    acc, rej, _ = run(tmp_path, (GOOD + ",5\n").encode())
+    assert acc == 0
+    assert reasons(rej) == ["implausible_timestamp"]

@@ -51,6 +51,7 @@ from outoforder.core.time import US_PER_SECOND
 from outoforder.errors import ConfigError
 
 IntArray = npt.NDArray[np.int64]
+MAX_DELAY_S = 365 * 24 * 3600.0  # a year: far beyond any real disorder, far below int64 µs
 
 
 @dataclass(frozen=True)
@@ -249,7 +250,14 @@ def inject(
     preset = PRESETS.get(model) if isinstance(model, str) else None
     m = parse_model(model) if isinstance(model, str) else model
     rng = np.random.default_rng(seed)
-    delay_us = np.rint(m.sample(rng, ts.size) * US_PER_SECOND).astype(np.int64)
+    delay_s = m.sample(rng, ts.size)
+    if delay_s.size and not (np.isfinite(delay_s).all() and delay_s.max() < MAX_DELAY_S):
+        msg = (
+            f"{m.describe()} drew a delay of {delay_s.max():.3g} s (limit {MAX_DELAY_S:g} s): "
+            "the model's tail is too heavy for this stream; raise alpha or lower xm"
+        )
+        raise ConfigError(msg)
+    delay_us = np.rint(delay_s * US_PER_SECOND).astype(np.int64)
     arrival = ts + delay_us
     order = np.lexsort((np.arange(ts.size), arrival)).astype(np.int64)
     per_stream: dict[str, DisorderStats] = {}

@@ -67,17 +67,23 @@ class Reader(Protocol):
         ...
 
 
+INT64_MAX = 2**63 - 1
+
+
 def _int(text: str, what: str) -> int:
     try:
-        return int(text)
+        value = int(text)
     except ValueError as e:
         raise Reject("not_numeric", f"{what}={text[:40]!r}") from e
+    if not -INT64_MAX <= value <= INT64_MAX:
+        raise Reject("not_numeric", f"{what} out of the 64-bit range: {text[:40]!r}")
+    return value
 
 
 def _float(text: str, what: str) -> float:
     try:
         value = float(text)
-    except ValueError as e:
+    except (ValueError, OverflowError) as e:
         raise Reject("not_numeric", f"{what}={text[:40]!r}") from e
     if not math.isfinite(value):
         raise Reject("non_finite_value", f"{what}={text[:40]!r}")
@@ -119,6 +125,8 @@ class Debs2013Reader:
     def parse(self, text: str) -> Row:
         """Parse one RTLS row."""
         f = text.split(",")
+        if len(f) in (14, 15) and f[-1] == "":
+            f = f[:-1]  # one trailing delimiter is tolerated
         if len(f) not in (13, 14):
             raise Reject("column_count", f"{len(f)} columns, expected 13 (or 14 with arrival)")
         if not f[0].strip():
@@ -264,7 +272,12 @@ class Debs2015Reader:
 
     def parse(self, text: str) -> Row:
         """Parse one taxi trip."""
-        f = text.split(",")
+        try:
+            f = next(csv.reader([text]))  # quoted fields are legal CSV
+        except csv.Error as e:
+            raise Reject("column_count", f"unparseable quoting: {e}") from e
+        if len(f) == len(DEBS2015_COLUMNS) + 1 and f[-1] == "":
+            f = f[:-1]  # one trailing delimiter is tolerated
         if len(f) != len(DEBS2015_COLUMNS):
             raise Reject("column_count", f"{len(f)} columns, expected {len(DEBS2015_COLUMNS)}")
         if not f[0].strip():
@@ -444,11 +457,14 @@ def read_file(
         elif line.line_no == 1 and reader.is_header(line.text):
             counts.header_lines += 1
         else:
-            text = line.text
+            # a UTF-8 byte-order mark belongs to the file, not to the first field
+            text = line.text.lstrip("\ufeff") if line.line_no == 1 else line.text
             try:
                 row = reader.parse(text)
                 if not lo <= row.event_us <= hi:
                     raise Reject("implausible_timestamp", f"event_ts={row.event_us} outside [{lo}, {hi}]")
+                if row.arrival_us is not None and not lo <= row.arrival_us <= hi:
+                    raise Reject("implausible_timestamp", f"arrival_ts={row.arrival_us} outside [{lo}, {hi}]")
                 h = row_hash(text)
                 if h in seen:
                     raise Reject("duplicate_row", "same content as an earlier line of this file")

@@ -5,7 +5,7 @@ generate their own: one ball at 2000 Hz and 22 players with two leg sensors each
 105 m x 68 m pitch (origin at the centre, positions in mm, timestamps in picoseconds from the real
 game's kick-off). Players move as mean-reverting random walks (Ornstein-Uhlenbeck velocity, top
 speed ~8 m/s) around a home position; the ball is passed between random players and is kicked
-at 10-30 m/s. Everything is vectorised per sensor and seeded.
+at 10-30 m/s after being held for 0.5-2 s. Everything is vectorised per sensor and seeded.
 
 Sensor ids: the DEBS ids for the ball (4) and the 16 listed players (metadata.txt); three extra
 players per team get ids 201-206 (team A) and 211-216 (team B).
@@ -143,19 +143,23 @@ def generate_soccer(cfg: SoccerConfig) -> SoccerStream:
             phase = int(rng.integers(0, PS_PER_S // cfg.player_hz))
             ts = cfg.start_ps + phase + np.arange(n_p, dtype=np.int64) * (PS_PER_S // cfg.player_hz)
             parts.append((sid, ts, np.clip(track + np.array([0.0, offset]), -PITCH_M, PITCH_M)))
-    # Ball: flies from one player's position to another's, one pass every 1-3 s.
+    # Ball: held for 0.5-2 s, then passed to another player at 10-30 m/s.
     n_b = int(cfg.seconds * cfg.ball_hz)
     ball = np.empty((n_b, 2))
     t, holder = 0.0, int(rng.integers(0, len(player_tracks)))
+    a = player_tracks[holder][0]
     while t < cfg.seconds:
-        dur = float(rng.uniform(1.0, 3.0))
         target = int(rng.integers(0, len(player_tracks)))
+        b = player_tracks[target][min(int(t * cfg.player_hz), n_p - 1)]
+        hold = float(rng.uniform(0.5, 2.0))
+        i0, i1 = int(t * cfg.ball_hz), min(n_b, int((t + hold) * cfg.ball_hz))
+        ball[i0:i1] = a  # at the holder's feet
+        t += hold
+        dur = max(0.2, float(np.linalg.norm(b - a)) / float(rng.uniform(10.0, 30.0)))
         i0, i1 = int(t * cfg.ball_hz), min(n_b, int((t + dur) * cfg.ball_hz))
-        a = player_tracks[holder][min(int(t * cfg.player_hz), n_p - 1)]
-        b = player_tracks[target][min(int((t + dur) * cfg.player_hz), n_p - 1)]
         frac = np.linspace(0.0, 1.0, max(i1 - i0, 1))[:, None]
         ball[i0:i1] = a + (b - a) * frac[: i1 - i0]
-        t, holder = t + dur, target
+        t, holder, a = t + dur, target, b  # the ball continues from where it landed
     ts_b = cfg.start_ps + np.arange(n_b, dtype=np.int64) * (PS_PER_S // cfg.ball_hz)
     parts.append((4, ts_b, ball))
 
@@ -171,9 +175,12 @@ def generate_soccer(cfg: SoccerConfig) -> SoccerStream:
     step = np.linalg.norm(np.diff(p_s, axis=0, prepend=p_s[:1]), axis=1)
     same = np.concatenate([[False], s_s[1:] == s_s[:-1]])
     speed_sorted = np.where(same & (dt > 0), step / np.where(dt > 0, dt, 1.0), 0.0)
+    dv = np.abs(np.diff(speed_sorted, prepend=speed_sorted[:1]))
+    accel_sorted = np.where(same & (dt > 0), dv / np.where(dt > 0, dt, 1.0), 0.0)
     speed = np.empty_like(speed_sorted)
     speed[by_sensor] = speed_sorted
-    accel = np.abs(np.diff(speed, prepend=speed[0])) * 10.0
+    accel = np.empty_like(accel_sorted)
+    accel[by_sensor] = accel_sorted
     z = np.where(sensor == 4, 110, 0)
     xyz = np.column_stack([np.rint(pos * 1000.0).astype(np.int64), z.astype(np.int64)])
     return SoccerStream(

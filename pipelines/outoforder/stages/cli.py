@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from outoforder.config import Settings, load_settings
-from outoforder.errors import OutOfOrderError
+from outoforder.errors import InputError, OutOfOrderError
 
 
 def _spark(settings: Settings, name: str) -> Any:
@@ -115,12 +115,18 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     t0 = time.monotonic()
     spark = _spark(settings, "demo")
     sources: list[str] = []
+    missing = [
+        str(d.path(settings.data_dir)) for d in catalog.BUILTIN if not d.path(settings.data_dir).exists()
+    ]
+    if missing:
+        msg = (
+            f"{len(missing)} of the shared datasets are missing (first: {missing[0]}); the main job "
+            "expects the shared data folder at ../shared/data: set OOO_DATA_DIR to where it is"
+        )
+        raise InputError(msg)
     print(f"[demo] 1/4 ingesting the real datasets from {settings.data_dir}", flush=True)
     for d in catalog.BUILTIN:
         path = d.path(settings.data_dir)
-        if not path.exists():
-            print(f"[demo]   {d.source}: {path} not found, skipped", flush=True)
-            continue
         print(ingest_file(spark, settings, path, d.reader, d.source).line(), flush=True)
         sources.append(d.source)
     preset = args.preset or settings.demo.preset
@@ -176,30 +182,34 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--config", help="a TOML file overriding include/config/outoforder.toml")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", default=argparse.SUPPRESS, help="as the global --config")
     sub = p.add_subparsers(dest="stage", required=True)
-    i = sub.add_parser("ingest", help="read files into bronze")
+    i = sub.add_parser("ingest", parents=[common], help="read files into bronze")
     i.add_argument("--datasets", nargs="*", help="built-in dataset ids or prefixes (default: all)")
     i.add_argument("--file", help="a file of your own (plain or gzip)")
     i.add_argument("--reader", help="its format: debs2013, soccer_synthetic, ooo, debs2015")
     i.add_argument("--source", help="the source id to store it under, e.g. debs2013/full-game")
     i.set_defaults(func=cmd_ingest)
-    r = sub.add_parser("replay", help="synthetic soccer play with injected disorder, ingested")
+    r = sub.add_parser(
+        "replay", parents=[common], help="synthetic soccer play with injected disorder, ingested"
+    )
     r.add_argument("--model", default="hpm_game1", help="a preset or family:key=value,...")
     r.add_argument("--seconds", type=float, default=20.0)
     r.add_argument("--seed", type=int, default=7)
     r.set_defaults(func=cmd_replay)
-    s = sub.add_parser("stats", help="disorder statistics per source")
+    s = sub.add_parser("stats", parents=[common], help="disorder statistics per source")
     s.add_argument("--source", nargs="*", help="source ids (default: all in bronze)")
     s.add_argument("--detail", action="store_true", help="also print per stream and per key")
     s.add_argument("--json", help="also write the full figures (per stream, per key) here")
     s.set_defaults(func=cmd_stats)
-    v = sub.add_parser("validate-bronze", help="Great Expectations over bronze")
+    v = sub.add_parser("validate-bronze", parents=[common], help="Great Expectations over bronze")
     v.add_argument("--warn-only", action="store_true", help="report failures without failing")
     v.set_defaults(func=cmd_validate)
-    d = sub.add_parser("demo", help="the main job")
+    d = sub.add_parser("demo", parents=[common], help="the main job")
     d.add_argument("--preset", help="disorder preset for the synthetic replay")
     d.set_defaults(func=cmd_demo)
-    pr = sub.add_parser("presets", help="list disorder presets")
+    pr = sub.add_parser("presets", parents=[common], help="list disorder presets")
     pr.add_argument("--calibrate", action="store_true", help="re-run the calibration (slow)")
     pr.set_defaults(func=cmd_presets)
     return p

@@ -41,7 +41,7 @@ def make_replay(landing: Path, model: str, seconds: float, seed: int) -> Replay:
     report["expected_max_delay_at_this_size"] = round(
         _expected_max(model, int(np.count_nonzero(injection.arrival_us - event_us))), 3
     )
-    return Replay(path, f"synthetic/{name}-seed{seed}", report)
+    return Replay(path, f"synthetic/{name}-{seconds:g}s-seed{seed}", report)
 
 
 def _expected_max(model: str, n_late: int) -> float:

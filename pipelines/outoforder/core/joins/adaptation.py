@@ -12,8 +12,10 @@ for the next L (SEEDS.md §1):
    where ``A_X(d)`` is the share of pairs whose earlier tuple is on X and needs at most d.
    Two estimators supply the per-pair *required retention* ``T(later) - w - earlier.ts``:
 
-   - ``learned``: from the exact join of the last L of arrivals (bronze holds every tuple, so the
-     true pairs seen so far are known exactly) -- what the history actually required;
+   - ``learned``: from the exact join of the arrivals so far (bronze holds every tuple, so the
+     true pairs seen so far are known exactly) -- what the last P actually required, each pair
+     weighted by the inverse of the probability that a pair of its age is already known (pairs
+     with a very late tuple surface late; without the weight recent windows look too good);
    - ``paper``: modelled from the coarse delay distributions f_D of each stream (granularity g)
      and basic windows of size b: a pair's time offset is uniform over the basic windows of the
      window, each tuple's delay is drawn from its stream's f_D, the earlier-arriving tuple must
@@ -57,7 +59,6 @@ class AdaptationSettings:
     granularity_us: int = 10_000  # g
     estimator: Literal["learned", "paper"] = "learned"
     initial_us: int = 0  # d (or K) before the first adaptation
-    min_pairs: int = 30  # fewer true pairs in the last L: also use the rest of P
     seed: int = 0  # the paper estimator's Monte Carlo draws
 
     def __post_init__(self) -> None:
@@ -116,19 +117,29 @@ def choose_retention(
     rate_r: float,
     rate_s: float,
     window_us: int,
+    weight_r: FloatArray | None = None,
+    weight_s: FloatArray | None = None,
 ) -> tuple[int, int, float]:
     """Algorithm 1 on the separable recall model: the cheapest (d_R, d_S) with Q >= q_l.
 
     ``req_X`` are required retentions of the pairs whose earlier tuple is on X (all pairs
-    together are the denominator). Returns (d_R, d_S, estimated Q).
+    together are the denominator), optionally weighted. Returns (d_R, d_S, estimated Q).
     """
-    n = req_r.size + req_s.size
-    if n == 0:
+    w_r = np.ones(req_r.size) if weight_r is None else weight_r
+    w_s = np.ones(req_s.size) if weight_s is None else weight_s
+    total = float(w_r.sum() + w_s.sum())
+    if total <= 0:
         return 0, 0, 1.0
     grid_r = np.arange(0, max(max_r, 0) + grid_us, grid_us, dtype=np.int64)
     grid_s = np.arange(0, max(max_s, 0) + grid_us, grid_us, dtype=np.int64)
-    a_r = np.searchsorted(np.sort(req_r), grid_r, side="right") / n
-    a_s = np.searchsorted(np.sort(req_s), grid_s, side="right") / n
+
+    def covered(req: FloatArray, w: FloatArray, grid: IntArray) -> FloatArray:
+        order = np.argsort(req, kind="stable")
+        cum = np.concatenate([[0.0], np.cumsum(w[order])])
+        return cum[np.searchsorted(req[order], grid, side="right")] / total
+
+    a_r = covered(req_r, w_r, grid_r)
+    a_s = covered(req_s, w_s, grid_s)
     need_s = q_l - a_r - 1e-12
     j = np.searchsorted(a_s, need_s, side="left")  # a_s is non-decreasing
     feasible = j < grid_s.size
@@ -248,23 +259,47 @@ def _decide(
     now = int(t[at - 1])
     t_later = t[later]
     known = decided & (later < at)
-    in_p = known & (t_later > now + st.interval_us - st.period_us)
-    in_l = known & (t_later > now - st.interval_us)
-    n_l = float(in_l.sum())
-    q_l = interval_target(st.q_user, int(in_p.sum()), int((in_p & produced).sum()), n_l)
+    # A pair belongs to the time of its later event (as in the metrics). Pairs whose late tuple
+    # has not arrived yet are unknown, so recent windows look more complete than they will be:
+    # weight each known pair by 1 / P[a pair of its age is already known], estimated from the
+    # lag (progress when it became known - its time) of pairs older than one period.
+    pair_time = np.maximum(inp.ts[earlier], inp.ts[later])
+    lag = np.maximum(t_later - pair_time, 0)
+    old = known & (pair_time <= now - st.period_us)
+    ref_lag = np.sort(lag[old] if old.sum() >= 100 else lag[known])
+    age = np.maximum(now - pair_time, 0)
+    complete = np.searchsorted(ref_lag, age, side="right") / max(ref_lag.size, 1)
+    weight = np.where(known, 1.0 / np.maximum(complete, 0.05), 0.0)
+    in_p = known & (pair_time > now + st.interval_us - st.period_us)
+    in_l = known & (pair_time > now - st.interval_us)
+    n_l = float(weight[in_l].sum())
+    q_l = interval_target(st.q_user, round(float(weight[in_p].sum())), int((in_p & produced).sum()), n_l)
     recent = np.arange(at) >= np.searchsorted(t[:at], now - st.interval_us, side="right")
     rates = [float(((inp.side[:at] == s) & recent).sum()) / st.interval_us for s in (R, S)]
     max_d = [int(delays[:at][inp.side[:at] == s].max(initial=0)) for s in (R, S)]
-    sample = in_l if in_l.sum() >= st.min_pairs else in_p
+    # The last L alone is too young: most of its late pairs are still unknown. Sample the period.
+    sample = in_p
     if st.estimator == "learned":
         req = (t_later - query.window_us - inp.ts[earlier]).astype(np.float64)
         req_r = req[sample & (e_side == R)]
         req_s = req[sample & (e_side == S)]
+        w_r, w_s = weight[sample & (e_side == R)], weight[sample & (e_side == S)]
     else:
         dl = [delays[:at][(inp.side[:at] == s) & recent[:at]] for s in (R, S)]
         req_r, req_s = modelled_requirements(dl[0], dl[1], rates[0], rates[1], query, st)
+        w_r, w_s = np.ones(req_r.size), np.ones(req_s.size)
     d_r, d_s, est = choose_retention(
-        req_r, req_s, q_l, st.granularity_us, max_d[0], max_d[1], rates[0], rates[1], query.window_us
+        req_r,
+        req_s,
+        q_l,
+        st.granularity_us,
+        max_d[0],
+        max_d[1],
+        rates[0],
+        rates[1],
+        query.window_us,
+        w_r,
+        w_s,
     )
     stats = {
         "estimator": st.estimator,

@@ -1,0 +1,110 @@
+import numpy as np
+import pytest
+
+from outoforder.core.joins.adaptation import (
+    AdaptationSettings,
+    aq_kslack_schedule,
+    choose_retention,
+    interval_target,
+    run_adaptive_qjoin,
+    run_aq_kslack,
+)
+from outoforder.core.joins.kslack import MaxDelayK, kslack_set
+from outoforder.core.joins.metrics import period_recall, summarize
+from outoforder.core.joins.qjoin import qjoin_set
+from outoforder.core.joins.query import JoinInput, JoinQuery, exact_join
+from outoforder.errors import ConfigError
+from outoforder.sources.disorder import inject
+
+
+def soccer_like(seed=0, n=6000, span_us=3_000_000, model="lognormal:mu=-4,sigma=1,late_prob=0.6"):
+    """Two streams, positions on a small field so that pairs are frequent, lognormal delays."""
+    rng = np.random.default_rng(seed)
+    ts = np.sort(rng.integers(0, span_us, n)).astype(np.int64)
+    side = (rng.random(n) < 0.3).astype(np.int64)
+    x, y = rng.uniform(0, 20, n), rng.uniform(0, 20, n)
+    o = inject(ts, model, seed).order
+    return JoinInput(side[o], ts[o], x[o], y[o], np.zeros(n, np.int64))
+
+
+Q = JoinQuery(window_us=50_000, theta=3.0)
+ST = AdaptationSettings(
+    q_user=0.95, period_us=1_000_000, interval_us=100_000, granularity_us=5_000, basic_window_us=5_000
+)
+
+
+def test_interval_target_follows_eq_3():
+    # period of 1000 pairs, 900 of them history with 850 produced, 100 expected next
+    assert interval_target(0.9, 900, 850, 100.0) == pytest.approx((0.9 * 1000 - 850) / 100)
+    assert interval_target(0.9, 0, 0, 0.0) == 0.9
+
+
+def test_choose_retention_is_the_cheapest_feasible_pair():
+    req_r = np.array([0, 10, 20, 30.0])
+    req_s = np.array([0, 0, 5, 50.0])
+    # 8 pairs; need 7/8: give up the most expensive requirement on the faster stream
+    d_r, d_s, q = choose_retention(req_r, req_s, 7 / 8, 5, 30, 50, rate_r=1.0, rate_s=10.0, window_us=0)
+    assert (d_r, d_s) == (30, 5)
+    assert q == pytest.approx(7 / 8)
+    d_r, d_s, q = choose_retention(req_r, req_s, 1.0, 5, 30, 50, 1.0, 10.0, 0)
+    assert (d_r, d_s, q) == (30, 50, 1.0)
+
+
+def test_settings_are_validated():
+    with pytest.raises(ConfigError):
+        AdaptationSettings(q_user=1.5)
+    with pytest.raises(ConfigError):
+        AdaptationSettings(period_us=10, interval_us=10)
+    with pytest.raises(ConfigError):
+        AdaptationSettings(estimator="magic")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("estimator", ["learned", "paper"])
+def test_adaptive_qjoin_is_qjoin_under_its_own_schedule_and_records_its_choices(estimator):
+    inp = soccer_like(1)
+    st = AdaptationSettings(**{**ST.__dict__, "estimator": estimator})
+    truth = exact_join(inp, Q)
+    run, steps = run_adaptive_qjoin(inp, Q, st, truth)
+    assert steps, "adapts every L"
+    d_r = np.full(len(inp), st.initial_us, np.int64)
+    d_s = d_r.copy()
+    for s in steps:
+        d_r[s.at_index :] = s.d_r_us
+        d_s[s.at_index :] = s.d_s_us
+        assert s.stats["estimator"] == estimator
+        assert 0.0 <= s.q_l <= 1.0
+    assert run.pairs.tolist() == qjoin_set(inp, Q, d_r, d_s, truth).pairs.tolist()
+
+
+def test_learned_estimator_meets_the_target_with_less_memory_than_mp_kslack():
+    inp = soccer_like(2, n=12_000, span_us=6_000_000)
+    truth = exact_join(inp, Q)
+    run, _ = run_adaptive_qjoin(inp, Q, ST, truth)
+    got = summarize(inp, truth, run, ST.period_us, ST.q_user, drop_first_periods=1)
+    mp = summarize(inp, truth, kslack_set(inp, Q, MaxDelayK(), truth), ST.period_us, ST.q_user, 1)
+    assert got["recall_mean"] >= ST.q_user
+    assert got["periods_meeting_target"] >= 0.8
+    assert got["buffered_mean"] < mp["buffered_mean"]
+    assert got["latency_mean_us"] == 0 < mp["latency_mean_us"]
+
+
+def test_aq_kslack_schedule_only_grows_where_delays_need_it():
+    inp = soccer_like(3)
+    sched = aq_kslack_schedule(inp, Q, ST)
+    assert (sched.k_r >= 0).all() and (sched.k_s >= 0).all()
+    assert sched.k_r.max() > 0
+    run, _ = run_aq_kslack(inp, Q, ST)
+    assert run.late.any()
+
+
+def test_period_recall_counts_pairs_by_their_later_event_time():
+    inp = JoinInput.from_rows([(0, 0), (1, 5), (0, 12), (1, 14)])
+    q = JoinQuery(window_us=5, theta=1.0)
+    truth = exact_join(inp, q)  # (0,1) in period 0, (2,3) in period 1
+    per = period_recall(inp, truth, truth[:1], period_us=10, q_user=0.9)
+    assert [(p.period, p.true_pairs, p.produced_pairs, p.met) for p in per] == [
+        (0, 1, 1, True),
+        (1, 1, 0, False),
+    ]
+    with pytest.raises(AssertionError, match="not true pairs"):
+        period_recall(inp, truth, np.array([[0, 3]]), 10, 0.9)
