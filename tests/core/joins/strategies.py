@@ -14,6 +14,12 @@ MODELS = [
 ]
 
 
+def assert_same_run(got, ref) -> None:
+    """Two JoinRuns agree on every output: pairs, emission points, buffers, latency, late flags."""
+    for field in ("pairs", "emitted_at", "buffered", "latency", "late"):
+        assert getattr(got, field).tolist() == getattr(ref, field).tolist(), field
+
+
 def make_input(
     seed: int, n: int, model: str, span_us: int = 400, grid: float = 6.0, keys: int = 4
 ) -> JoinInput:

@@ -13,7 +13,7 @@ from outoforder.core.joins.kslack import (
     run_kslack_reference,
 )
 from outoforder.core.joins.query import JoinInput, JoinQuery, exact_join
-from tests.core.joins.strategies import MODELS, make_input
+from tests.core.joins.strategies import MODELS, assert_same_run, make_input
 
 Q = JoinQuery(window_us=10, theta=1.5)
 
@@ -67,13 +67,7 @@ def test_set_form_equals_the_tuple_at_a_time_reference(seed, n, model, w, policy
     else:
         rng = np.random.default_rng(seed)
         p = ScheduledK(rng.integers(0, 40, n).astype(np.int64), rng.integers(0, 40, n).astype(np.int64))
-    ref = run_kslack_reference(inp, q, p)
-    got = kslack_set(inp, q, p)
-    assert got.late.tolist() == ref.late.tolist()
-    assert got.pairs.tolist() == ref.pairs.tolist()
-    assert got.emitted_at.tolist() == ref.emitted_at.tolist()
-    assert got.buffered.tolist() == ref.buffered.tolist()
-    assert got.latency.tolist() == ref.latency.tolist()
+    assert_same_run(kslack_set(inp, q, p), run_kslack_reference(inp, q, p))
 
 
 @pytest.mark.parametrize("model", MODELS)

@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 from outoforder.core.joins.qjoin import QJoinReference, qjoin_set, run_reference
 from outoforder.core.joins.query import JoinInput, JoinQuery, exact_join
-from tests.core.joins.strategies import MODELS, make_input
+from tests.core.joins.strategies import MODELS, assert_same_run, make_input
 
 Q = JoinQuery(window_us=10, theta=1.5)
 
@@ -91,11 +91,7 @@ def test_set_form_equals_the_tuple_at_a_time_reference(seed, n, model, w, d_r, d
     for at, nr, ns in sorted(changes):  # adaptation: retention changes mid-stream
         ret_r[at:] = nr
         ret_s[at:] = ns
-    ref = run_reference(inp, q, ret_r, ret_s)
-    got = qjoin_set(inp, q, ret_r, ret_s)
-    assert got.pairs.tolist() == ref.pairs.tolist()
-    assert got.emitted_at.tolist() == ref.emitted_at.tolist()
-    assert got.buffered.tolist() == ref.buffered.tolist()
+    assert_same_run(qjoin_set(inp, q, ret_r, ret_s), run_reference(inp, q, ret_r, ret_s))
 
 
 @pytest.mark.parametrize("model", MODELS)
