@@ -5,9 +5,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from outoforder.core.joins.kslack import FixedK, MaxDelayK, kslack_set
 from outoforder.core.joins.qjoin import qjoin_set
 from outoforder.core.joins.query import JoinQuery
-from outoforder.spark.joins import QJoinState, qjoin_batch
+from outoforder.spark.joins import KSlackState, QJoinState, kslack_batch, qjoin_batch
 from tests.core.joins.strategies import MODELS, make_input
 
 pytestmark = [pytest.mark.spark]
@@ -69,3 +70,37 @@ def test_spark_equals_the_set_form_over_seeds_and_delay_models(spark, seed, mode
     d_r = np.full(120, d, dtype=np.int64)
     d_s = np.full(120, d // 2, dtype=np.int64)
     assert run_spark(spark, inp, q, d_r, d_s, batch) == expected(inp, q, d_r, d_s)
+
+
+def run_spark_kslack(spark, inp, query, policy, batch):
+    rows = [
+        (i, int(inp.side[i]), int(inp.ts[i]), float(inp.x[i]), float(inp.y[i]), int(inp.key[i]))
+        for i in range(len(inp))
+    ]
+    cols = ["seq", "side", "ts", "x", "y", "key"]
+    adaptive = isinstance(policy, MaxDelayK)
+    state = KSlackState.empty(spark, (0, 0) if adaptive else (policy.k_r, policy.k_s))
+    pairs, late = [], []
+    starts = list(range(0, len(rows), batch))
+    for n_batch, start in enumerate(starts):
+        df = spark.createDataFrame(rows[start : start + batch], cols)
+        out, lt, state = kslack_batch(df, state, query, adaptive, final=n_batch == len(starts) - 1)
+        pairs += [(r["r_seq"], r["s_seq"], r["emitted_at"]) for r in out.collect()]
+        late += [r["seq"] for r in lt.collect()]
+    return sorted(pairs), sorted(late)
+
+
+@pytest.mark.parametrize(
+    ("policy", "batch"), [(MaxDelayK(), 1), (MaxDelayK(), 9), (FixedK(6, 10), 25), (FixedK(6, 10), 500)]
+)
+def test_spark_kslack_equals_the_set_form(spark, policy, batch):
+    n = 24 if batch == 1 else 90
+    inp = make_input(9, n, MODELS[0], span_us=n * 3)
+    q = JoinQuery(window_us=10, theta=1.5)
+    ref = kslack_set(inp, q, policy)
+    want = sorted(
+        zip(ref.pairs[:, 0].tolist(), ref.pairs[:, 1].tolist(), ref.emitted_at.tolist(), strict=True)
+    )
+    assert want
+    assert ref.late.any()
+    assert run_spark_kslack(spark, inp, q, policy, batch) == (want, np.flatnonzero(ref.late).tolist())

@@ -128,3 +128,119 @@ def qjoin_batch(batch: DataFrame, state: QJoinState, query: JoinQuery) -> tuple[
     )
     buffer = candidates.where(keep).localCheckpoint()
     return pairs, QJoinState(last[0], last[1], h_r, h_s, buffer)
+
+
+@dataclass(frozen=True)
+class KSlackState:
+    """What the K-slack join carries between micro-batches (None = not seen yet).
+
+    ``pending`` holds accepted tuples not yet released; ``released`` the released tuples the
+    join may still need (ts >= min(F_R, F_S) - w).
+    """
+
+    m: tuple[int | None, int | None]
+    k: tuple[int, int]
+    f: tuple[int | None, int | None]
+    pending: DataFrame
+    released: DataFrame
+
+    @classmethod
+    def empty(cls, spark: SparkSession, k_us: tuple[int, int] = (0, 0)) -> KSlackState:
+        """The state before the first arrival."""
+        empty = spark.createDataFrame([], TUPLE_SCHEMA)
+        return cls((None, None), k_us, (None, None), empty, empty.withColumn("rel", F.lit(0).cast("long")))
+
+
+def kslack_batch(
+    batch: DataFrame, state: KSlackState, query: JoinQuery, adaptive_max_delay: bool, final: bool = False
+) -> tuple[DataFrame, DataFrame, KSlackState]:
+    """One micro-batch of the K-slack join (fixed K, or MP-K-slack when ``adaptive_max_delay``).
+
+    Returns (result pairs r_seq, s_seq, emitted_at; late arrivals seq; new state). ``final``
+    flushes everything still buffered at the end of the stream (emitted_at = last seq + 1).
+    The set form this reproduces is :func:`outoforder.core.joins.kslack.kslack_set`.
+    """
+    upto = Window.orderBy("seq").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    before = Window.orderBy("seq").rowsBetween(Window.unboundedPreceding, -1)
+    a = batch.select(*TUPLE_COLS)
+    for s, name in ((0, "r"), (1, "s")):
+        own = F.when(F.col("side") == s, F.col("ts"))
+        a = a.withColumn(f"m_{name}", F.greatest(_lit_long(state.m[s]), F.max(own).over(upto)))
+        a = a.withColumn(f"mb_{name}", F.greatest(_lit_long(state.m[s]), F.max(own).over(before)))
+    mine_before = F.when(F.col("side") == 0, F.col("mb_r")).otherwise(F.col("mb_s"))
+    a = a.withColumn(
+        "delay", F.greatest(F.lit(0).cast("long"), F.coalesce(mine_before - F.col("ts"), F.lit(0)))
+    )
+    for s, name in ((0, "r"), (1, "s")):
+        if adaptive_max_delay:
+            k = F.greatest(F.lit(state.k[s]), F.max(F.when(F.col("side") == s, F.col("delay"))).over(upto))
+        else:
+            k = F.lit(state.k[s]).cast("long")
+        a = a.withColumn(f"k_{name}", k)
+        step_f = F.when(F.col("side") == s, F.col(f"m_{name}") - F.col(f"k_{name}"))
+        a = a.withColumn(f"f_{name}", F.greatest(_lit_long(state.f[s]), F.max(step_f).over(upto)))
+        a = a.withColumn(f"fb_{name}", F.greatest(_lit_long(state.f[s]), F.max(step_f).over(before)))
+    frontier_before = F.when(F.col("side") == 0, F.col("fb_r")).otherwise(F.col("fb_s"))
+    a = a.withColumn("late", frontier_before.isNotNull() & (F.col("ts") < frontier_before)).localCheckpoint()
+    late = a.where("late").select("seq")
+
+    # release: the first arrival (at or after its own) at which its stream's frontier reaches ts
+    steps = a.select("seq", "f_r", "f_s")
+    pending = state.pending.unionByName(a.where(~F.col("late")).select(*TUPLE_COLS))
+    released_now = (
+        pending.alias("t")
+        .join(steps.alias("j"), F.col("j.seq") >= F.col("t.seq"))
+        .where(F.when(F.col("t.side") == 0, F.col("j.f_r")).otherwise(F.col("j.f_s")) >= F.col("t.ts"))
+        .groupBy(*[F.col(f"t.{c}") for c in TUPLE_COLS])
+        .agg(F.min("j.seq").alias("rel"))
+    )
+    last = a.agg(
+        F.max("seq"), F.max("m_r"), F.max("m_s"), F.max("k_r"), F.max("k_s"), F.max("f_r"), F.max("f_s")
+    ).first()
+    assert last is not None
+    # materialise before any union: it keeps the plans small and sidesteps an optimizer failure
+    # (constraint rewriting across a union over an aggregate of aliased columns)
+    pending = pending.localCheckpoint()
+    released_now = released_now.select(*TUPLE_COLS, "rel").localCheckpoint()
+    if final:
+        flush_at = (last[0] if last[0] is not None else -1) + 1
+        rest = pending.join(released_now.select("seq"), "seq", "left_anti")
+        released_now = released_now.unionByName(
+            rest.select(*TUPLE_COLS, F.lit(flush_at).cast("long").alias("rel"))
+        ).localCheckpoint()
+
+    # pairs: each newly released tuple with the other stream's released tuples (earlier or now)
+    partners = state.released.unionByName(released_now)
+    probe = _buckets(released_now, query, probe=True).alias("p")
+    cand = _buckets(partners, query, probe=False).alias("c")
+    joined = probe.join(
+        cand,
+        (F.col("p.b1") == F.col("c.b1"))
+        & (F.col("p.b2") == F.col("c.b2"))
+        & (F.col("p.side") != F.col("c.side")),
+    )
+    # each pair once: found from its later-released tuple (R's side when both leave in the flush)
+    once = (F.col("c.rel") < F.col("p.rel")) | ((F.col("c.rel") == F.col("p.rel")) & (F.col("p.side") == 0))
+    joined = joined.where(_predicate(query) & once)
+    pairs = joined.select(
+        F.when(F.col("p.side") == 0, F.col("p.seq")).otherwise(F.col("c.seq")).alias("r_seq"),
+        F.when(F.col("p.side") == 1, F.col("p.seq")).otherwise(F.col("c.seq")).alias("s_seq"),
+        F.greatest(F.col("p.rel"), F.col("c.rel")).alias("emitted_at"),
+    )
+
+    f_r = last[5] if last[5] is not None else state.f[0]
+    f_s = last[6] if last[6] is not None else state.f[1]
+    level = None if f_r is None or f_s is None else min(f_r, f_s) - query.window_us
+    released = partners if level is None else partners.where(F.col("ts") >= F.lit(level))
+    still_pending = pending.join(released_now.select("seq"), "seq", "left_anti")
+    new_state = KSlackState(
+        (last[1] if last[1] is not None else state.m[0], last[2] if last[2] is not None else state.m[1]),
+        (
+            int(last[3]) if last[3] is not None else state.k[0],
+            int(last[4]) if last[4] is not None else state.k[1],
+        ),
+        (f_r, f_s),
+        still_pending.localCheckpoint(),
+        released.localCheckpoint(),
+    )
+    return pairs, late, new_state
