@@ -62,6 +62,18 @@ def append_once(df: DataFrame, table: Table, lake_root: Path | str, app_id: str,
     writer.save(table.path(lake_root))
 
 
+def replace_source(df: DataFrame, table: Table, lake_root: Path | str, source: str) -> None:
+    """Overwrite exactly one source's rows (``replaceWhere``): re-running gives the same table."""
+    ensure(df.sparkSession, table, lake_root)
+    writer = (
+        conform(df.where(F.col("source") == source), table)
+        .write.format("delta")
+        .mode("overwrite")
+        .option("replaceWhere", f"source = '{source.replace(chr(39), chr(39) * 2)}'")
+    )
+    writer.partitionBy(*table.partition_by).save(table.path(lake_root))
+
+
 def read_arrivals(
     spark: SparkSession,
     table: Table,

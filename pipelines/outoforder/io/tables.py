@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pyspark.sql.types import (
+    BooleanType,
     DoubleType,
     LongType,
     MapType,
@@ -92,7 +93,20 @@ class Table:
         return str(Path(lake_root) / self.name)
 
 
+JOIN_METRICS_SCHEMA = _s(
+    ("source", StringType(), False),
+    ("method", StringType(), False),
+    ("period", LongType(), False),
+    ("start_us", LongType(), False),
+    ("true_pairs", LongType(), False),
+    ("produced_pairs", LongType(), False),
+    ("recall", DoubleType(), False),
+    ("met", BooleanType(), False),
+    ("q_user", DoubleType(), False),
+)
+
 BRONZE = Table("bronze/arrivals", BRONZE_SCHEMA, ("source",))
 QUARANTINE = Table("bronze/quarantine", QUARANTINE_SCHEMA, ("source",))
 INGEST_LOG = Table("bronze/ingest_log", INGEST_LOG_SCHEMA)
-ALL_TABLES = (BRONZE, QUARANTINE, INGEST_LOG)
+JOIN_METRICS = Table("gold/join_metrics", JOIN_METRICS_SCHEMA, ("source",))
+ALL_TABLES = (BRONZE, QUARANTINE, INGEST_LOG, JOIN_METRICS)

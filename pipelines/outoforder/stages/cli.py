@@ -6,7 +6,8 @@ Stages::
     replay          generate synthetic soccer play with injected disorder and ingest it
     stats           disorder statistics per source from bronze (late fraction, mean/max delay)
     validate-bronze Great Expectations suites over bronze (fails on violation)
-    demo            the main job: ingest everything, one injected preset, statistics, checks
+    join            QJoin and the K-slack baselines on a bronze source or a file, vs the truth
+    demo            the main job: ingest everything, one injected preset, statistics, checks, join
     presets         list the disorder presets (or re-run their calibration)
 
 Every stage prints progress and ends with a summary; errors of ours exit with status 2 and a
@@ -24,6 +25,16 @@ from typing import Any
 
 from outoforder.config import Settings, load_settings
 from outoforder.errors import InputError, OutOfOrderError
+
+# the join stage's candidates (kept here so --help needs no numpy import)
+JOIN_METHODS = (
+    "qjoin-learned",
+    "qjoin-paper",
+    "qjoin-hindsight",
+    "kslack-hindsight",
+    "mp-kslack",
+    "aq-kslack",
+)
 
 
 def _spark(settings: Settings, name: str) -> Any:
@@ -104,6 +115,88 @@ def cmd_validate(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _join_job(args: argparse.Namespace) -> Any:
+    from outoforder.stages.join import JoinJob
+
+    return JoinJob(
+        r_streams=tuple(args.r_streams.split(",")),
+        s_streams=tuple(args.s_streams.split(",")),
+        window_us=round(args.window_ms * 1000),
+        theta=args.theta,
+        predicate=args.predicate,
+        q_user=args.q_user,
+        period_us=round(args.period_s * 1e6),
+        interval_us=round(args.interval_s * 1e6),
+    )
+
+
+def run_join_on_source(
+    spark: Any, settings: Settings, source: str, job: Any, methods: tuple[str, ...]
+) -> Any:
+    """Evaluate the join candidates on one bronze source; store per-period metrics; return the summary."""
+    from outoforder.io import delta
+    from outoforder.io.tables import BRONZE, JOIN_METRICS
+    from outoforder.stages.join import evaluate, input_from_frame
+
+    pdf = (
+        delta.read_arrivals(spark, BRONZE, settings.lake_root, source=source)
+        .select("arrival_seq", "stream", "event_ts", "x", "y", "key")
+        .orderBy("arrival_seq")
+        .toPandas()
+    )
+    if pdf.empty:
+        msg = f"bronze has no rows for source {source!r}"
+        raise InputError(msg)
+    result = evaluate(input_from_frame(pdf, job), job, methods)
+    result["source"] = source
+    rows = [
+        (
+            source,
+            m,
+            p["period"],
+            p["start_us"],
+            p["true_pairs"],
+            p["produced_pairs"],
+            float(p["recall"]),
+            bool(p["met"]),
+            float(job.q_user),
+        )
+        for m, r in result["methods"].items()
+        for p in r["per_period"]
+    ]
+    delta.replace_source(
+        spark.createDataFrame(rows, JOIN_METRICS.schema), JOIN_METRICS, settings.lake_root, source
+    )
+    return result
+
+
+def cmd_join(args: argparse.Namespace, settings: Settings) -> int:
+    """Evaluate QJoin and the baselines on a bronze source or on a user's file."""
+    from outoforder.stages.join import (
+        evaluate,
+        format_summary,
+        input_from_frame,
+        read_user_file,
+        write_summary,
+    )
+
+    job = _join_job(args)
+    methods = tuple(args.methods.split(","))
+    if bool(args.source) == bool(args.file):
+        print("join needs exactly one of --source and --file", file=sys.stderr)
+        return 2
+    if args.file:
+        result = evaluate(input_from_frame(read_user_file(Path(args.file)), job), job, methods)
+        name = Path(args.file).stem
+    else:
+        result = run_join_on_source(_spark(settings, "join"), settings, args.source, job, methods)
+        name = args.source.replace("/", "_")
+    print(format_summary(result), flush=True)
+    out = Path(args.out) if args.out else settings.lake_root.parent / "reports" / f"join_{name}.json"
+    print(f"[join] quality summary written to {write_summary(result, out)}", flush=True)
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     """The main job on the embedded default."""
     from outoforder.quality.bronze import validate_bronze
@@ -124,14 +217,14 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
             "expects the shared data folder at ../shared/data: set OOO_DATA_DIR to where it is"
         )
         raise InputError(msg)
-    print(f"[demo] 1/4 ingesting the real datasets from {settings.data_dir}", flush=True)
+    print(f"[demo] 1/5 ingesting the real datasets from {settings.data_dir}", flush=True)
     for d in catalog.BUILTIN:
         path = d.path(settings.data_dir)
         print(ingest_file(spark, settings, path, d.reader, d.source).line(), flush=True)
         sources.append(d.source)
     preset = args.preset or settings.demo.preset
     print(
-        f"[demo] 2/4 synthetic soccer play ({settings.demo.synthetic_seconds:g} s) with the "
+        f"[demo] 2/5 synthetic soccer play ({settings.demo.synthetic_seconds:g} s) with the "
         f"'{preset}' disorder preset",
         flush=True,
     )
@@ -141,16 +234,29 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     print(format_report(replay.report), flush=True)
     print(ingest_file(spark, settings, replay.path, "soccer_synthetic", replay.source).line(), flush=True)
     sources.append(replay.source)
-    print("[demo] 3/4 disorder statistics (arrival order = arrival_seq)", flush=True)
+    print("[demo] 3/5 disorder statistics (arrival order = arrival_seq)", flush=True)
     results = [source_stats(spark, settings, s) for s in sources]
     out = settings.lake_root.parent / "reports" / "disorder_stats.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1))
     print(format_table(results), flush=True)
-    print("[demo] 4/4 data quality of bronze (Great Expectations)", flush=True)
+    print("[demo] 4/5 data quality of bronze (Great Expectations)", flush=True)
     validate_bronze(spark, settings)
+    from outoforder.stages.join import JoinJob, format_summary, write_summary
+
+    job = JoinJob()
     print(
-        f"[demo] done in {time.monotonic() - t0:.0f} s; lake at {settings.lake_root}; statistics in {out}",
+        f"[demo] 5/5 stream join on {replay.source}: ball vs players, w = {job.window_us / 1e6:g} s, "
+        f"theta = {job.theta:g} m, Q_user = {job.q_user}, P = {job.period_us / 1e6:g} s, "
+        f"L = {job.interval_us / 1e6:g} s",
+        flush=True,
+    )
+    result = run_join_on_source(spark, settings, replay.source, job, JOIN_METHODS)
+    print(format_summary(result), flush=True)
+    join_out = write_summary(result, out.parent / f"join_{replay.source.replace('/', '_')}.json")
+    print(
+        f"[demo] done in {time.monotonic() - t0:.0f} s; lake at {settings.lake_root}; statistics in {out}; "
+        f"join quality summary in {join_out}",
         flush=True,
     )
     return 0
@@ -209,6 +315,20 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", parents=[common], help="the main job")
     d.add_argument("--preset", help="disorder preset for the synthetic replay")
     d.set_defaults(func=cmd_demo)
+    j = sub.add_parser("join", parents=[common], help="evaluate QJoin and the K-slack baselines")
+    j.add_argument("--source", help="a bronze source id (e.g. synthetic/hpm_game1-20s-seed7)")
+    j.add_argument("--file", help="or a CSV/Parquet file: stream|side, event_ts|ts (µs), x, y, key")
+    j.add_argument("--r-streams", default="ball", help="streams forming R (comma-separated)")
+    j.add_argument("--s-streams", default="team_a,team_b", help="streams forming S")
+    j.add_argument("--window-ms", type=float, default=500.0, help="w: |r.ts - s.ts| <= w")
+    j.add_argument("--theta", type=float, default=2.0, help="distance threshold (metres)")
+    j.add_argument("--predicate", choices=["distance", "key"], default="distance")
+    j.add_argument("--q-user", type=float, default=0.95, help="recall target per period")
+    j.add_argument("--period-s", type=float, default=5.0, help="P")
+    j.add_argument("--interval-s", type=float, default=0.5, help="L, the adaptation interval")
+    j.add_argument("--methods", default=",".join(JOIN_METHODS), help="comma-separated subset")
+    j.add_argument("--out", help="where to write the JSON summary")
+    j.set_defaults(func=cmd_join)
     pr = sub.add_parser("presets", parents=[common], help="list disorder presets")
     pr.add_argument("--calibrate", action="store_true", help="re-run the calibration (slow)")
     pr.set_defaults(func=cmd_presets)

@@ -1,0 +1,245 @@
+"""Join evaluation: QJoin and the K-slack baselines over one arrival sequence, against the truth.
+
+The input is a bronze source (``--source``) or a file of your own (``--file``, CSV or Parquet with
+columns ``stream`` or ``side``, ``event_ts`` or ``ts`` in µs, optional ``x``, ``y``, ``key``; the
+row order is the arrival order). Two stream sets form R and S. Every candidate runs on the same
+arrivals with the same query; each is measured against the exact join, per period P:
+
+- ``qjoin-learned`` / ``qjoin-paper``: QJoin adapted every L with either estimator;
+- ``qjoin-hindsight``: the smallest constant retention that meets Q_user in every period, found
+  with hindsight (the yardstick for the adaptive choices);
+- ``kslack-hindsight``: the smallest fixed K that meets Q_user in every period, with hindsight;
+- ``mp-kslack``: K = the largest delay seen; ``aq-kslack``: K from the last L's delays.
+
+The summary (JSON) has one record per method with recall, periods meeting the target, buffered
+tuples, logical latency, throughput of the set form (tuples/s, this machine) and ratios to
+MP-K-slack; the per-period figures go to the Delta table ``gold/join_metrics`` when run on bronze.
+This evaluates whole sequences; the per-interval streaming stage comes with the join DAGs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from outoforder.core.joins.adaptation import AdaptationSettings, run_adaptive_qjoin, run_aq_kslack
+from outoforder.core.joins.kslack import FixedK, MaxDelayK, kslack_set
+from outoforder.core.joins.metrics import summarize
+from outoforder.core.joins.qjoin import JoinRun, qjoin_set
+from outoforder.core.joins.query import JoinInput, JoinQuery, PairArray, exact_join
+from outoforder.errors import ConfigError, InputError
+
+METHODS = ("qjoin-learned", "qjoin-paper", "qjoin-hindsight", "kslack-hindsight", "mp-kslack", "aq-kslack")
+
+
+@dataclass(frozen=True)
+class JoinJob:
+    """What to join and how to judge it."""
+
+    r_streams: tuple[str, ...] = ("ball",)
+    s_streams: tuple[str, ...] = ("team_a", "team_b")
+    window_us: int = 500_000
+    theta: float = 2.0
+    predicate: str = "distance"
+    q_user: float = 0.95
+    period_us: int = 5_000_000
+    interval_us: int = 500_000
+    granularity_us: int = 10_000
+    warmup_periods: int = 1
+
+    def query(self) -> JoinQuery:
+        """The join query."""
+        return JoinQuery(self.window_us, self.theta, self.predicate)  # type: ignore[arg-type]
+
+    def adaptation(self, estimator: str = "learned") -> AdaptationSettings:
+        """The controller's settings."""
+        return AdaptationSettings(
+            q_user=self.q_user,
+            period_us=self.period_us,
+            interval_us=self.interval_us,
+            granularity_us=self.granularity_us,
+            basic_window_us=self.granularity_us,
+            estimator=estimator,  # type: ignore[arg-type]
+        )
+
+
+def input_from_frame(df: pd.DataFrame, job: JoinJob) -> JoinInput:
+    """Arrivals (rows in arrival order) to a JoinInput; rows of other streams are ignored."""
+    ts_col = "event_ts" if "event_ts" in df.columns else "ts"
+    if ts_col not in df.columns:
+        msg = "the input needs an event_ts (or ts) column in µs"
+        raise InputError(msg)
+    if "side" in df.columns:
+        side = df["side"].to_numpy(dtype=np.int64)
+        keep = np.isin(side, (0, 1))
+    elif "stream" in df.columns:
+        stream = df["stream"].astype(str)
+        r, s = stream.isin(job.r_streams).to_numpy(), stream.isin(job.s_streams).to_numpy()
+        side = np.where(r, 0, 1).astype(np.int64)
+        keep = r | s
+    else:
+        msg = "the input needs a side (0/1) or a stream column"
+        raise InputError(msg)
+    sub = df[keep]
+    n = len(sub)
+    xs = sub["x"].fillna(np.nan).to_numpy(np.float64) if "x" in sub else np.zeros(n)
+    ys = sub["y"].fillna(np.nan).to_numpy(np.float64) if "y" in sub else np.zeros(n)
+    keys = pd.factorize(sub["key"].astype(str))[0].astype(np.int64) if "key" in sub else np.zeros(n, np.int64)
+    if job.predicate == "distance" and (np.isnan(xs).any() or np.isnan(ys).any()):
+        msg = "a distance join needs x and y on every tuple of the joined streams"
+        raise InputError(msg)
+    return JoinInput(side[keep], sub[ts_col].to_numpy(np.int64), xs, ys, keys)
+
+
+def _hindsight(meets: Callable[[int], bool], upper: int, grid: int) -> int:
+    """The smallest value on the grid in [0, upper] for which ``meets`` holds (binary search)."""
+    lo, hi = 0, max(upper // grid + 1, 1)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if meets(mid * grid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo * grid
+
+
+def evaluate(inp: JoinInput, job: JoinJob, methods: tuple[str, ...] = METHODS) -> dict[str, Any]:
+    """Run the methods side by side and summarise each against the exact join."""
+    unknown = set(methods) - set(METHODS)
+    if unknown:
+        msg = f"unknown methods {sorted(unknown)}; known: {', '.join(METHODS)}"
+        raise ConfigError(msg)
+    q = job.query()
+    t0 = time.monotonic()
+    truth = exact_join(inp, q)
+    truth_s = time.monotonic() - t0
+    span = int(inp.ts.max() - inp.ts.min()) if len(inp) else 0
+
+    def score(run: JoinRun) -> dict[str, Any]:
+        return summarize(inp, truth, run, job.period_us, job.q_user, job.warmup_periods)
+
+    def all_met(run: JoinRun) -> bool:
+        return bool(score(run)["periods_meeting_target"] >= 1.0)
+
+    runners: dict[str, Callable[[], tuple[JoinRun, dict[str, Any]]]] = {
+        "qjoin-learned": lambda: _adaptive(inp, q, job, "learned", truth),
+        "qjoin-paper": lambda: _adaptive(inp, q, job, "paper", truth),
+        "qjoin-hindsight": lambda: _fixed(
+            lambda d: qjoin_set(inp, q, d, d, truth), all_met, span, job.granularity_us, "retention_us"
+        ),
+        "kslack-hindsight": lambda: _fixed(
+            lambda k: kslack_set(inp, q, FixedK(k, k), truth), all_met, span, job.granularity_us, "k_us"
+        ),
+        "mp-kslack": lambda: (kslack_set(inp, q, MaxDelayK(), truth), {}),
+        "aq-kslack": lambda: (run_aq_kslack(inp, q, job.adaptation(), truth)[0], {}),
+    }
+    records: dict[str, dict[str, Any]] = {}
+    for m in methods:
+        t = time.monotonic()
+        run, params = runners[m]()
+        seconds = time.monotonic() - t
+        rec = score(run)
+        rec.update(
+            method=m,
+            seconds=round(seconds, 3),
+            throughput_tps=round(len(inp) / seconds, 1) if seconds > 0 else None,
+            params=params,
+        )
+        records[m] = rec
+        print(
+            f"[join] {m}: recall {rec['recall_mean']:.4f}, {100 * rec['periods_meeting_target']:.0f}% of "
+            f"periods meet {job.q_user}, buffered {rec['buffered_mean']:.0f}, {seconds:.1f} s",
+            flush=True,
+        )
+    base = records.get("mp-kslack")
+    for rec in records.values():
+        if base:
+            rec["buffered_vs_mp_kslack"] = _ratio(rec["buffered_mean"], base["buffered_mean"])
+            rec["latency_vs_mp_kslack"] = _ratio(rec["latency_mean_us"], base["latency_mean_us"])
+        if "qjoin-hindsight" in records:
+            rec["buffered_vs_hindsight_qjoin"] = _ratio(
+                rec["buffered_mean"], records["qjoin-hindsight"]["buffered_mean"]
+            )
+    return {
+        "job": asdict(job),
+        "tuples": len(inp),
+        "true_pairs": int(truth.shape[0]),
+        "truth_seconds": round(truth_s, 3),
+        "methods": records,
+    }
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return round(a / b, 4) if b else None
+
+
+def _adaptive(
+    inp: JoinInput, q: JoinQuery, job: JoinJob, estimator: str, truth: PairArray
+) -> tuple[JoinRun, dict[str, Any]]:
+    run, steps = run_adaptive_qjoin(inp, q, job.adaptation(estimator), truth)
+    trace = [
+        {
+            "at_index": s.at_index,
+            "progress_us": s.progress_us,
+            "q_l": round(s.q_l, 4),
+            "d_r_us": s.d_r_us,
+            "d_s_us": s.d_s_us,
+        }
+        for s in steps
+    ]
+    return run, {"adaptations": len(steps), "trace": trace}
+
+
+def _fixed(
+    make: Callable[[int], JoinRun], meets: Callable[[JoinRun], bool], upper: int, grid: int, name: str
+) -> tuple[JoinRun, dict[str, Any]]:
+    best = _hindsight(lambda v: meets(make(v)), upper, grid)
+    return make(best), {name: best}
+
+
+def format_summary(result: dict[str, Any]) -> str:
+    """A table of the methods' headline figures."""
+    head = (
+        f"{'method':<18} {'recall':>7} {'periods ok':>10} {'buffered':>9} {'max buf':>8} "
+        f"{'latency ms':>10} {'p95 ms':>8} {'vs MP buf':>9}"
+    )
+    lines = [
+        f"[join] {result['tuples']:,} tuples, {result['true_pairs']:,} true pairs",
+        head,
+        "-" * len(head),
+    ]
+    for m, r in result["methods"].items():
+        vs = r.get("buffered_vs_mp_kslack")
+        lines.append(
+            f"{m:<18} {r['recall_mean']:>7.4f} {100 * r['periods_meeting_target']:>9.0f}% "
+            f"{r['buffered_mean']:>9.0f} "
+            f"{r['buffered_max']:>8} {r['latency_mean_us'] / 1000:>10.1f} {r['latency_p95_us'] / 1000:>8.1f} "
+            f"{'' if vs is None else f'{vs:.3f}':>9}"
+        )
+    return "\n".join(lines)
+
+
+def read_user_file(path: Path) -> pd.DataFrame:
+    """A CSV or Parquet file of arrivals, in arrival order."""
+    if not path.is_file():
+        msg = f"no such file: {path}"
+        raise InputError(msg)
+    try:
+        return pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+    except (ValueError, OSError) as e:
+        msg = f"cannot read {path} as {'Parquet' if path.suffix == '.parquet' else 'CSV'}: {e}"
+        raise InputError(msg) from e
+
+
+def write_summary(result: dict[str, Any], path: Path) -> Path:
+    """The JSON quality summary."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1, default=str))
+    return path
