@@ -82,7 +82,13 @@ def test_bad_rows_are_quarantined_and_accounted_in_the_log(spark, settings, tmp_
         (13, "duplicate_row"),
     ]
     assert q[0]["raw_line"] == "garbage"
-    log = delta.read(spark, INGEST_LOG, settings.lake_root).first()
+    started, done = (
+        delta.read(spark, INGEST_LOG, settings.lake_root).where(F.col("status") == s).collect()
+        for s in ("started", "done")
+    )
+    assert (len(started), len(done)) == (1, 1)
+    assert started[0]["file_ordinal"] == done[0]["file_ordinal"] == 0
+    log = done[0]
     assert (log["rows_read"], log["rows_accepted"], log["rows_quarantined"], log["blank_lines"]) == (
         13,
         10,

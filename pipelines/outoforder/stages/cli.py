@@ -25,16 +25,7 @@ from typing import Any
 
 from outoforder.config import Settings, load_settings
 from outoforder.errors import InputError, OutOfOrderError
-
-# the join stage's candidates (kept here so --help needs no numpy import)
-JOIN_METHODS = (
-    "qjoin-learned",
-    "qjoin-paper",
-    "qjoin-hindsight",
-    "kslack-hindsight",
-    "mp-kslack",
-    "aq-kslack",
-)
+from outoforder.stages.join import METHODS as JOIN_METHODS
 
 
 def _spark(settings: Settings, name: str) -> Any:
