@@ -26,6 +26,7 @@ from typing import Any
 from outoforder.config import Settings, load_settings
 from outoforder.errors import InputError, OutOfOrderError
 from outoforder.stages.join import METHODS as JOIN_METHODS
+from outoforder.stages.join import JoinJob
 
 
 def _spark(settings: Settings, name: str) -> Any:
@@ -106,9 +107,7 @@ def cmd_validate(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _join_job(args: argparse.Namespace) -> Any:
-    from outoforder.stages.join import JoinJob
-
+def _join_job(args: argparse.Namespace) -> JoinJob:
     return JoinJob(
         r_streams=tuple(args.r_streams.split(",")),
         s_streams=tuple(args.s_streams.split(",")),
@@ -121,46 +120,6 @@ def _join_job(args: argparse.Namespace) -> Any:
     )
 
 
-def run_join_on_source(
-    spark: Any, settings: Settings, source: str, job: Any, methods: tuple[str, ...]
-) -> Any:
-    """Evaluate the join candidates on one bronze source; store per-period metrics; return the summary."""
-    from outoforder.io import delta
-    from outoforder.io.tables import BRONZE, JOIN_METRICS
-    from outoforder.stages.join import evaluate, input_from_frame
-
-    pdf = (
-        delta.read_arrivals(spark, BRONZE, settings.lake_root, source=source)
-        .select("arrival_seq", "stream", "event_ts", "x", "y", "key")
-        .orderBy("arrival_seq")
-        .toPandas()
-    )
-    if pdf.empty:
-        msg = f"bronze has no rows for source {source!r}"
-        raise InputError(msg)
-    result = evaluate(input_from_frame(pdf, job), job, methods)
-    result["source"] = source
-    rows = [
-        (
-            source,
-            m,
-            p["period"],
-            p["start_us"],
-            p["true_pairs"],
-            p["produced_pairs"],
-            float(p["recall"]),
-            bool(p["met"]),
-            float(job.q_user),
-        )
-        for m, r in result["methods"].items()
-        for p in r["per_period"]
-    ]
-    delta.replace_source(
-        spark.createDataFrame(rows, JOIN_METRICS.schema), JOIN_METRICS, settings.lake_root, source
-    )
-    return result
-
-
 def cmd_join(args: argparse.Namespace, settings: Settings) -> int:
     """Evaluate QJoin and the baselines on a bronze source or on a user's file."""
     from outoforder.stages.join import (
@@ -168,6 +127,7 @@ def cmd_join(args: argparse.Namespace, settings: Settings) -> int:
         format_summary,
         input_from_frame,
         read_user_file,
+        run_join_on_source,
         write_summary,
     )
 
@@ -233,7 +193,7 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     print(format_table(results), flush=True)
     print("[demo] 4/5 data quality of bronze (Great Expectations)", flush=True)
     validate_bronze(spark, settings)
-    from outoforder.stages.join import JoinJob, format_summary, write_summary
+    from outoforder.stages.join import JoinJob, format_summary, run_join_on_source, write_summary
 
     job = JoinJob()
     print(

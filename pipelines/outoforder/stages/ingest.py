@@ -172,7 +172,8 @@ def ingest_file(
             reasons[r] = reasons.get(r, 0) + 1
         staged = spark.createDataFrame(acc) if acc.num_rows else None
         rejected = spark.createDataFrame(rejects) if rejects.num_rows else None
-        deduped = staged is not None and prior is not None
+        dups = None
+        n_dups = 0
         if staged is not None and prior is not None:
             dups = staged.join(prior, "row_hash", "left_semi").cache()
             n_dups = dups.count()
@@ -190,15 +191,16 @@ def ingest_file(
                 )
                 rejected = dup_rows if rejected is None else rejected.unionByName(dup_rows)
                 staged = staged.join(prior, "row_hash", "left_anti")
-            dups.unpersist()
         if staged is not None:
             delta.append_once(staged, BRONZE, settings.lake_root, ingest_id, batch_no)
-            lo, hi = _seq_range(staged) if deduped else _seq_range_arrow(acc)
+            lo, hi = _seq_range(staged) if n_dups else _seq_range_arrow(acc)
             if lo is not None:
                 first_seq = lo if first_seq is None else first_seq
                 last_seq = hi
         if rejected is not None:
             delta.append_once(rejected, QUARANTINE, settings.lake_root, ingest_id, batch_no)
+        if dups is not None:
+            dups.unpersist()  # only after both writes: they read it
         print(f"[ingest] {source}: {counts.lines:,} lines read ({time.monotonic() - t0:.1f} s)", flush=True)
     assert counts is not None
     accepted = counts.accepted - cross_dups

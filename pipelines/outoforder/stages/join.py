@@ -24,17 +24,21 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
+from outoforder.config import Settings
 from outoforder.core.joins.adaptation import AdaptationSettings, run_adaptive_qjoin, run_aq_kslack
 from outoforder.core.joins.kslack import FixedK, MaxDelayK, kslack_set
 from outoforder.core.joins.metrics import summarize
 from outoforder.core.joins.qjoin import JoinRun, qjoin_set
 from outoforder.core.joins.query import JoinInput, JoinQuery, PairArray, exact_join
 from outoforder.errors import ConfigError, InputError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 METHODS = ("qjoin-learned", "qjoin-paper", "qjoin-hindsight", "kslack-hindsight", "mp-kslack", "aq-kslack")
 
@@ -200,8 +204,18 @@ def _adaptive(
 def _fixed(
     make: Callable[[int], JoinRun], meets: Callable[[JoinRun], bool], upper: int, grid: int, name: str
 ) -> tuple[JoinRun, dict[str, Any]]:
-    best = _hindsight(lambda v: meets(make(v)), upper, grid)
-    return make(best), {name: best}
+    passing: dict[int, JoinRun] = {}  # the search ends on a value it has tested: keep those runs
+
+    def test(v: int) -> bool:
+        run = make(v)
+        ok = meets(run)
+        if ok:
+            passing.clear()
+            passing[v] = run
+        return ok
+
+    best = _hindsight(test, upper, grid)
+    return passing.get(best) or make(best), {name: best}
 
 
 def format_summary(result: dict[str, Any]) -> str:
@@ -243,3 +257,42 @@ def write_summary(result: dict[str, Any], path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1, default=str))
     return path
+
+
+def run_join_on_source(
+    spark: SparkSession, settings: Settings, source: str, job: JoinJob, methods: tuple[str, ...] = METHODS
+) -> dict[str, Any]:
+    """Evaluate the join candidates on one bronze source; store per-period metrics; return the summary."""
+    from outoforder.io import delta  # Spark only when reading bronze: file evaluations need none
+    from outoforder.io.tables import BRONZE, JOIN_METRICS
+
+    pdf = (
+        delta.read_arrivals(spark, BRONZE, settings.lake_root, source=source)
+        .select("arrival_seq", "stream", "event_ts", "x", "y", "key")
+        .orderBy("arrival_seq")
+        .toPandas()
+    )
+    if pdf.empty:
+        msg = f"bronze has no rows for source {source!r}"
+        raise InputError(msg)
+    result = evaluate(input_from_frame(pdf, job), job, methods)
+    result["source"] = source
+    rows = [
+        (
+            source,
+            m,
+            p["period"],
+            p["start_us"],
+            p["true_pairs"],
+            p["produced_pairs"],
+            float(p["recall"]),
+            bool(p["met"]),
+            float(job.q_user),
+        )
+        for m, r in result["methods"].items()
+        for p in r["per_period"]
+    ]
+    delta.replace_source(
+        spark.createDataFrame(rows, JOIN_METRICS.schema), JOIN_METRICS, settings.lake_root, source
+    )
+    return result
