@@ -9,26 +9,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pendulum
+from _spark_stage import delta_jars, submit_kwargs
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Param, dag, task
 
-from outoforder.config import REPO_ROOT, load_settings
-
-
-def _delta_jars() -> str:
-    """Delta's jars, resolved when a task runs (a missing jar cache fails the task, not the parse)."""
-    return ",".join(load_settings().spark.jar_paths())
-
-
-_APP = str(REPO_ROOT / "pipelines" / "outoforder" / "stages" / "spark_entry.py")
-_SUBMIT = {
-    "application": _APP,
-    "conn_id": "spark_default",  # master local[2] by default (README)
-    "conf": load_settings().spark.to_conf(with_jars=False),
-    "jars": "{{ delta_jars() }}",
-    "env_vars": {"OOO_CONFIG": "{{ params.config }}"},
-    "verbose": False,
-}
+_SUBMIT = submit_kwargs()
 
 DOC = """
 ### Ingest raw files into bronze
@@ -55,7 +40,7 @@ Params: `datasets` -- built-in dataset ids or prefixes (`all`, `ooo`, `debs2013/
     max_active_runs=1,
     tags=["outoforder", "bronze", "ingest"],
     doc_md=DOC,
-    user_defined_macros={"delta_jars": _delta_jars},
+    user_defined_macros={"delta_jars": delta_jars},
     default_args={"retries": 2, "retry_delay": timedelta(seconds=30), "owner": "outoforder"},
     params={
         "datasets": Param("all", type="string", description="dataset ids/prefixes, comma-separated"),

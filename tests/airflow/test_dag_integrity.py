@@ -12,6 +12,8 @@ pytestmark = pytest.mark.airflow
 
 EXPECTED_STRUCTURE = {
     "ingest": {"plan": {"ingest"}, "ingest": {"validate_bronze"}, "validate_bronze": set()},
+    "join_stream": {"join_interval": {"validate_join"}, "validate_join": set()},
+    "join_adapt": {"adapt": set()},
 }
 
 PROBE = r"""

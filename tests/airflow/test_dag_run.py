@@ -57,3 +57,68 @@ def test_unknown_dataset_fails_in_plan_before_spark_starts(airflow_env):
     assert "unknown dataset 'nope'" in out
     assert "state=failed" in out
     assert "SparkSubmitHook" not in out  # ingest never started: upstream failed
+
+
+RESULTS = r"""
+import json
+from pyspark.sql import functions as F
+from outoforder.config import load_settings
+from outoforder.spark.session import get_spark
+from outoforder.io import delta
+from outoforder.io.tables import JOIN_METRICS, JOIN_RESULTS, JOIN_STATE
+s = load_settings(); spark = get_spark(s)
+res = delta.read(spark, JOIN_RESULTS, s.lake_root)
+print("RESULTS" + json.dumps({
+    "pairs": res.count(),
+    "distinct": res.select("r_seq", "s_seq").distinct().count(),
+    "intervals": sorted({r[0] for r in res.select("interval_end_us").distinct().collect()}),
+    "states": delta.read(spark, JOIN_STATE, s.lake_root).count(),
+    "periods": delta.read(spark, JOIN_METRICS, s.lake_root).count(),
+}))
+"""
+
+
+def test_join_stream_dag_joins_one_arrival_interval(airflow_env):
+    spark_python = Path(os.environ["OOO_SPARK_VENV"]) / "bin" / "python"
+    replay = subprocess.run(
+        [
+            str(spark_python),
+            "-m",
+            "outoforder.stages",
+            "replay",
+            "--model",
+            "hpm_game1",
+            "--seconds",
+            "3",
+            "--seed",
+            "1",
+        ],
+        env=airflow_env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert replay.returncode == 0, replay.stderr[-3000:]
+    assert airflow(airflow_env, "db", "migrate").returncode == 0
+    # the replay's arrival clock starts at 10,753 s after the epoch (the DEBS 2013 game clock):
+    # the one-minute interval ending at 03:00 holds all of it
+    conf = {
+        "source": "synthetic/hpm_game1-3s-seed1",
+        "period_s": 0.5,
+        "interval_s": 0.1,
+        "on_violation": "warn",
+    }
+    run = airflow(
+        airflow_env, "dags", "test", "join_stream", "1970-01-01T03:00:00+00:00", "-c", json.dumps(conf)
+    )
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-5000:]
+    assert "state=success" in out
+    assert "[join-stream] synthetic/hpm_game1-3s-seed1" in out
+    assert "join_results: PASSED" in out
+    got = run_probe(str(spark_python), RESULTS, "RESULTS", airflow_env)
+    assert got["pairs"] == got["distinct"] > 0
+    assert got["intervals"] == [10_800_000_000]  # 03:00 in µs since the epoch
+    assert got["states"] == 1
+    assert got["periods"] >= 1

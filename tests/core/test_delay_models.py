@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from outoforder.core.delay_models import BodyTail, Bursty, Exponential, LogNormal, Pareto
+from outoforder.core.delay_models import BodyTail, Bursty, Empirical, Exponential, LogNormal, Pareto
 from outoforder.errors import ConfigError
 
 MODELS = [
@@ -12,6 +12,7 @@ MODELS = [
     Pareto(0.01, 1.5, 0.3),
     Bursty(Exponential(0.01, 0.1), Pareto(0.05, 1.2, 0.9), 500, 100),
     BodyTail(LogNormal(-4.0, 1.0), Pareto(0.5, 1.2), 0.01, 0.6),
+    Empirical((0.05, 0.1, 0.2, 3.0), late_prob=0.4),
 ]
 
 
@@ -57,3 +58,14 @@ def test_invalid_parameters_fail_clearly():
         Exponential(1.0, late_prob=1.5)
     with pytest.raises(ConfigError):
         Pareto(0.0, 1.0)
+
+
+def test_trace_driven_model_resamples_the_trace_and_refuses_bad_ones():
+    trace = (0.05, 0.1, 0.2, 3.0)
+    d = Empirical(trace).sample(np.random.default_rng(1), 20_000)
+    assert set(np.unique(d).tolist()) == set(trace)
+    assert float(d.mean()) == pytest.approx(np.mean(trace), rel=0.05)
+    assert Empirical(trace).expected_max_s(10_000) == 3.0
+    for bad in ((), (0.1, -1.0), (0.1, float("nan"))):
+        with pytest.raises(ConfigError, match="delay trace"):
+            Empirical(bad)

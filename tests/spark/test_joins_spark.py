@@ -5,7 +5,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from outoforder.core.joins.kslack import FixedK, MaxDelayK, kslack_set
+from outoforder.core.joins.adaptation import AdaptationSettings, aq_kslack_schedule
+from outoforder.core.joins.kslack import FixedK, MaxDelayK, ScheduledK, kslack_set
 from outoforder.core.joins.qjoin import qjoin_set
 from outoforder.core.joins.query import JoinQuery
 from outoforder.spark.joins import KSlackState, QJoinState, kslack_batch, qjoin_batch
@@ -78,8 +79,11 @@ def run_spark_kslack(spark, inp, query, policy, batch):
         for i in range(len(inp))
     ]
     cols = ["seq", "side", "ts", "x", "y", "key"]
+    if isinstance(policy, ScheduledK):  # AQ-K-slack: K per arrival as columns
+        rows = [(*r, int(policy.k_r[i]), int(policy.k_s[i])) for i, r in enumerate(rows)]
+        cols += ["k_r", "k_s"]
     adaptive = isinstance(policy, MaxDelayK)
-    state = KSlackState.empty(spark, (0, 0) if adaptive else (policy.k_r, policy.k_s))
+    state = KSlackState.empty(spark, (policy.k_r, policy.k_s) if isinstance(policy, FixedK) else (0, 0))
     pairs, late = [], []
     starts = list(range(0, len(rows), batch))
     for n_batch, start in enumerate(starts):
@@ -104,3 +108,18 @@ def test_spark_kslack_equals_the_set_form(spark, policy, batch):
     assert want
     assert ref.late.any()
     assert run_spark_kslack(spark, inp, q, policy, batch) == (want, np.flatnonzero(ref.late).tolist())
+
+
+@pytest.mark.parametrize("batch", [7, 60, 500])
+def test_spark_aq_kslack_follows_the_adapted_schedule_exactly(spark, batch):
+    inp = make_input(11, 150, MODELS[1], span_us=450)
+    q = JoinQuery(window_us=10, theta=1.5)
+    st_ = AdaptationSettings(q_user=0.9, period_us=150, interval_us=30, granularity_us=2, basic_window_us=2)
+    sched = aq_kslack_schedule(inp, q, st_)
+    assert len(set(sched.k_r.tolist()) | set(sched.k_s.tolist())) > 1  # K really changes mid-stream
+    ref = kslack_set(inp, q, sched)
+    want = sorted(
+        zip(ref.pairs[:, 0].tolist(), ref.pairs[:, 1].tolist(), ref.emitted_at.tolist(), strict=True)
+    )
+    assert want
+    assert run_spark_kslack(spark, inp, q, sched, batch) == (want, np.flatnonzero(ref.late).tolist())

@@ -14,7 +14,9 @@ Models (all delays in seconds):
   and the 142 s maximum of QJoin's D1;
 - :class:`Pareto` -- a power-law tail (``xm``, ``alpha``);
 - :class:`Bursty` -- regime switching: calm and burst periods alternate (geometric run lengths in
-  tuples) with different late probabilities, so late tuples cluster in time as on a congested link.
+  tuples) with different late probabilities, so late tuples cluster in time as on a congested link;
+- :class:`Empirical` -- trace-driven: delays drawn from measured ones (e.g. the OoO-Dataset's real
+  UMTS transmission delays, :func:`outoforder.sources.disorder.ooo_trace_delays`).
 
 >>> import numpy as np
 >>> m = Exponential(mean_s=0.5, late_prob=1.0)
@@ -276,4 +278,49 @@ class BodyTail:
         )
 
 
-AnyDelayModel = Exponential | LogNormal | Pareto | Bursty | BodyTail
+@dataclass(frozen=True)
+class Empirical:
+    """Delays resampled (with replacement) from a measured trace, e.g. real network delays.
+
+    ``late_prob`` = 1 by default: a trace of transmission delays already holds its own on-time
+    share (a delay of 0 s is rare on a real link, but equal delays keep order just the same).
+
+    >>> m = Empirical((0.1, 0.2, 0.3), name="toy")
+    >>> sorted(set(m.sample(np.random.default_rng(0), 50).tolist()))
+    [0.1, 0.2, 0.3]
+    >>> m.describe()
+    'empirical(toy: 3 delays, mean=0.2s, max=0.3s, late_prob=1)'
+    """
+
+    delays_s: tuple[float, ...]
+    name: str = "trace"
+    late_prob: float = 1.0
+
+    def __post_init__(self) -> None:
+        _check_prob(self.late_prob, "late_prob")
+        arr = np.asarray(self.delays_s, dtype=np.float64)
+        if arr.size == 0 or not np.isfinite(arr).all() or (arr < 0).any():
+            msg = f"a delay trace needs finite delays >= 0 (got {arr.size} values)"
+            raise ConfigError(msg)
+
+    def sample(self, rng: np.random.Generator, n: int) -> FloatArray:
+        """Draw ``n`` delays from the trace."""
+        arr = np.asarray(self.delays_s, dtype=np.float64)
+        return _zero_inflate(rng, n, self.late_prob, arr[rng.integers(0, arr.size, n)])
+
+    def expected_max_s(self, n_late: int) -> float:
+        """The empirical quantile at the median of the maximum (capped by the trace's maximum)."""
+        return float(
+            np.quantile(np.asarray(self.delays_s), _median_max_quantile(n_late), method="inverted_cdf")
+        )
+
+    def describe(self) -> str:
+        """Model name and the trace's size, mean and maximum."""
+        arr = np.asarray(self.delays_s)
+        return (
+            f"empirical({self.name}: {arr.size} delays, mean={arr.mean():.3g}s, max={arr.max():.3g}s, "
+            f"late_prob={self.late_prob:g})"
+        )
+
+
+AnyDelayModel = Exponential | LogNormal | Pareto | Bursty | BodyTail | Empirical

@@ -44,3 +44,25 @@ def naive_utc_to_us(text: str, fmt: str = "%Y-%m-%d %H:%M:%S") -> int:
     """
     parsed = datetime.strptime(text, fmt).replace(tzinfo=UTC)
     return int(parsed.timestamp()) * US_PER_SECOND + parsed.microsecond
+
+
+def parse_instant_us(text: str) -> int:
+    """An instant given as integer µs since the epoch or as an ISO 8601 date-time (UTC if no zone).
+
+    Airflow passes data intervals as ISO strings; replays and bronze speak µs.
+
+    >>> parse_instant_us("1500000")
+    1500000
+    >>> parse_instant_us("1970-01-01T00:00:01.5+00:00")
+    1500000
+    >>> parse_instant_us("1970-01-01 00:00:02")
+    2000000
+    """
+    s = text.strip()
+    if s.lstrip("-").isdigit():
+        return int(s)
+    parsed = datetime.fromisoformat(s.replace("Z", "+00:00"))
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    delta = parsed - datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86_400 + delta.seconds) * US_PER_SECOND + delta.microseconds

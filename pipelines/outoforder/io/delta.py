@@ -62,16 +62,54 @@ def append_once(df: DataFrame, table: Table, lake_root: Path | str, app_id: str,
     writer.save(table.path(lake_root))
 
 
+def _sql_literal(value: str | int) -> str:
+    return str(value) if isinstance(value, int) else "'" + value.replace("'", "''") + "'"
+
+
+def replace_where(df: DataFrame, table: Table, lake_root: Path | str, match: dict[str, str | int]) -> None:
+    """Overwrite exactly the rows whose columns equal ``match`` (``replaceWhere``): idempotent.
+
+    Rows of ``df`` outside ``match`` are dropped rather than written, so the write can never touch
+    anything but the slice it replaces.
+    """
+    ensure(df.sparkSession, table, lake_root)
+    cond = F.lit(True)
+    for col, value in match.items():
+        cond = cond & (F.col(col) == F.lit(value))
+    where = " AND ".join(f"{c} = {_sql_literal(v)}" for c, v in match.items())
+    writer = (
+        conform(df.where(cond), table).write.format("delta").mode("overwrite").option("replaceWhere", where)
+    )
+    if table.partition_by:
+        writer = writer.partitionBy(*table.partition_by)
+    writer.save(table.path(lake_root))
+
+
 def replace_source(df: DataFrame, table: Table, lake_root: Path | str, source: str) -> None:
     """Overwrite exactly one source's rows (``replaceWhere``): re-running gives the same table."""
-    ensure(df.sparkSession, table, lake_root)
-    writer = (
-        conform(df.where(F.col("source") == source), table)
-        .write.format("delta")
-        .mode("overwrite")
-        .option("replaceWhere", f"source = '{source.replace(chr(39), chr(39) * 2)}'")
-    )
-    writer.partitionBy(*table.partition_by).save(table.path(lake_root))
+    replace_where(df, table, lake_root, {"source": source})
+
+
+def merge_new(df: DataFrame, table: Table, lake_root: Path | str, keys: tuple[str, ...]) -> int:
+    """Insert the rows of ``df`` whose ``keys`` are not in the table yet; return how many were new.
+
+    Re-running with the same rows inserts nothing (the idempotent MERGE of results). ``keys``
+    should start with the partition column, so Delta prunes files and concurrent MERGEs into
+    other partitions do not conflict.
+    """
+    from delta.tables import DeltaTable
+
+    spark = df.sparkSession
+    ensure(spark, table, lake_root)
+    target = DeltaTable.forPath(spark, table.path(lake_root))
+    before = target.history(1).select("version").first()
+    cond = " AND ".join(f"t.{k} = n.{k}" for k in keys)
+    target.alias("t").merge(conform(df, table).alias("n"), cond).whenNotMatchedInsertAll().execute()
+    last = target.history(1).select("version", "operationMetrics").first()
+    # a MERGE that changes nothing may commit nothing: then the newest commit is someone else's
+    if last is None or (before is not None and last[0] == before[0]) or last[1] is None:
+        return 0
+    return int(last[1].get("numTargetRowsInserted", 0))
 
 
 def read_arrivals(

@@ -105,8 +105,78 @@ JOIN_METRICS_SCHEMA = _s(
     ("q_user", DoubleType(), False),
 )
 
+# The stream join (stages/join_stream.py). ``job`` names one query + target (a digest of them),
+# so several joins of one source live side by side; ``as_of_us`` is an arrival-time interval end.
+JOIN_RESULTS_SCHEMA = _s(
+    ("source", StringType(), False),
+    ("job", StringType(), False),
+    ("r_seq", LongType(), False),  # arrival_seq of the R tuple
+    ("s_seq", LongType(), False),
+    ("r_ts", LongType(), False),
+    ("s_ts", LongType(), False),
+    ("emitted_at_seq", LongType(), False),  # the arrival that produced the pair
+    ("produced_by", StringType(), False),  # "stream" (later: "repair")
+    ("interval_start_us", LongType(), False),
+    ("interval_end_us", LongType(), False),
+    ("d_r_us", LongType(), False),  # the retention in force
+    ("d_s_us", LongType(), False),
+    ("params_version", LongType(), False),  # join_params.valid_from_us of those, -1 = initial
+    ("written_at_us", LongType(), False),
+)
+JOIN_STATE_SCHEMA = _s(
+    ("source", StringType(), False),
+    ("job", StringType(), False),
+    ("as_of_us", LongType(), False),  # the state after every arrival before this arrival time
+    ("interval_start_us", LongType(), False),
+    ("m_r", LongType(), True),
+    ("m_s", LongType(), True),
+    ("h_r", LongType(), True),
+    ("h_s", LongType(), True),
+    ("arrivals", LongType(), False),  # arrivals processed so far
+    ("pairs", LongType(), False),  # pairs produced so far
+    ("written_at_us", LongType(), False),
+)
+JOIN_BUFFER_SCHEMA = _s(
+    ("source", StringType(), False),
+    ("job", StringType(), False),
+    ("as_of_us", LongType(), False),
+    ("seq", LongType(), False),
+    ("side", LongType(), False),
+    ("ts", LongType(), False),
+    ("x", DoubleType(), False),
+    ("y", DoubleType(), False),
+    ("key", LongType(), False),
+)
+JOIN_PARAMS_SCHEMA = _s(
+    ("source", StringType(), False),
+    ("job", StringType(), False),
+    ("valid_from_us", LongType(), False),  # arrival time from which these are in force
+    ("progress_us", LongType(), False),  # T when decided
+    ("estimator", StringType(), False),
+    ("q_user", DoubleType(), False),
+    ("q_l", DoubleType(), False),
+    ("d_r_us", LongType(), False),
+    ("d_s_us", LongType(), False),
+    ("estimated_q", DoubleType(), False),
+    ("stats_json", StringType(), False),  # the statistics the choice came from
+    ("computed_at_us", LongType(), False),
+)
+
 BRONZE = Table("bronze/arrivals", BRONZE_SCHEMA, ("source",))
 QUARANTINE = Table("bronze/quarantine", QUARANTINE_SCHEMA, ("source",))
 INGEST_LOG = Table("bronze/ingest_log", INGEST_LOG_SCHEMA)
 JOIN_METRICS = Table("gold/join_metrics", JOIN_METRICS_SCHEMA, ("source",))
-ALL_TABLES = (BRONZE, QUARANTINE, INGEST_LOG, JOIN_METRICS)
+JOIN_RESULTS = Table("gold/join_results", JOIN_RESULTS_SCHEMA, ("source",))
+JOIN_STATE = Table("silver/join_state", JOIN_STATE_SCHEMA, ("source",))
+JOIN_BUFFER = Table("silver/join_buffer", JOIN_BUFFER_SCHEMA, ("source",))
+JOIN_PARAMS = Table("silver/join_params", JOIN_PARAMS_SCHEMA, ("source",))
+ALL_TABLES = (
+    BRONZE,
+    QUARANTINE,
+    INGEST_LOG,
+    JOIN_METRICS,
+    JOIN_RESULTS,
+    JOIN_STATE,
+    JOIN_BUFFER,
+    JOIN_PARAMS,
+)

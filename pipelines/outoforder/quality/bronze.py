@@ -14,34 +14,15 @@ expectations (USER_NEEDS.md #13).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from outoforder.config import Settings
-from outoforder.errors import QualityError
 from outoforder.io import delta
 from outoforder.io.tables import BRONZE, INGEST_LOG, QUARANTINE
+from outoforder.quality.suites import SuiteResult, report, run_suite
 
 KNOWN_STREAMS = ("ball", "team_a", "team_b", "referee", "devices", "taxi")
-
-
-@dataclass(frozen=True)
-class SuiteResult:
-    """Outcome of one suite: overall success and one line per expectation."""
-
-    suite: str
-    success: bool
-    checks: list[tuple[str, bool, str]]
-
-    def lines(self) -> list[str]:
-        """A summary line, then one line per failed check (every check when ``verbose``)."""
-        passed = sum(ok for _, ok, _ in self.checks)
-        verdict = "PASSED" if self.success else "FAILED"
-        head = f"[quality] {self.suite}: {verdict} ({passed}/{len(self.checks)} checks passed)"
-        return [head, *(f"    FAIL {name} {detail}" for name, ok, detail in self.checks if not ok)]
 
 
 def accounting_frame(spark: SparkSession, settings: Settings) -> DataFrame:
@@ -68,32 +49,6 @@ def accounting_frame(spark: SparkSession, settings: Settings) -> DataFrame:
     )
 
 
-def _run(name: str, df: DataFrame, expectations: list[Any]) -> SuiteResult:
-    import great_expectations as gx
-    from great_expectations.data_context.types.base import ProgressBarsConfig
-
-    context = gx.get_context(mode="ephemeral")
-    context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
-    source = context.data_sources.add_spark(name=f"{name}_source")
-    asset = source.add_dataframe_asset(name=name)
-    batch_def = asset.add_batch_definition_whole_dataframe(f"{name}_all")
-    suite = context.suites.add(gx.ExpectationSuite(name=name, expectations=expectations))
-    validation = context.validation_definitions.add(
-        gx.ValidationDefinition(data=batch_def, suite=suite, name=f"{name}_validation")
-    )
-    result = validation.run(batch_parameters={"dataframe": df})
-    checks = []
-    for r in result.results:
-        cfg = r.expectation_config
-        label = "unnamed expectation"
-        if cfg is not None:
-            kwargs = {k: v for k, v in cfg.kwargs.items() if k != "batch_id"}
-            label = f"{cfg.type}({kwargs})"
-        observed = r.result.get("observed_value", r.result.get("unexpected_count", ""))
-        checks.append((label, bool(r.success), f"observed={observed}"))
-    return SuiteResult(name, bool(result.success), checks)
-
-
 def validate_bronze(spark: SparkSession, settings: Settings, fail: bool = True) -> list[SuiteResult]:
     """Run both bronze suites; raise :class:`QualityError` on failure when ``fail``."""
     import great_expectations.expectations as gxe
@@ -103,7 +58,7 @@ def validate_bronze(spark: SparkSession, settings: Settings, fail: bool = True) 
     hi = max((b[1] for b in bounds), default=2**63 - 1)
     arrivals = delta.read(spark, BRONZE, settings.lake_root)
     results = [
-        _run(
+        run_suite(
             "bronze_arrivals",
             arrivals,
             [
@@ -118,7 +73,7 @@ def validate_bronze(spark: SparkSession, settings: Settings, fail: bool = True) 
                 gxe.ExpectColumnValuesToBeInSet(column="stream", value_set=list(KNOWN_STREAMS)),
             ],
         ),
-        _run(
+        run_suite(
             "bronze_accounting",
             accounting_frame(spark, settings),
             [
@@ -130,11 +85,5 @@ def validate_bronze(spark: SparkSession, settings: Settings, fail: bool = True) 
             ],
         ),
     ]
-    for r in results:
-        for line in r.lines():
-            print(line, flush=True)
-    failed = [r.suite for r in results if not r.success]
-    if failed and fail:
-        msg = f"bronze data quality failed: {', '.join(failed)}"
-        raise QualityError(msg)
+    report(results, "bronze", fail)
     return results

@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from statistics import NormalDist
 from typing import Any
 
@@ -42,6 +43,7 @@ from outoforder.core.delay_models import (
     AnyDelayModel,
     BodyTail,
     Bursty,
+    Empirical,
     Exponential,
     LogNormal,
     Pareto,
@@ -274,3 +276,27 @@ def inject(
         target=preset.target if preset else None,
         per_stream=per_stream,
     )
+
+
+def ooo_trace_delays(data_dir: Path, files: Sequence[str] = ("d-1", "d-2", "d-3", "d-4", "d-5")) -> Empirical:
+    """The OoO-Dataset's real transmission delays (server receive - client detection) as a model.
+
+    Real phones over public UMTS (Weiss et al., IoTBDS 2017): median ~0.1 s, p99 ~0.3 s, maximum
+    5.5 s. Negative differences (clock offsets of a few ms left after NTP) count as 0.
+    """
+    from outoforder.sources.readers import OooReader, read_file
+
+    delays: list[IntArray] = []
+    for name in files:
+        path = data_dir / "ooo-dataset" / f"{name}.csv.gz"
+        if not path.is_file():
+            msg = f"the delay trace needs {path} (the shared data folder)"
+            raise ConfigError(msg)
+        for batch in read_file(path, OooReader()):
+            t = batch.accepted
+            if t.num_rows:
+                ev = t.column("event_ts").to_numpy()
+                ar = t.column("arrival_ts").to_numpy()
+                delays.append(np.maximum(ar - ev, 0).astype(np.int64))
+    us = np.concatenate(delays) if delays else np.zeros(0, np.int64)
+    return Empirical(tuple((us / US_PER_SECOND).tolist()), name=f"ooo {'+'.join(files)}")

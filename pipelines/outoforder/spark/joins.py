@@ -91,7 +91,7 @@ def _predicate(query: JoinQuery) -> Column:
 
 
 def qjoin_batch(batch: DataFrame, state: QJoinState, query: JoinQuery) -> tuple[DataFrame, QJoinState]:
-    """Process one micro-batch: return its result pairs (columns r_seq, s_seq) and the new state."""
+    """Process one micro-batch: its result pairs (r_seq, s_seq, emitted_at, r_ts, s_ts) and the new state."""
     prefix = Window.orderBy("seq").rowsBetween(Window.unboundedPreceding, Window.currentRow)
     m_r = F.greatest(_lit_long(state.m_r), F.max(F.when(F.col("side") == 0, F.col("ts"))).over(prefix))
     m_s = F.greatest(_lit_long(state.m_s), F.max(F.when(F.col("side") == 1, F.col("ts"))).over(prefix))
@@ -118,6 +118,8 @@ def qjoin_batch(batch: DataFrame, state: QJoinState, query: JoinQuery) -> tuple[
         F.when(F.col("p.side") == 0, F.col("p.seq")).otherwise(F.col("c.seq")).alias("r_seq"),
         F.when(F.col("p.side") == 1, F.col("p.seq")).otherwise(F.col("c.seq")).alias("s_seq"),
         F.col("p.seq").alias("emitted_at"),
+        F.when(F.col("p.side") == 0, F.col("p.ts")).otherwise(F.col("c.ts")).alias("r_ts"),
+        F.when(F.col("p.side") == 1, F.col("p.ts")).otherwise(F.col("c.ts")).alias("s_ts"),
     )
 
     last = arrivals.agg(F.max("m_r"), F.max("m_s"), F.max("h_r"), F.max("h_s")).first()
@@ -156,13 +158,18 @@ def kslack_batch(
 ) -> tuple[DataFrame, DataFrame, KSlackState]:
     """One micro-batch of the K-slack join (fixed K, or MP-K-slack when ``adaptive_max_delay``).
 
+    When the batch has columns ``k_r`` and ``k_s`` they give K per arrival (AQ-K-slack's adapted
+    schedule, :class:`outoforder.core.joins.kslack.ScheduledK`) instead of the state's fixed K.
     Returns (result pairs r_seq, s_seq, emitted_at; late arrivals seq; new state). ``final``
     flushes everything still buffered at the end of the stream (emitted_at = last seq + 1).
     The set form this reproduces is :func:`outoforder.core.joins.kslack.kslack_set`.
     """
     upto = Window.orderBy("seq").rowsBetween(Window.unboundedPreceding, Window.currentRow)
     before = Window.orderBy("seq").rowsBetween(Window.unboundedPreceding, -1)
-    a = batch.select(*TUPLE_COLS)
+    scheduled = {"k_r", "k_s"} <= set(batch.columns)
+    a = batch.select(*TUPLE_COLS, *(["k_r", "k_s"] if scheduled else []))
+    if scheduled:  # keep the schedule out of the way of the computed k_r/k_s below
+        a = a.withColumnRenamed("k_r", "sched_k_r").withColumnRenamed("k_s", "sched_k_s")
     for s, name in ((0, "r"), (1, "s")):
         own = F.when(F.col("side") == s, F.col("ts"))
         a = a.withColumn(f"m_{name}", F.greatest(_lit_long(state.m[s]), F.max(own).over(upto)))
@@ -174,6 +181,8 @@ def kslack_batch(
     for s, name in ((0, "r"), (1, "s")):
         if adaptive_max_delay:
             k = F.greatest(F.lit(state.k[s]), F.max(F.when(F.col("side") == s, F.col("delay"))).over(upto))
+        elif scheduled:
+            k = F.col(f"sched_k_{name}").cast("long")
         else:
             k = F.lit(state.k[s]).cast("long")
         a = a.withColumn(f"k_{name}", k)

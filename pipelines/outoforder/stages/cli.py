@@ -7,6 +7,9 @@ Stages::
     stats           disorder statistics per source from bronze (late fraction, mean/max delay)
     validate-bronze Great Expectations suites over bronze (fails on violation)
     join            QJoin and the K-slack baselines on a bronze source or a file, vs the truth
+    join-stream     the stream join over arrival-time intervals, state kept in Delta (DAG join_stream)
+    join-adapt      choose the retention in force from a time on, from the history (DAG join_adapt)
+    validate-join   recall per closed period and duplicate checks of the stream join (GX)
     demo            the main job: ingest everything, one injected preset, statistics, checks, join
     presets         list the disorder presets (or re-run their calibration)
 
@@ -24,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from outoforder.config import Settings, load_settings
-from outoforder.errors import InputError, OutOfOrderError
+from outoforder.errors import ConfigError, InputError, OutOfOrderError
 from outoforder.stages.join import METHODS as JOIN_METHODS
 from outoforder.stages.join import JoinJob
 
@@ -148,6 +151,72 @@ def cmd_join(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _instant(text: str) -> int:
+    from outoforder.core.time import parse_instant_us
+
+    try:
+        return parse_instant_us(text)
+    except ValueError as e:
+        msg = f"not an instant (µs since the epoch or ISO 8601): {text!r}"
+        raise ConfigError(msg) from e
+
+
+def cmd_join_stream(args: argparse.Namespace, settings: Settings) -> int:
+    """Run the stream join over [start, end), in steps of --every (each step one interval)."""
+    from outoforder.stages.join_stream import pending_span, run_interval
+
+    spark = _spark(settings, "join-stream")
+    job = _join_job(args)
+    start = _instant(args.start) if args.start is not None else None
+    end = _instant(args.end) if args.end is not None else None
+    if start is None or end is None:
+        span = pending_span(spark, settings, args.source, job, args.estimator)
+        if span is None:
+            print(f"[join-stream] {args.source}: every arrival in bronze is processed already", flush=True)
+            return 0
+        start = span[0] if start is None else start
+        end = span[1] if end is None else end
+    step = round(args.every_s * 1e6) if args.every_s else end - start
+    if step <= 0 or end <= start:
+        msg = f"need start < end and a positive --every (got [{start}, {end}), step {step} µs)"
+        raise ConfigError(msg)
+    lo = start
+    while lo < end:
+        hi = min(lo + step, end)
+        print(run_interval(spark, settings, args.source, job, lo, hi, args.estimator).line(), flush=True)
+        if args.adapt_every_s and hi < end and ((hi - start) % round(args.adapt_every_s * 1e6)) == 0:
+            from outoforder.stages.join_stream import adapt
+
+            adapt(spark, settings, args.source, job, hi, args.estimator)
+        lo = hi
+    return 0
+
+
+def cmd_join_adapt(args: argparse.Namespace, settings: Settings) -> int:
+    """Choose the retention in force from --until on."""
+    from outoforder.stages.join_stream import adapt
+
+    adapt(
+        _spark(settings, "join-adapt"),
+        settings,
+        args.source,
+        _join_job(args),
+        _instant(args.until),
+        args.estimator,
+    )
+    return 0
+
+
+def cmd_validate_join(args: argparse.Namespace, settings: Settings) -> int:
+    """Recall per closed period and duplicate checks (GX)."""
+    from outoforder.stages.join_stream import validate
+
+    spark = _spark(settings, "validate-join")
+    fail = args.on_violation == "fail"
+    validate(spark, settings, args.source, _join_job(args), _instant(args.until), args.estimator, fail=fail)
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     """The main job on the embedded default."""
     from outoforder.quality.bronze import validate_bronze
@@ -168,14 +237,14 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
             "expects the shared data folder at ../shared/data: set OOO_DATA_DIR to where it is"
         )
         raise InputError(msg)
-    print(f"[demo] 1/5 ingesting the real datasets from {settings.data_dir}", flush=True)
+    print(f"[demo] 1/6 ingesting the real datasets from {settings.data_dir}", flush=True)
     for d in catalog.BUILTIN:
         path = d.path(settings.data_dir)
         print(ingest_file(spark, settings, path, d.reader, d.source).line(), flush=True)
         sources.append(d.source)
     preset = args.preset or settings.demo.preset
     print(
-        f"[demo] 2/5 synthetic soccer play ({settings.demo.synthetic_seconds:g} s) with the "
+        f"[demo] 2/6 synthetic soccer play ({settings.demo.synthetic_seconds:g} s) with the "
         f"'{preset}' disorder preset",
         flush=True,
     )
@@ -185,19 +254,19 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     print(format_report(replay.report), flush=True)
     print(ingest_file(spark, settings, replay.path, "soccer_synthetic", replay.source).line(), flush=True)
     sources.append(replay.source)
-    print("[demo] 3/5 disorder statistics (arrival order = arrival_seq)", flush=True)
+    print("[demo] 3/6 disorder statistics (arrival order = arrival_seq)", flush=True)
     results = [source_stats(spark, settings, s) for s in sources]
     out = settings.lake_root.parent / "reports" / "disorder_stats.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1))
     print(format_table(results), flush=True)
-    print("[demo] 4/5 data quality of bronze (Great Expectations)", flush=True)
+    print("[demo] 4/6 data quality of bronze (Great Expectations)", flush=True)
     validate_bronze(spark, settings)
     from outoforder.stages.join import JoinJob, format_summary, run_join_on_source, write_summary
 
     job = JoinJob()
     print(
-        f"[demo] 5/5 stream join on {replay.source}: ball vs players, w = {job.window_us / 1e6:g} s, "
+        f"[demo] 5/6 stream join on {replay.source}: ball vs players, w = {job.window_us / 1e6:g} s, "
         f"theta = {job.theta:g} m, Q_user = {job.q_user}, P = {job.period_us / 1e6:g} s, "
         f"L = {job.interval_us / 1e6:g} s",
         flush=True,
@@ -205,12 +274,60 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     result = run_join_on_source(spark, settings, replay.source, job, JOIN_METHODS)
     print(format_summary(result), flush=True)
     join_out = write_summary(result, out.parent / f"join_{replay.source.replace('/', '_')}.json")
+    _demo_stream_join(spark, settings, replay.source, job)
     print(
         f"[demo] done in {time.monotonic() - t0:.0f} s; lake at {settings.lake_root}; statistics in {out}; "
         f"join quality summary in {join_out}",
         flush=True,
     )
     return 0
+
+
+def _demo_stream_join(spark: Any, settings: Settings, source: str, job: JoinJob) -> None:
+    """Step 6: the production path -- interval runs with state in Delta, adaptation, GX checks."""
+    from outoforder.stages.join_stream import adapt, pending_span, run_interval, validate
+
+    span = pending_span(spark, settings, source, job)
+    step = round(settings.demo.stream_interval_s * 1e6)
+    if span is None:  # a second run of the main job: everything is joined already
+        print(f"[demo] 6/6 the stream join of {source} is up to date; checking it", flush=True)
+        validate(spark, settings, source, job, _last_end(spark, settings, source, job), fail=False)
+        return
+    start, end = span
+    print(
+        f"[demo] 6/6 the stream join as the pipeline runs it (DAGs join_stream + join_adapt): "
+        f"{-(-(end - start) // step)} arrival intervals of {step / 1e6:g} s, state in Delta, the "
+        "retention adapted after each, then the recall and duplicate checks",
+        flush=True,
+    )
+    lo = start
+    while lo < end:
+        hi = min(lo + step, end)
+        print(run_interval(spark, settings, source, job, lo, hi).line(), flush=True)
+        if hi < end:
+            adapt(spark, settings, source, job, hi)
+        lo = hi
+    # a missed target is reported here, not fatal: the demo shows the verdict; the DAG fails on it
+    validate(spark, settings, source, job, end, fail=False)
+
+
+def _last_end(spark: Any, settings: Settings, source: str, job: JoinJob) -> int:
+    from pyspark.sql import functions as F
+
+    from outoforder.io import delta
+    from outoforder.io.tables import JOIN_STATE
+    from outoforder.stages.join_stream import job_id
+
+    row = (
+        delta.read(spark, JOIN_STATE, settings.lake_root)
+        .where((F.col("source") == source) & (F.col("job") == job_id(job)))
+        .agg(F.max("as_of_us"))
+        .first()
+    )
+    if row is None or row[0] is None:
+        msg = f"the stream join of {source} has no state to check"
+        raise InputError(msg)
+    return int(row[0])
 
 
 def cmd_presets(args: argparse.Namespace, settings: Settings) -> int:
@@ -266,20 +383,41 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", parents=[common], help="the main job")
     d.add_argument("--preset", help="disorder preset for the synthetic replay")
     d.set_defaults(func=cmd_demo)
-    j = sub.add_parser("join", parents=[common], help="evaluate QJoin and the K-slack baselines")
+    query = argparse.ArgumentParser(add_help=False)
+    query.add_argument("--r-streams", default="ball", help="streams forming R (comma-separated)")
+    query.add_argument("--s-streams", default="team_a,team_b", help="streams forming S")
+    query.add_argument("--window-ms", type=float, default=500.0, help="w: |r.ts - s.ts| <= w")
+    query.add_argument("--theta", type=float, default=2.0, help="distance threshold (metres)")
+    query.add_argument("--predicate", choices=["distance", "key"], default="distance")
+    query.add_argument("--q-user", type=float, default=0.95, help="recall target per period")
+    query.add_argument("--period-s", type=float, default=5.0, help="P")
+    query.add_argument("--interval-s", type=float, default=0.5, help="L, the adaptation interval")
+    j = sub.add_parser("join", parents=[common, query], help="evaluate QJoin and the K-slack baselines")
     j.add_argument("--source", help="a bronze source id (e.g. synthetic/hpm_game1-20s-seed7)")
     j.add_argument("--file", help="or a CSV/Parquet file: stream|side, event_ts|ts (µs), x, y, key")
-    j.add_argument("--r-streams", default="ball", help="streams forming R (comma-separated)")
-    j.add_argument("--s-streams", default="team_a,team_b", help="streams forming S")
-    j.add_argument("--window-ms", type=float, default=500.0, help="w: |r.ts - s.ts| <= w")
-    j.add_argument("--theta", type=float, default=2.0, help="distance threshold (metres)")
-    j.add_argument("--predicate", choices=["distance", "key"], default="distance")
-    j.add_argument("--q-user", type=float, default=0.95, help="recall target per period")
-    j.add_argument("--period-s", type=float, default=5.0, help="P")
-    j.add_argument("--interval-s", type=float, default=0.5, help="L, the adaptation interval")
     j.add_argument("--methods", default=",".join(JOIN_METHODS), help="comma-separated subset")
     j.add_argument("--out", help="where to write the JSON summary")
     j.set_defaults(func=cmd_join)
+    stream = argparse.ArgumentParser(add_help=False)
+    stream.add_argument("--source", required=True, help="the bronze source id")
+    stream.add_argument("--estimator", choices=["learned", "paper"], default="learned")
+    js = sub.add_parser("join-stream", parents=[common, query, stream], help="the stream join over intervals")
+    js.add_argument(
+        "--start", help="arrival-time interval start (µs or ISO 8601; default: where the job stopped)"
+    )
+    js.add_argument("--end", help="interval end, exclusive (default: after the newest arrival in bronze)")
+    js.add_argument("--every-s", type=float, help="split [start, end) into intervals of this many seconds")
+    js.add_argument("--adapt-every-s", type=float, help="also adapt the retention every this many seconds")
+    js.set_defaults(func=cmd_join_stream)
+    ja = sub.add_parser(
+        "join-adapt", parents=[common, query, stream], help="adapt the stream join's retention"
+    )
+    ja.add_argument("--until", required=True, help="history before this arrival time; in force from it")
+    ja.set_defaults(func=cmd_join_adapt)
+    vj = sub.add_parser("validate-join", parents=[common, query, stream], help="GX checks of the stream join")
+    vj.add_argument("--until", required=True, help="check the history before this arrival time")
+    vj.add_argument("--on-violation", choices=["fail", "warn"], default="fail")
+    vj.set_defaults(func=cmd_validate_join)
     pr = sub.add_parser("presets", parents=[common], help="list disorder presets")
     pr.add_argument("--calibrate", action="store_true", help="re-run the calibration (slow)")
     pr.set_defaults(func=cmd_presets)

@@ -5,6 +5,7 @@ from outoforder.core.joins.adaptation import (
     AdaptationSettings,
     aq_kslack_schedule,
     choose_retention,
+    decide,
     interval_target,
     run_adaptive_qjoin,
     run_aq_kslack,
@@ -108,3 +109,27 @@ def test_period_recall_counts_pairs_by_their_later_event_time():
     ]
     with pytest.raises(AssertionError, match="not true pairs"):
         period_recall(inp, truth, np.array([[0, 3]]), 10, 0.9)
+
+
+@pytest.mark.parametrize("estimator", ["learned", "paper"])
+def test_one_scheduled_decision_equals_the_in_sequence_decision(estimator):
+    # The pipeline's join-adapt stage calls decide() on the history; it must choose exactly what
+    # the in-sequence controller chooses at the same arrival.
+    inp = soccer_like(seed=5)
+    st = AdaptationSettings(**{**ST.__dict__, "estimator": estimator})
+    _, steps = run_adaptive_qjoin(inp, Q, st)
+    first = steps[0]
+    at = first.at_index
+    prefix = JoinInput(inp.side[:at], inp.ts[:at], inp.x[:at], inp.y[:at], inp.key[:at])
+    truth = exact_join(prefix, Q)
+    made = qjoin_set(prefix, Q, np.zeros(at, np.int64), np.zeros(at, np.int64), truth).pairs
+    produced = np.isin(truth[:, 0] * at + truth[:, 1], made[:, 0] * at + made[:, 1])
+    got = decide(prefix, Q, st, produced, truth)
+    assert (got.q_l, got.d_r_us, got.d_s_us, got.stats) == (
+        first.q_l,
+        first.d_r_us,
+        first.d_s_us,
+        first.stats,
+    )
+    with pytest.raises(ConfigError, match="produced flags"):
+        decide(prefix, Q, st, produced[:-1], truth)

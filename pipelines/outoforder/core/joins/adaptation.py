@@ -242,6 +242,42 @@ def run_adaptive_qjoin(
     return run, steps
 
 
+def decide(
+    inp: JoinInput,
+    query: JoinQuery,
+    settings: AdaptationSettings,
+    produced: npt.NDArray[np.bool_],
+    truth: PairArray | None = None,
+) -> Adaptation:
+    """One adaptation after the last arrival of ``inp`` (the history so far).
+
+    ``produced[k]`` tells whether true pair ``truth[k]`` was produced by the running join (the
+    stream stage reads it from its results table). For the scheduled, periodic adaptation of the
+    pipeline; :func:`run_adaptive_qjoin` makes the same decision at every L of one sequence.
+    """
+    pairs = exact_join(inp, query) if truth is None else truth
+    if produced.shape[0] != pairs.shape[0]:
+        msg = f"produced flags ({produced.shape[0]}) must match the true pairs ({pairs.shape[0]})"
+        raise ConfigError(msg)
+    earlier, later = pairs.min(axis=1), pairs.max(axis=1)
+    t = joint_progress(inp)
+    decided = np.ones(pairs.shape[0], dtype=bool)
+    return _decide(
+        inp,
+        query,
+        settings,
+        pairs,
+        earlier,
+        later,
+        inp.side[earlier],
+        t,
+        arrival_delays(inp),
+        decided,
+        produced,
+        len(inp),
+    )
+
+
 def _decide(
     inp: JoinInput,
     query: JoinQuery,

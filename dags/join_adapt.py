@@ -1,0 +1,55 @@
+"""Adaptation-statistics DAG: every 10 minutes, choose the stream join's retention from history.
+
+Thin: one out-of-process Spark stage (``join-adapt``). It reads bronze (the exact join so far) and
+gold/join_results (what the stream produced), and writes silver/join_params: the (d_R, d_S) in
+force from the end of the run's interval, with the statistics they came from.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pendulum
+from _spark_stage import JOIN_ARGS, delta_jars, join_params, submit_kwargs
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import dag
+
+DOC = """
+### Adapt the stream join's retention
+
+**adapt** (`python -m outoforder.stages join-adapt`) computes, from the history before the end of
+the run's data interval, the quality the next interval must deliver (Q_L, the paper's eq. 3) and
+the cheapest per-stream retention (d_R, d_S) expected to reach it (Algorithm 1 with the chosen
+estimator: `learned` = required retention of the exact pairs so far, `paper` = modelled from the
+delay distributions). The choice and its statistics go to `silver/join_params`; `join_stream` runs
+use it from then on. Re-running an interval rewrites the same row.
+
+Use the same job parameters as the `join_stream` runs it serves (they identify the job).
+"""
+
+
+@dag(
+    dag_id="join_adapt",
+    schedule=timedelta(minutes=10),
+    # arrival clocks of replays start near the epoch (the DEBS 2013 game clock): backfills over
+    # them must lie after the start date; catchup is off, so no run is created for the past
+    start_date=pendulum.datetime(1970, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    tags=["outoforder", "join", "adaptation"],
+    doc_md=DOC,
+    user_defined_macros={"delta_jars": delta_jars},
+    default_args={"retries": 2, "retry_delay": timedelta(seconds=30), "owner": "outoforder"},
+    params=join_params(),
+)
+def join_adapt() -> None:
+    """Adapt the retention from the history."""
+    SparkSubmitOperator(
+        task_id="adapt",
+        name="outoforder-join-adapt",
+        application_args=["join-adapt", *JOIN_ARGS, "--until", "{{ data_interval_end }}"],
+        **submit_kwargs(),
+    )
+
+
+join_adapt()

@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks against baselines and peers (``python -m outoforder.bench``)."""

@@ -1,0 +1,34 @@
+"""``python -m outoforder.bench <name> [--quick] [--out DIR] [--no-spark]``: run a benchmark."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from outoforder.bench.harness import DEFAULT_OUT
+from outoforder.errors import OutOfOrderError
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the arguments and run one benchmark."""
+    p = argparse.ArgumentParser(prog="python -m outoforder.bench", description=__doc__)
+    p.add_argument("name", choices=["join"], help="which benchmark")
+    p.add_argument(
+        "--quick", action="store_true", help="a small replay and two targets (minutes, for a smoke run)"
+    )
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
+    p.add_argument("--data-dir", type=Path, help="the shared data folder (default: from the config)")
+    p.add_argument("--no-spark", action="store_true", help="skip the Spark candidates (set forms only)")
+    args = p.parse_args(argv)
+    from outoforder.bench import join
+
+    try:
+        return join.main(args.out, args.data_dir, args.quick, spark_on=not args.no_spark)
+    except OutOfOrderError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

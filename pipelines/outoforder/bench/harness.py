@@ -1,0 +1,51 @@
+"""What every benchmark shares: where results go, how they are written, how progress is shown."""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+DEFAULT_OUT = Path(__file__).resolve().parents[3] / "docs" / "benchmarks"
+
+
+def log(tag: str, message: str) -> None:
+    """One progress line, flushed at once (benchmarks run for minutes)."""
+    print(f"[{tag}] {time.strftime('%H:%M:%S')} {message}", flush=True)
+
+
+def machine() -> dict[str, Any]:
+    """The facts a reader needs to weigh the figures."""
+    import os
+
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "date": time.strftime("%Y-%m-%d"),
+    }
+
+
+def write_json(path: Path, meta: dict[str, Any], records: Sequence[dict[str, Any]]) -> Path:
+    """``{"meta": ..., "records": [...]}``, one record per measured case."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"meta": meta, "records": list(records)}, indent=1, default=str))
+    return path
+
+
+def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str, str]]) -> str:
+    """A Markdown table from records; ``columns`` are (key, heading, format spec)."""
+    head = "| " + " | ".join(h for _, h, _ in columns) + " |"
+    rule = "|" + "|".join("---" for _ in columns) + "|"
+    body = []
+    for r in rows:
+        cells = []
+        for key, _, fmt in columns:
+            v = r.get(key)
+            cells.append("–" if v is None else format(v, fmt) if fmt else str(v))
+        body.append("| " + " | ".join(cells) + " |")
+    return "\n".join([head, rule, *body])
