@@ -107,7 +107,7 @@ class DemoSettings:
     preset: str = "hpm_game1"
     synthetic_seconds: float = 20.0
     seed: int = 7
-    stream_interval_s: float = 2.0  # arrival-time interval of each stream-join run
+    stream_interval_s: float = 4.0  # arrival-time interval of each stream-join run
 
 
 @dataclass(frozen=True)
@@ -189,7 +189,7 @@ def load_settings(
                 preset=str(demo.get("preset", "hpm_game1")),
                 synthetic_seconds=float(demo.get("synthetic_seconds", 20.0)),
                 seed=int(demo.get("seed", 7)),
-                stream_interval_s=float(demo.get("stream_interval_s", 2.0)),
+                stream_interval_s=float(demo.get("stream_interval_s", 4.0)),
             ),
         )
     except (TypeError, ValueError, IndexError) as e:

@@ -18,6 +18,7 @@ EXPECTED_STRUCTURE = {
 
 PROBE = r"""
 import json, sys
+sys.path.insert(0, sys.argv[1])  # as Airflow does: the DAGs folder is importable (shared helpers)
 from airflow.dag_processing.dagbag import DagBag
 bag = DagBag(dag_folder=sys.argv[1])
 out = {
@@ -28,7 +29,8 @@ out = {
         d.dag_id: {
             "tags": sorted(d.tags), "doc": bool(d.doc_md), "max_active_runs": d.max_active_runs,
             "catchup": d.catchup,
-            "tasks": {t.task_id: {"retries": t.retries, "down": sorted(t.downstream_task_ids)}
+            "tasks": {t.task_id: {"retries": t.retries, "down": sorted(t.downstream_task_ids),
+                                  "depends_on_past": t.depends_on_past}
                       for t in d.tasks},
         } for d in bag.dags.values()
     },
@@ -74,3 +76,9 @@ def test_dags_parse_even_where_the_jar_cache_is_not_configured(airflow_env):
     env = {k: v for k, v in airflow_env.items() if k != "OOO_SPARK_JARS_DIR"}
     got = run_probe(sys.executable, PROBE, "PROBE", env, str(REPO / "dags"))
     assert got["errors"] == {}
+
+
+def test_stream_join_runs_wait_for_the_previous_interval(probe):
+    # the operator state of one interval is the input of the next
+    assert all(t["depends_on_past"] for t in probe["dags"]["join_stream"]["tasks"].values())
+    assert probe["dags"]["join_stream"]["max_active_runs"] == 1
