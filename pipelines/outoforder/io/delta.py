@@ -78,7 +78,11 @@ def replace_where(df: DataFrame, table: Table, lake_root: Path | str, match: dic
         cond = cond & (F.col(col) == F.lit(value))
     where = " AND ".join(f"{c} = {_sql_literal(v)}" for c, v in match.items())
     writer = (
-        conform(df.where(cond), table).write.format("delta").mode("overwrite").option("replaceWhere", where)
+        conform(df.where(cond), table)
+        .write.format("delta")
+        .mode("overwrite")
+        .option("replaceWhere", where)
+        .option("mergeSchema", "true")  # tables written before a column was added gain it
     )
     if table.partition_by:
         writer = writer.partitionBy(*table.partition_by)

@@ -103,6 +103,13 @@ JOIN_METRICS_SCHEMA = _s(
     ("recall", DoubleType(), False),
     ("met", BooleanType(), False),
     ("q_user", DoubleType(), False),
+    # memory and logical latency in the period (null where the stage does not measure them)
+    ("buffered_mean_r", DoubleType(), True),
+    ("buffered_mean_s", DoubleType(), True),
+    ("buffered_max_r", DoubleType(), True),
+    ("buffered_max_s", DoubleType(), True),
+    ("latency_mean_us", DoubleType(), True),
+    ("latency_p95_us", DoubleType(), True),
 )
 
 # The stream join (stages/join_stream.py). ``job`` names one query + target (a digest of them),

@@ -40,6 +40,14 @@ from outoforder.errors import ConfigError, InputError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+COST_COLUMNS = (
+    "buffered_mean_r",
+    "buffered_mean_s",
+    "buffered_max_r",
+    "buffered_max_s",
+    "latency_mean_us",
+    "latency_p95_us",
+)
 METHODS = ("qjoin-learned", "qjoin-paper", "qjoin-hindsight", "kslack-hindsight", "mp-kslack", "aq-kslack")
 
 
@@ -288,6 +296,7 @@ def run_join_on_source(
             float(p["recall"]),
             bool(p["met"]),
             float(job.q_user),
+            *(p.get(c) for c in COST_COLUMNS),
         )
         for m, r in result["methods"].items()
         for p in r["per_period"]

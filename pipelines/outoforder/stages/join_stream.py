@@ -47,7 +47,7 @@ from outoforder.core.joins.metrics import period_recall
 from outoforder.core.joins.progress import joint_progress
 from outoforder.core.joins.query import JoinInput, PairArray, exact_join
 from outoforder.errors import InputError, StateError
-from outoforder.stages.join import JoinJob, input_from_frame
+from outoforder.stages.join import COST_COLUMNS, JoinJob, input_from_frame
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -544,6 +544,7 @@ def validate(
             float(r["recall"]),
             bool(r["met"]),
             float(job.q_user),
+            *(None for _ in COST_COLUMNS),  # buffered tuples per interval are in silver/join_state
         )
         for r in quality.to_dict("records")
     ]

@@ -11,7 +11,8 @@ from outoforder.core.joins.adaptation import (
     run_aq_kslack,
 )
 from outoforder.core.joins.kslack import MaxDelayK, kslack_set
-from outoforder.core.joins.metrics import period_recall, summarize
+from outoforder.core.joins.metrics import period_costs, period_recall, summarize
+from outoforder.core.joins.progress import NEG, joint_progress
 from outoforder.core.joins.qjoin import qjoin_set
 from outoforder.core.joins.query import JoinInput, JoinQuery, exact_join
 from outoforder.errors import ConfigError
@@ -133,3 +134,19 @@ def test_one_scheduled_decision_equals_the_in_sequence_decision(estimator):
     )
     with pytest.raises(ConfigError, match="produced flags"):
         decide(prefix, Q, st, produced[:-1], truth)
+
+
+def test_per_period_memory_and_latency_add_up_to_the_run_figures():
+    inp = soccer_like(seed=2)
+    truth = exact_join(inp, Q)
+    run = kslack_set(inp, Q, MaxDelayK(), truth)  # non-zero latency and buffers
+    s = summarize(inp, truth, run, ST.period_us, 0.9)
+    costs = period_costs(inp, run, ST.period_us)
+    assert set(costs) >= {p["period"] for p in s["per_period"]}
+    assert all("buffered_max_r" in p and "latency_p95_us" in p for p in s["per_period"])
+    t = joint_progress(inp)
+    period = np.maximum((np.where(t > NEG, t, inp.ts.min()) - inp.ts.min()) // ST.period_us, 0)
+    counts = {int(p): int((period == p).sum()) for p in np.unique(period)}
+    weighted = sum(costs[p]["buffered_mean_r"] * c for p, c in counts.items()) / len(inp)
+    assert weighted == pytest.approx(s["buffered_mean_r"])
+    assert max(c["buffered_max_s"] for c in costs.values()) == run.buffered[:, 1].max()

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from outoforder.core.joins.progress import NEG, joint_progress
 from outoforder.core.joins.qjoin import JoinRun
 from outoforder.core.joins.query import JoinInput, PairArray
 
@@ -65,6 +66,36 @@ def period_recall(
     return out
 
 
+def period_costs(
+    inp: JoinInput, run: JoinRun, period_us: int, origin_us: int | None = None
+) -> dict[int, dict[str, float]]:
+    """Memory and latency per period: buffered tuples per stream (mean, max), latency (mean, p95).
+
+    An arrival belongs to the period of the joint progress T after it (the first period before
+    T exists).
+    """
+    n = len(inp)
+    if n == 0 or run.buffered.shape[0] != n:
+        return {}
+    origin = int(inp.ts.min()) if origin_us is None else origin_us
+    t = joint_progress(inp)
+    period = np.maximum((np.where(t > NEG, t, origin) - origin) // period_us, 0)
+    out: dict[int, dict[str, float]] = {}
+    for p in np.unique(period):
+        mine = period == p
+        lat = run.latency[mine]
+        lat = lat[lat >= 0]
+        out[int(p)] = {
+            "buffered_mean_r": float(run.buffered[mine, 0].mean()),
+            "buffered_mean_s": float(run.buffered[mine, 1].mean()),
+            "buffered_max_r": float(run.buffered[mine, 0].max()),
+            "buffered_max_s": float(run.buffered[mine, 1].max()),
+            "latency_mean_us": float(lat.mean()) if lat.size else 0.0,
+            "latency_p95_us": float(np.percentile(lat, 95)) if lat.size else 0.0,
+        }
+    return out
+
+
 def summarize(
     inp: JoinInput, truth: PairArray, run: JoinRun, period_us: int, q_user: float, drop_first_periods: int = 0
 ) -> dict[str, Any]:
@@ -73,6 +104,7 @@ def summarize(
     recalls = np.array([p.recall for p in periods]) if periods else np.zeros(0)
     buffered = run.buffered.sum(axis=1) if run.buffered.size else np.zeros(1, np.int64)
     lat = run.latency[run.latency >= 0] if run.latency.size else np.zeros(0, np.int64)
+    costs = period_costs(inp, run, period_us)
     return {
         "true_pairs": int(truth.shape[0]),
         "produced_pairs": int(run.pairs.shape[0]),
@@ -88,5 +120,5 @@ def summarize(
         "latency_mean_us": float(lat.mean()) if lat.size else 0.0,
         "latency_p95_us": float(np.percentile(lat, 95)) if lat.size else 0.0,
         "late_dropped": int(run.late.sum()),
-        "per_period": [asdict(p) for p in periods],
+        "per_period": [{**asdict(p), **costs.get(p.period, {})} for p in periods],
     }
