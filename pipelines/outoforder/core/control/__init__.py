@@ -1,0 +1,1 @@
+"""Controllers that size buffers from observed quality (HPM's PD controller)."""

@@ -1,0 +1,1 @@
+"""Sliding windows on event time: assignment and exact aggregates (HPM, top-k)."""
