@@ -14,6 +14,8 @@ from _spark_stage import JOIN_ARGS, delta_jars, join_params, submit_kwargs
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import dag
 
+_SUBMIT = submit_kwargs()  # the settings are read once per parse
+
 DOC = """
 ### Adapt the stream join's retention
 
@@ -48,7 +50,7 @@ def join_adapt() -> None:
         task_id="adapt",
         name="outoforder-join-adapt",
         application_args=["join-adapt", *JOIN_ARGS, "--until", "{{ data_interval_end }}"],
-        **submit_kwargs(),
+        **_SUBMIT,
     )
 
 

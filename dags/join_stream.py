@@ -14,6 +14,8 @@ from _spark_stage import JOIN_ARGS, delta_jars, join_params, submit_kwargs
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import dag
 
+_SUBMIT = submit_kwargs()  # the settings are read once per parse
+
 INTERVAL = timedelta(minutes=1)
 
 DOC = """
@@ -65,7 +67,7 @@ def join_stream() -> None:
         task_id="join_interval",
         name="outoforder-join-stream",
         application_args=["join-stream", *JOIN_ARGS, *interval],
-        **submit_kwargs(),
+        **_SUBMIT,
     )
     validate_join = SparkSubmitOperator(
         task_id="validate_join",
@@ -75,7 +77,7 @@ def join_stream() -> None:
             *JOIN_ARGS,
             *("--until", "{{ data_interval_end }}", "--on-violation", "{{ params.on_violation }}"),
         ],
-        **submit_kwargs(),
+        **_SUBMIT,
     )
     join_interval >> validate_join
 

@@ -428,15 +428,7 @@ def _plots(records: list[dict[str, Any]], cases: list[Case], out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    methods = [
-        "qjoin-learned",
-        "qjoin-paper",
-        "qjoin-hindsight",
-        "kslack-hindsight",
-        "mp-kslack",
-        "aq-kslack",
-        "spark-sss",
-    ]
+    methods = [*METHODS, "spark-sss"]
     fig, axes = plt.subplots(2, len(cases), figsize=(5 * len(cases), 8), squeeze=False)
     for j, c in enumerate(cases):
         for m in methods:

@@ -285,13 +285,17 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
 
 def _demo_stream_join(spark: Any, settings: Settings, source: str, job: JoinJob) -> None:
     """Step 6: the production path -- interval runs with state in Delta, adaptation, GX checks."""
-    from outoforder.stages.join_stream import adapt, pending_span, run_interval, validate
+    from outoforder.stages.join_stream import adapt, last_processed, pending_span, run_interval, validate
 
     span = pending_span(spark, settings, source, job)
     step = round(settings.demo.stream_interval_s * 1e6)
     if span is None:  # a second run of the main job: everything is joined already
         print(f"[demo] 6/6 the stream join of {source} is up to date; checking it", flush=True)
-        validate(spark, settings, source, job, _last_end(spark, settings, source, job), fail=False)
+        done = last_processed(spark, settings, source, job)
+        if done is None:
+            msg = f"the stream join of {source} has no state to check"
+            raise InputError(msg)
+        validate(spark, settings, source, job, done, fail=False)
         return
     start, end = span
     print(
@@ -309,25 +313,6 @@ def _demo_stream_join(spark: Any, settings: Settings, source: str, job: JoinJob)
         lo = hi
     # a missed target is reported here, not fatal: the demo shows the verdict; the DAG fails on it
     validate(spark, settings, source, job, end, fail=False)
-
-
-def _last_end(spark: Any, settings: Settings, source: str, job: JoinJob) -> int:
-    from pyspark.sql import functions as F
-
-    from outoforder.io import delta
-    from outoforder.io.tables import JOIN_STATE
-    from outoforder.stages.join_stream import job_id
-
-    row = (
-        delta.read(spark, JOIN_STATE, settings.lake_root)
-        .where((F.col("source") == source) & (F.col("job") == job_id(job)))
-        .agg(F.max("as_of_us"))
-        .first()
-    )
-    if row is None or row[0] is None:
-        msg = f"the stream join of {source} has no state to check"
-        raise InputError(msg)
-    return int(row[0])
 
 
 def cmd_presets(args: argparse.Namespace, settings: Settings) -> int:

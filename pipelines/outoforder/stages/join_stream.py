@@ -314,6 +314,25 @@ def run_interval(
     )
 
 
+def last_processed(
+    spark: SparkSession, settings: Settings, source: str, job: JoinJob, estimator: str = "learned"
+) -> int | None:
+    """The end of the newest interval the job has processed (None before its first run)."""
+    from pyspark.sql import functions as F
+
+    from outoforder.io import delta
+    from outoforder.io.tables import JOIN_STATE
+
+    delta.ensure(spark, JOIN_STATE, settings.lake_root)
+    done = (
+        delta.read(spark, JOIN_STATE, settings.lake_root)
+        .where(_where(source, job_id(job, estimator)))
+        .agg(F.max("as_of_us"))
+        .first()
+    )
+    return None if done is None or done[0] is None else int(done[0])
+
+
 def pending_span(
     spark: SparkSession, settings: Settings, source: str, job: JoinJob, estimator: str = "learned"
 ) -> tuple[int, int] | None:
@@ -324,7 +343,7 @@ def pending_span(
     from pyspark.sql import functions as F
 
     from outoforder.io import delta
-    from outoforder.io.tables import BRONZE, JOIN_STATE
+    from outoforder.io.tables import BRONZE
 
     span = (
         delta.read_arrivals(spark, BRONZE, settings.lake_root, source=source)
@@ -334,14 +353,8 @@ def pending_span(
     if span is None or span[0] is None:
         msg = f"bronze has no arrivals with an arrival_ts for source {source!r}"
         raise InputError(msg)
-    delta.ensure(spark, JOIN_STATE, settings.lake_root)
-    done = (
-        delta.read(spark, JOIN_STATE, settings.lake_root)
-        .where(_where(source, job_id(job, estimator)))
-        .agg(F.max("as_of_us"))
-        .first()
-    )
-    start = int(span[0]) if done is None or done[0] is None else int(done[0])
+    done = last_processed(spark, settings, source, job, estimator)
+    start = int(span[0]) if done is None else done
     end = int(span[1]) + 1
     return (start, end) if start < end else None
 
