@@ -60,9 +60,13 @@ class PDController:
         """The state before the first closed window."""
         return PDState(self.alpha_initial)
 
-    def update(self, state: PDState, coverage: float) -> PDState:
-        """The new α after a window closed with ``coverage``."""
-        err = self.lambda_thr - coverage
+    def update(self, state: PDState, coverage: float, lambda_thr: float | None = None) -> PDState:
+        """The new α after a window closed with ``coverage``.
+
+        ``lambda_thr`` overrides the controller's target for this window: the coverage an (ε, δ)
+        target needs depends on the window's own size and spread (:mod:`outoforder.core.windows.quality`).
+        """
+        err = (self.lambda_thr if lambda_thr is None else lambda_thr) - coverage
         d = 0.0 if state.last_error is None else err - state.last_error
         alpha = min(self.alpha_max, max(self.alpha_min, state.alpha + self.k_p * err + self.k_d * d))
         return PDState(alpha, err)

@@ -77,9 +77,15 @@ def window_aggregates(
     ts: IntArray, values: FloatArray, windows: Windows, name: str
 ) -> tuple[IntArray, FloatArray]:
     """(window ids, aggregate) for every window holding at least one tuple, ids ascending."""
-    kind, q = parse_aggregate(name)
     idx, wid = windows.explode(np.asarray(ts, dtype=np.int64))
-    v = np.asarray(values, dtype=np.float64)[idx]
+    return grouped_aggregates(wid, np.asarray(values, dtype=np.float64)[idx], name)
+
+
+def grouped_aggregates(wid: IntArray, v: FloatArray, name: str) -> tuple[IntArray, FloatArray]:
+    """(window ids, aggregate) from memberships already assigned: value ``v[j]`` is in window ``wid[j]``."""
+    kind, q = parse_aggregate(name)
+    wid = np.asarray(wid, dtype=np.int64)
+    v = np.asarray(v, dtype=np.float64)
     order = np.lexsort((v, wid))  # by window, values ascending inside (quantiles, stable sums)
     wid, v = wid[order], v[order]
     ids, start, counts = np.unique(wid, return_index=True, return_counts=True)

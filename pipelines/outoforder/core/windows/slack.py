@@ -1,0 +1,170 @@
+"""How long a window waits: the buffer policies of HPM and its baselines (SEEDS.md §2).
+
+Each policy is told every arrival's delay (``t_max − ts`` before it, 0 if on time) and, when a
+window's coverage becomes known, that coverage and the coverage its target needs; it answers the
+buffer ``K`` in force given ``k``, the largest delay seen so far.
+
+- :class:`FixedSlack` -- K-slack with a constant K (Babu et al.);
+- :class:`MaxDelaySlack` -- MP-K-slack: K = k, the largest delay seen (Mutschler & Philippsen 2013);
+- :class:`HPMSlack` -- HPM: K = α·k, α set by a PD controller on the coverage error;
+- :class:`AQSlack` -- AQ-K-slack in the spirit of Ji et al. (2015): K is the delay quantile that
+  would give the needed coverage, at level ``λ_thr + u`` over the most recent delays, with ``u`` a
+  PD-controlled correction; the level is re-evaluated when a window's coverage is observed. (The
+  seed only names AQ-K-slack; this is what we implemented.)
+
+Policies are small mutable objects built from their settings; :meth:`snapshot` returns the state to
+persist between micro-batches, and :func:`restore` rebuilds it.
+
+>>> p = HPMSlack(PDController(lambda_thr=0.9, alpha_initial=0.5))
+>>> p.slack(2_000)
+1000
+>>> p.observe_window(coverage=0.7, lambda_thr=0.9)
+>>> p.slack(2_000)  # 0.5 + 0.2 * 0.2 = 0.54
+1080
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from outoforder.core.control.pd import PDController, PDState
+from outoforder.errors import ConfigError
+
+
+class SlackPolicy(Protocol):
+    """What the buffered window operator asks of a policy."""
+
+    name: str
+
+    def observe_delay(self, delay_us: int) -> None:
+        """Every arrival's delay, in arrival order."""
+
+    def observe_window(self, coverage: float, lambda_thr: float) -> None:
+        """A closed window's observed coverage and the coverage its target needs."""
+
+    def slack(self, max_delay_us: int) -> int:
+        """K in force now, given the largest delay seen so far."""
+        ...
+
+    def snapshot(self) -> dict[str, Any]:
+        """The state to persist (JSON-serialisable)."""
+        ...
+
+
+@dataclass
+class FixedSlack:
+    """K-slack: K never changes."""
+
+    k_us: int
+    name: str = "kslack"
+
+    def observe_delay(self, delay_us: int) -> None:
+        """Ignored."""
+
+    def observe_window(self, coverage: float, lambda_thr: float) -> None:
+        """Ignored."""
+
+    def slack(self, max_delay_us: int) -> int:
+        """See :class:`SlackPolicy`."""
+        return self.k_us
+
+    def snapshot(self) -> dict[str, Any]:
+        """See :class:`SlackPolicy`."""
+        return {"policy": self.name, "k_us": self.k_us}
+
+
+@dataclass
+class MaxDelaySlack:
+    """MP-K-slack: wait as long as the largest delay seen so far."""
+
+    name: str = "mp-kslack"
+
+    def observe_delay(self, delay_us: int) -> None:
+        """Unused: the operator tracks the largest delay."""
+
+    def observe_window(self, coverage: float, lambda_thr: float) -> None:
+        """Ignored: MP-K-slack has no quality target."""
+
+    def slack(self, max_delay_us: int) -> int:
+        """See :class:`SlackPolicy`."""
+        return max_delay_us
+
+    def snapshot(self) -> dict[str, Any]:
+        """See :class:`SlackPolicy`."""
+        return {"policy": self.name}
+
+
+@dataclass
+class HPMSlack:
+    """HPM: K = α·k, α driven by the PD controller."""
+
+    controller: PDController
+    state: PDState | None = None
+    name: str = "hpm"
+
+    def __post_init__(self) -> None:
+        if self.state is None:
+            self.state = self.controller.initial()
+
+    def observe_delay(self, delay_us: int) -> None:
+        """Unused: the operator tracks the largest delay."""
+
+    def observe_window(self, coverage: float, lambda_thr: float) -> None:
+        """See :class:`SlackPolicy`."""
+        assert self.state is not None
+        self.state = self.controller.update(self.state, coverage, lambda_thr)
+
+    def slack(self, max_delay_us: int) -> int:
+        """See :class:`SlackPolicy`."""
+        assert self.state is not None
+        return self.controller.buffer_us(self.state, max_delay_us)
+
+    def snapshot(self) -> dict[str, Any]:
+        """See :class:`SlackPolicy`."""
+        assert self.state is not None
+        return {"policy": self.name, "alpha": self.state.alpha, "last_error": self.state.last_error}
+
+
+@dataclass
+class AQSlack:
+    """AQ-K-slack: K = the recent-delay quantile at level λ_thr + u, u PD-controlled."""
+
+    controller: PDController = field(
+        default_factory=lambda: PDController(lambda_thr=0.0, alpha_initial=0.0, alpha_min=-1.0, alpha_max=1.0)
+    )
+    history: int = 2_000
+    name: str = "aq-kslack"
+
+    def __post_init__(self) -> None:
+        if self.history < 1:
+            msg = f"AQ-K-slack needs a delay history of at least 1, got {self.history}"
+            raise ConfigError(msg)
+        self._delays: deque[int] = deque(maxlen=self.history)
+        self._state = self.controller.initial()
+        self._level = 1.0
+        self._k = 0
+
+    def observe_delay(self, delay_us: int) -> None:
+        """See :class:`SlackPolicy`."""
+        self._delays.append(delay_us)
+
+    def observe_window(self, coverage: float, lambda_thr: float) -> None:
+        """See :class:`SlackPolicy`."""
+        self._state = self.controller.update(self._state, coverage, lambda_thr)
+        self._level = min(1.0, max(0.0, lambda_thr + self._state.alpha))
+        if self._delays:
+            d = np.fromiter(self._delays, dtype=np.int64, count=len(self._delays))
+            self._k = int(np.quantile(d, self._level, method="inverted_cdf"))
+
+    def slack(self, max_delay_us: int) -> int:
+        """See :class:`SlackPolicy`."""
+        # Until a window has been observed, wait like MP-K-slack (no evidence to do better).
+        return max_delay_us if self._state.last_error is None else self._k
+
+    def snapshot(self) -> dict[str, Any]:
+        """See :class:`SlackPolicy`."""
+        return {"policy": self.name, "u": self._state.alpha, "level": self._level, "k_us": self._k}
