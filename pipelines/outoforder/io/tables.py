@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pyspark.sql.types import (
+    ArrayType,
     BooleanType,
     DoubleType,
     LongType,
@@ -169,6 +170,100 @@ JOIN_PARAMS_SCHEMA = _s(
     ("computed_at_us", LongType(), False),
 )
 
+
+# Sliding-window aggregates (stages/aggregate_stream.py, HPM). One row per window in the results:
+# the stream writes version 1; a repair that changes the value writes version + 1 with the previous
+# value and the late tuples that caused it; ``stream_value`` keeps what the stream emitted.
+AGG_RESULTS_SCHEMA = _s(
+    ("source", StringType(), False),
+    ("job", StringType(), False),
+    ("window_id", LongType(), False),
+    ("window_start_us", LongType(), False),
+    ("window_end_us", LongType(), False),
+    ("value", DoubleType(), True),
+    ("n_tuples", LongType(), False),  # tuples the value is computed from
+    ("version", LongType(), False),
+    ("final", BooleanType(), False),  # exact over every tuple stored when it was written
+    ("produced_by", StringType(), False),  # "stream" | "repair"
+    ("previous_value", DoubleType(), True),
+    ("caused_by", ArrayType(LongType()), True),  # arrival_seq of the late tuples behind the change
+    ("stream_value", DoubleType(), True),  # null: the stream never emitted this window
+    ("emitted_at_seq", LongType(), True),
+    ("slack_us", LongType(), True),  # K in force at the emission
+    ("lambda_thr", DoubleType(), True),
+    ("written_by_us", LongType(), False),  # the interval end (stream) or repair id that wrote it
+    ("written_at_us", LongType(), False),
+)
+AGG_LEDGER_SCHEMA = _s(  # late memberships: a tuple that arrived after a window it belongs to closed
+    ("source", StringType(), False),
+    ("job", StringType(), False),
+    ("seq", LongType(), False),
+    ("ts", LongType(), False),
+    ("window_id", LongType(), False),
+    ("interval_end_us", LongType(), False),
+)
+AGG_REPAIRS_SCHEMA = _s(
+    ("source", StringType(), False),
+    ("job", StringType(), False),
+    ("repair_id", LongType(), False),  # = ledger_upto_us: the ledger up to this interval end
+    ("trigger", StringType(), False),  # "gamma" | "forced"
+    ("late_tuples", LongType(), False),
+    ("late_span_us", LongType(), False),
+    ("windows", LongType(), False),
+    ("windows_changed", LongType(), False),
+    ("windows_added", LongType(), False),
+    ("rows_read", LongType(), False),
+    ("affected_rows", LongType(), False),
+    ("seconds", DoubleType(), False),
+    ("written_at_us", LongType(), False),
+)
+AGG_STATE_SCHEMA = _s(
+    ("source", StringType(), False),
+    ("job", StringType(), False),
+    ("as_of_us", LongType(), False),
+    ("interval_start_us", LongType(), False),  # of the job's first interval
+    ("t_max", LongType(), True),
+    ("k", LongType(), False),
+    ("frontier", LongType(), True),
+    ("last_seq", LongType(), True),
+    ("alpha", DoubleType(), False),
+    ("last_error", DoubleType(), True),
+    ("arrivals", LongType(), False),
+    ("emitted", LongType(), False),
+    ("late", LongType(), False),
+    ("written_at_us", LongType(), False),
+)
+AGG_BUFFER_SCHEMA = _s(
+    ("source", StringType(), False),
+    ("job", StringType(), False),
+    ("as_of_us", LongType(), False),
+    ("wid", LongType(), False),
+    ("seq", LongType(), False),
+    ("ts", LongType(), False),
+    ("v", DoubleType(), False),
+)
+AGG_WATCH_SCHEMA = _s(
+    ("source", StringType(), False),
+    ("job", StringType(), False),
+    ("as_of_us", LongType(), False),
+    ("wid", LongType(), False),
+    ("n_rcv", LongType(), False),
+    ("n_late", LongType(), False),
+    ("lambda_thr", DoubleType(), False),
+)
+AGG_CONTROL_SCHEMA = _s(  # every coverage observation and the α it led to (the PD trace)
+    ("source", StringType(), False),
+    ("job", StringType(), False),
+    ("interval_end_us", LongType(), False),
+    ("window_id", LongType(), False),
+    ("obs_at_seq", LongType(), False),
+    ("n_rcv", LongType(), False),
+    ("n_late", LongType(), False),
+    ("coverage", DoubleType(), False),
+    ("lambda_thr", DoubleType(), False),
+    ("alpha_after", DoubleType(), False),
+)
+
 BRONZE = Table("bronze/arrivals", BRONZE_SCHEMA, ("source",))
 QUARANTINE = Table("bronze/quarantine", QUARANTINE_SCHEMA, ("source",))
 INGEST_LOG = Table("bronze/ingest_log", INGEST_LOG_SCHEMA)
@@ -177,6 +272,13 @@ JOIN_RESULTS = Table("gold/join_results", JOIN_RESULTS_SCHEMA, ("source",))
 JOIN_STATE = Table("silver/join_state", JOIN_STATE_SCHEMA, ("source",))
 JOIN_BUFFER = Table("silver/join_buffer", JOIN_BUFFER_SCHEMA, ("source",))
 JOIN_PARAMS = Table("silver/join_params", JOIN_PARAMS_SCHEMA, ("source",))
+AGG_RESULTS = Table("gold/agg_results", AGG_RESULTS_SCHEMA, ("source",))
+AGG_REPAIRS = Table("gold/agg_repairs", AGG_REPAIRS_SCHEMA, ("source",))
+AGG_LEDGER = Table("silver/agg_ledger", AGG_LEDGER_SCHEMA, ("source",))
+AGG_STATE = Table("silver/agg_state", AGG_STATE_SCHEMA, ("source",))
+AGG_BUFFER = Table("silver/agg_buffer", AGG_BUFFER_SCHEMA, ("source",))
+AGG_WATCH = Table("silver/agg_watch", AGG_WATCH_SCHEMA, ("source",))
+AGG_CONTROL = Table("silver/agg_control", AGG_CONTROL_SCHEMA, ("source",))
 ALL_TABLES = (
     BRONZE,
     QUARANTINE,
@@ -186,4 +288,11 @@ ALL_TABLES = (
     JOIN_STATE,
     JOIN_BUFFER,
     JOIN_PARAMS,
+    AGG_RESULTS,
+    AGG_REPAIRS,
+    AGG_LEDGER,
+    AGG_STATE,
+    AGG_BUFFER,
+    AGG_WATCH,
+    AGG_CONTROL,
 )

@@ -32,6 +32,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, LongType, StructField, StructType
 
 from outoforder.core.windows.aggregate import parse_aggregate
+from outoforder.core.windows.assign import Windows
 from outoforder.core.windows.buffered import WindowQuery
 from outoforder.core.windows.quality import lambda_threshold, received_cv
 
@@ -106,7 +107,15 @@ def _floor_div(col: Column, d: int) -> Column:
     return F.floor(col / F.lit(d)).cast("long")
 
 
-def _aggregate(members: DataFrame, name: str) -> DataFrame:
+def memberships(df: DataFrame, windows: Windows, ts: str = "ts") -> Column:
+    """The ids of every window containing ``ts`` (explode it for one row per membership)."""
+    return F.sequence(
+        _floor_div(F.col(ts) - F.lit(windows.size_us), windows.slide_us) + 1,
+        _floor_div(F.col(ts), windows.slide_us),
+    )
+
+
+def aggregate(members: DataFrame, name: str) -> DataFrame:
     """(wid, value, n_rcv, s1, s2) over memberships (wid, v); quantiles by inverted CDF."""
     kind, q = parse_aggregate(name)
     stats = members.groupBy("wid").agg(
@@ -223,7 +232,7 @@ def buffered_batch(
         closing = closing.unionByName(still.select("wid", _lit(last_seq + 1).alias("emitted_at")))
     closing = closing.localCheckpoint()
     closed_members = received.join(closing, "wid")
-    agg = _aggregate(closed_members.select("wid", "seq", "v"), query.aggregate)
+    agg = aggregate(closed_members.select("wid", "seq", "v"), query.aggregate)
     at = a.select(
         F.col("seq").alias("emitted_at"),
         F.col("slack").alias("slack_at_close"),

@@ -47,6 +47,8 @@ from outoforder.core.joins.metrics import period_recall
 from outoforder.core.joins.progress import joint_progress
 from outoforder.core.joins.query import JoinInput, PairArray, exact_join
 from outoforder.errors import InputError, StateError
+from outoforder.stages import intervals
+from outoforder.stages.intervals import prune_snapshots, snapshot_before, where_job
 from outoforder.stages.join import COST_COLUMNS, JoinJob, input_from_frame
 
 if TYPE_CHECKING:
@@ -118,12 +120,6 @@ def _arrivals(
     )
 
 
-def _where(source: str, job: str) -> Any:
-    from pyspark.sql import functions as F
-
-    return (F.col("source") == source) & (F.col("job") == job)
-
-
 def _params_in_force(
     spark: SparkSession, settings: Settings, source: str, job: str, at_us: int
 ) -> tuple[int, int, int]:
@@ -136,7 +132,7 @@ def _params_in_force(
     delta.ensure(spark, JOIN_PARAMS, settings.lake_root)
     row = (
         delta.read(spark, JOIN_PARAMS, settings.lake_root)
-        .where(_where(source, job) & (F.col("valid_from_us") <= at_us))
+        .where(where_job(source, job) & (F.col("valid_from_us") <= at_us))
         .orderBy(F.col("valid_from_us").desc())
         .select("d_r_us", "d_s_us", "valid_from_us")
         .first()
@@ -148,35 +144,12 @@ def _snapshot_before(
     spark: SparkSession, settings: Settings, source: str, join: JoinJob, job: str, start_us: int
 ) -> dict[str, Any] | None:
     """The state row to resume from at ``start_us`` (None = the first interval)."""
-    from pyspark.sql import functions as F
-
-    from outoforder.io import delta
     from outoforder.io.tables import JOIN_STATE
 
-    states = delta.read(spark, JOIN_STATE, settings.lake_root).where(_where(source, job))
-    row = states.where(F.col("as_of_us") <= start_us).orderBy(F.col("as_of_us").desc()).first()
-    if row is None:
-        later = states.agg(F.min("interval_start_us")).first()
-        if later is not None and later[0] is not None and later[0] < start_us:
-            msg = (
-                f"no join state of {source} ({job}) at or before {start_us}: its snapshots were "
-                "removed (keep_snapshots); re-running this far back needs a restart of the job"
-            )
-            raise StateError(msg)
-        if later is not None and later[0] is not None and later[0] > start_us:
-            msg = f"the join of {source} ({job}) starts at {later[0]}; [{start_us}, ...) lies before it"
-            raise StateError(msg)
-        return None
-    state = row.asDict()
-    if state["as_of_us"] < start_us:
-        gap = _arrivals(spark, settings, source, join, state["as_of_us"], start_us).limit(1).count()
-        if gap:
-            msg = (
-                f"the join of {source} ({job}) has processed arrivals up to {state['as_of_us']}; "
-                f"run [{state['as_of_us']}, {start_us}) first (intervals depend on the previous one)"
-            )
-            raise StateError(msg)
-    return state
+    def has_arrivals(lo: int, hi: int) -> bool:
+        return bool(_arrivals(spark, settings, source, join, lo, hi).limit(1).count())
+
+    return snapshot_before(spark, settings, JOIN_STATE, source, job, start_us, has_arrivals, "join")
 
 
 def run_interval(
@@ -190,7 +163,6 @@ def run_interval(
     keep_snapshots: int = 48,
 ) -> IntervalSummary:
     """Process the arrivals of ``[start_us, end_us)``; idempotent (see the module docstring)."""
-    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     from outoforder.io import delta
@@ -211,7 +183,7 @@ def run_interval(
     else:
         buffer = (
             delta.read(spark, JOIN_BUFFER, settings.lake_root)
-            .where(_where(source, jid) & (F.col("as_of_us") == prev["as_of_us"]))
+            .where(where_job(source, jid) & (F.col("as_of_us") == prev["as_of_us"]))
             .select(*TUPLE_COLS)
         )
         state = QJoinState(prev["m_r"], prev["m_s"], prev["h_r"], prev["h_s"], buffer)
@@ -284,20 +256,7 @@ def run_interval(
     delta.replace_where(
         spark.createDataFrame(state_row, JOIN_STATE.schema), JOIN_STATE, settings.lake_root, snap
     )
-    # bounded history: the snapshots a re-run may still need, no more
-    kept = (
-        delta.read(spark, JOIN_STATE, settings.lake_root)
-        .where(_where(source, jid))
-        .select("as_of_us")
-        .orderBy(F.col("as_of_us").desc())
-        .limit(keep_snapshots)
-        .agg(F.min("as_of_us"))
-        .first()
-    )
-    if kept is not None and kept[0] is not None:
-        cond = f"source = '{source}' AND job = '{jid}' AND as_of_us < {int(kept[0])}"
-        for t in (JOIN_BUFFER, JOIN_STATE):
-            DeltaTable.forPath(spark, t.path(settings.lake_root)).delete(cond)
+    prune_snapshots(spark, settings, JOIN_STATE, (JOIN_BUFFER,), source, jid, keep_snapshots)
     return IntervalSummary(
         source,
         jid,
@@ -318,45 +277,18 @@ def last_processed(
     spark: SparkSession, settings: Settings, source: str, job: JoinJob, estimator: str = "learned"
 ) -> int | None:
     """The end of the newest interval the job has processed (None before its first run)."""
-    from pyspark.sql import functions as F
-
-    from outoforder.io import delta
     from outoforder.io.tables import JOIN_STATE
 
-    delta.ensure(spark, JOIN_STATE, settings.lake_root)
-    done = (
-        delta.read(spark, JOIN_STATE, settings.lake_root)
-        .where(_where(source, job_id(job, estimator)))
-        .agg(F.max("as_of_us"))
-        .first()
-    )
-    return None if done is None or done[0] is None else int(done[0])
+    return intervals.last_processed(spark, settings, JOIN_STATE, source, job_id(job, estimator))
 
 
 def pending_span(
     spark: SparkSession, settings: Settings, source: str, job: JoinJob, estimator: str = "learned"
 ) -> tuple[int, int] | None:
-    """The arrivals still to join: [resume point, newest arrival + 1), or None when there are none.
-
-    The resume point is where the job stopped, or the source's first arrival.
-    """
-    from pyspark.sql import functions as F
-
-    from outoforder.io import delta
-    from outoforder.io.tables import BRONZE
-
-    span = (
-        delta.read_arrivals(spark, BRONZE, settings.lake_root, source=source)
-        .agg(F.min("arrival_ts"), F.max("arrival_ts"))
-        .first()
+    """The arrivals still to join: [resume point, newest arrival + 1), or None when there are none."""
+    return intervals.pending_span(
+        spark, settings, source, last_processed(spark, settings, source, job, estimator)
     )
-    if span is None or span[0] is None:
-        msg = f"bronze has no arrivals with an arrival_ts for source {source!r}"
-        raise InputError(msg)
-    done = last_processed(spark, settings, source, job, estimator)
-    start = int(span[0]) if done is None else done
-    end = int(span[1]) + 1
-    return (start, end) if start < end else None
 
 
 def _history(
@@ -380,7 +312,7 @@ def _history(
     delta.ensure(spark, JOIN_STATE, settings.lake_root)
     first = (
         delta.read(spark, JOIN_STATE, settings.lake_root)
-        .where(_where(source, jid))
+        .where(where_job(source, jid))
         .agg(F.min("interval_start_us"))
         .first()
     )
@@ -416,7 +348,7 @@ def _produced_mask(
 
     got = (
         delta.read(spark, JOIN_RESULTS, settings.lake_root)
-        .where(_where(source, jid))
+        .where(where_job(source, jid))
         .select("r_seq", "s_seq")
         .toPandas()
     )
@@ -563,7 +495,7 @@ def validate(
     ]
     metrics = spark.createDataFrame(rows, JOIN_METRICS.schema)
     delta.replace_where(metrics, JOIN_METRICS, settings.lake_root, {"source": source, "method": method})
-    results = delta.read(spark, JOIN_RESULTS, settings.lake_root).where(_where(source, jid))
+    results = delta.read(spark, JOIN_RESULTS, settings.lake_root).where(where_job(source, jid))
     suites = [
         run_suite(
             "join_results",
