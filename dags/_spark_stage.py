@@ -58,3 +58,37 @@ JOIN_ARGS = [
     *("--q-user", "{{ params.q_user }}", "--period-s", "{{ params.period_s }}"),
     *("--interval-s", "{{ params.interval_s }}", "--estimator", "{{ params.estimator }}"),
 ]
+
+
+def agg_params() -> dict[str, Any]:
+    """The Params that define an aggregate job (shared by aggregate_stream and late_repair)."""
+    from airflow.sdk import Param
+
+    return {
+        "source": Param("synthetic/hpm_game1-20s-seed7", type="string", description="bronze source id"),
+        "streams": Param("", type="string", description="streams to aggregate (comma-separated; empty: all)"),
+        "aggregate": Param("sum", type="string", description="sum, count, avg, min, max, median, quantile:q"),
+        "window_ms": Param(500.0, type="number", exclusiveMinimum=0, description="window size"),
+        "slide_ms": Param(100.0, type="number", exclusiveMinimum=0, description="window slide"),
+        "eps": Param(0.05, type="number", exclusiveMinimum=0, exclusiveMaximum=1, description="ε"),
+        "delta": Param(0.05, type="number", exclusiveMinimum=0, exclusiveMaximum=1, description="δ"),
+        "kp": Param(0.2, type="number", description="PD controller K_p"),
+        "kd": Param(4.0, type="number", description="PD controller K_d"),
+        "alpha0": Param(0.6, type="number", minimum=0, maximum=1, description="initial α"),
+        "horizon_ms": Param(1000.0, type="number", minimum=0, description="coverage observed after close"),
+        "gamma_s": Param(5.0, type="number", minimum=0, description="Γ of the repair rule"),
+        "on_violation": Param("fail", enum=["fail", "warn"], description="a missed target fails the run"),
+        "config": Param("", type="string", description="path of a TOML config override"),
+    }
+
+
+AGG_ARGS = [
+    *("--source", "{{ params.source }}", "--streams", "{{ params.streams }}"),
+    *("--aggregate", "{{ params.aggregate }}", "--window-ms", "{{ params.window_ms }}"),
+    *("--slide-ms", "{{ params.slide_ms }}", "--eps", "{{ params.eps }}", "--delta", "{{ params.delta }}"),
+    *("--kp", "{{ params.kp }}", "--kd", "{{ params.kd }}", "--alpha0", "{{ params.alpha0 }}"),
+    *("--horizon-ms", "{{ params.horizon_ms }}", "--gamma-s", "{{ params.gamma_s }}"),
+]
+
+# Emitted when the late-tuple ledger of an aggregate job meets HPM's Γ rule; late_repair runs on it.
+LEDGER_DUE_URI = "outoforder://silver/agg_ledger/repair-due"

@@ -14,6 +14,13 @@ EXPECTED_STRUCTURE = {
     "ingest": {"plan": {"ingest"}, "ingest": {"validate_bronze"}, "validate_bronze": set()},
     "join_stream": {"join_interval": {"validate_join"}, "validate_join": set()},
     "join_adapt": {"adapt": set()},
+    "aggregate_stream": {
+        "aggregate_interval": {"gamma_rule", "validate_aggregate"},
+        "gamma_rule": {"ledger_due"},
+        "ledger_due": set(),
+        "validate_aggregate": set(),
+    },
+    "late_repair": {"repair": {"validate_aggregate"}, "validate_aggregate": set()},
 }
 
 PROBE = r"""

@@ -13,7 +13,7 @@ from outoforder.errors import OutOfOrderError
 def main(argv: list[str] | None = None) -> int:
     """Parse the arguments and run one benchmark."""
     p = argparse.ArgumentParser(prog="python -m outoforder.bench", description=__doc__)
-    p.add_argument("name", choices=["join"], help="which benchmark")
+    p.add_argument("name", choices=["join", "aggregate"], help="which benchmark")
     p.add_argument(
         "--quick", action="store_true", help="a small replay and two targets (minutes, for a smoke run)"
     )
@@ -21,10 +21,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", type=Path, help="the shared data folder (default: from the config)")
     p.add_argument("--no-spark", action="store_true", help="skip the Spark candidates (set forms only)")
     args = p.parse_args(argv)
-    from outoforder.bench import join
+    from outoforder.bench import aggregate, join
 
+    bench = {"join": join.main, "aggregate": aggregate.main}[args.name]
     try:
-        return join.main(args.out, args.data_dir, args.quick, spark_on=not args.no_spark)
+        return bench(args.out, args.data_dir, args.quick, spark_on=not args.no_spark)
     except OutOfOrderError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

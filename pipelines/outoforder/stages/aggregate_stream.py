@@ -33,7 +33,9 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -69,6 +71,23 @@ class AggJob:
     alpha_initial: float = 0.6
     coverage_horizon_us: int = 1_000_000
     gamma_us: int = 5_000_000
+
+    @classmethod
+    def from_options(cls, opts: Mapping[str, Any]) -> AggJob:
+        """From the options the CLI and the DAG Params share (window_ms, slide_ms, eps, ...)."""
+        return cls(
+            streams=tuple(s for s in str(opts.get("streams") or "").split(",") if s),
+            aggregate=str(opts.get("aggregate", "sum")),
+            size_us=round(float(opts.get("window_ms", 500.0)) * 1000),
+            slide_us=round(float(opts.get("slide_ms", 100.0)) * 1000),
+            eps=float(opts.get("eps", 0.05)),
+            delta=float(opts.get("delta", 0.05)),
+            k_p=float(opts.get("kp", 0.2)),
+            k_d=float(opts.get("kd", 4.0)),
+            alpha_initial=float(opts.get("alpha0", 0.6)),
+            coverage_horizon_us=round(float(opts.get("horizon_ms", 1000.0)) * 1000),
+            gamma_us=round(float(opts.get("gamma_s", 5.0)) * 1e6),
+        )
 
     def query(self) -> WindowQuery:
         """The window query and its target."""
@@ -299,6 +318,7 @@ def run_interval(
     ]
     delta.replace_where(spark.createDataFrame(state_row, AGG_STATE.schema), AGG_STATE, lake, snap_key)
     prune_snapshots(spark, settings, AGG_STATE, (AGG_BUFFER, AGG_WATCH), source, jid, keep_snapshots)
+    write_ledger_status(spark, settings, source, job)
     return IntervalSummary(
         source,
         jid,
@@ -378,6 +398,48 @@ def pending_ledger(spark: SparkSession, settings: Settings, source: str, job: Ag
     return delta.read(spark, AGG_LEDGER, settings.lake_root).where(
         where_job(source, jid) & (F.col("interval_end_us") > F.lit(upto))
     )
+
+
+def status_path(settings: Settings, source: str, job: AggJob) -> Path:
+    """Where the stream stage leaves the ledger's Γ status for the scheduler (a small JSON file).
+
+    The ``aggregate_stream`` DAG reads it without Spark to decide whether to trigger ``late_repair``.
+    """
+    safe = source.replace("/", "__")
+    return Path(settings.lake_root) / "_status" / "aggregate" / f"{safe}__{job_id(job)}.json"
+
+
+def ledger_status(spark: SparkSession, settings: Settings, source: str, job: AggJob) -> dict[str, Any]:
+    """The pending ledger's size and event-time span, and whether the Γ rule calls for a repair."""
+    from pyspark.sql import functions as F
+
+    row = (
+        pending_ledger(spark, settings, source, job)
+        .agg(F.countDistinct("seq"), F.min("ts"), F.max("ts"))
+        .first()
+    )
+    n = int(row[0]) if row is not None and row[0] is not None else 0
+    span = int(row[2]) - int(row[1]) if n and row is not None else 0
+    lo_hi = np.array([0, span], dtype=np.int64)
+    return {
+        "source": source,
+        "job": job_id(job),
+        "pending_late_tuples": n,
+        "pending_span_us": span,
+        "gamma_us": job.gamma_us,
+        "repair_due": gamma_due(lo_hi, job.gamma_us) if n else False,
+    }
+
+
+def write_ledger_status(spark: SparkSession, settings: Settings, source: str, job: AggJob) -> dict[str, Any]:
+    """Compute :func:`ledger_status` and write it to :func:`status_path` (atomically)."""
+    status = ledger_status(spark, settings, source, job)
+    path = status_path(settings, source, job)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(status, indent=1))
+    tmp.replace(path)
+    return status
 
 
 def window_members(tuples: DataFrame, job: AggJob) -> DataFrame:

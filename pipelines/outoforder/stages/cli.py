@@ -10,7 +10,10 @@ Stages::
     join-stream     the stream join over arrival-time intervals, state kept in Delta (DAG join_stream)
     join-adapt      choose the retention in force from a time on, from the history (DAG join_adapt)
     validate-join   recall per closed period and duplicate checks of the stream join (GX)
-    demo            the main job: ingest everything, one injected preset, statistics, checks, join
+    aggregate-stream  sliding-window aggregates with HPM over arrival intervals (DAG aggregate_stream)
+    aggregate-repair  recompute the windows of pending late tuples exactly, by the Γ rule (DAG late_repair)
+    validate-aggregate  (ε, δ) at emission, exactness after repair, every window once (GX)
+    demo            the main job: ingest, one injected preset, statistics, checks, join, aggregates
     presets         list the disorder presets (or re-run their calibration)
 
 Every stage prints progress and ends with a summary; errors of ours exit with status 2 and a
@@ -161,6 +164,72 @@ def _instant(text: str) -> int:
         raise ConfigError(msg) from e
 
 
+def _steps(start: int, end: int, step: int) -> list[tuple[int, int]]:
+    """[start, end) cut into intervals of ``step`` µs (the last one may be shorter)."""
+    if step <= 0 or end <= start:
+        msg = f"need start < end and a positive interval (got [{start}, {end}), step {step} µs)"
+        raise ConfigError(msg)
+    return [(lo, min(lo + step, end)) for lo in range(start, end, step)]
+
+
+def _agg_job(args: argparse.Namespace) -> Any:
+    from outoforder.stages.aggregate_stream import AggJob
+
+    return AggJob.from_options(vars(args))
+
+
+def _yes(text: str) -> bool:
+    if text.lower() in ("true", "yes", "1", ""):
+        return True
+    if text.lower() in ("false", "no", "0"):
+        return False
+    msg = f"expected true or false, got {text!r}"
+    raise argparse.ArgumentTypeError(msg)
+
+
+def cmd_aggregate_stream(args: argparse.Namespace, settings: Settings) -> int:
+    """Run the HPM stream stage over [start, end) in steps of --every-s (and the Γ check after each)."""
+    from outoforder.stages.aggregate_stream import pending_span, repair, run_interval
+
+    spark = _spark(settings, "aggregate-stream")
+    job = _agg_job(args)
+    start = _instant(args.start) if args.start is not None else None
+    end = _instant(args.end) if args.end is not None else None
+    if start is None or end is None:
+        span = pending_span(spark, settings, args.source, job)
+        if span is None:
+            print(
+                f"[aggregate-stream] {args.source}: every arrival in bronze is processed already", flush=True
+            )
+            return 0
+        start = span[0] if start is None else start
+        end = span[1] if end is None else end
+    step = round(args.every_s * 1e6) if args.every_s else end - start
+    for lo, hi in _steps(start, end, step):
+        print(run_interval(spark, settings, args.source, job, lo, hi).line(), flush=True)
+        if args.repair:
+            print(repair(spark, settings, args.source, job).line(), flush=True)
+    return 0
+
+
+def cmd_aggregate_repair(args: argparse.Namespace, settings: Settings) -> int:
+    """One repair if the Γ rule (or --force) calls for it."""
+    from outoforder.stages.aggregate_stream import repair
+
+    summary = repair(_spark(settings, "aggregate-repair"), settings, args.source, _agg_job(args), args.force)
+    print(summary.line(), flush=True)
+    return 0
+
+
+def cmd_validate_aggregate(args: argparse.Namespace, settings: Settings) -> int:
+    """(ε, δ) at emission, exactness after repair, every window once (GX)."""
+    from outoforder.stages.aggregate_stream import validate
+
+    spark = _spark(settings, "validate-aggregate")
+    validate(spark, settings, args.source, _agg_job(args), fail=args.on_violation == "fail")
+    return 0
+
+
 def cmd_join_stream(args: argparse.Namespace, settings: Settings) -> int:
     """Run the stream join over [start, end), in steps of --every (each step one interval)."""
     from outoforder.stages.join_stream import pending_span, run_interval
@@ -177,18 +246,12 @@ def cmd_join_stream(args: argparse.Namespace, settings: Settings) -> int:
         start = span[0] if start is None else start
         end = span[1] if end is None else end
     step = round(args.every_s * 1e6) if args.every_s else end - start
-    if step <= 0 or end <= start:
-        msg = f"need start < end and a positive --every (got [{start}, {end}), step {step} µs)"
-        raise ConfigError(msg)
-    lo = start
-    while lo < end:
-        hi = min(lo + step, end)
+    for lo, hi in _steps(start, end, step):
         print(run_interval(spark, settings, args.source, job, lo, hi, args.estimator).line(), flush=True)
         if args.adapt_every_s and hi < end and ((hi - start) % round(args.adapt_every_s * 1e6)) == 0:
             from outoforder.stages.join_stream import adapt
 
             adapt(spark, settings, args.source, job, hi, args.estimator)
-        lo = hi
     return 0
 
 
@@ -237,14 +300,14 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
             "expects the shared data folder at ../shared/data: set OOO_DATA_DIR to where it is"
         )
         raise InputError(msg)
-    print(f"[demo] 1/6 ingesting the real datasets from {settings.data_dir}", flush=True)
+    print(f"[demo] 1/7 ingesting the real datasets from {settings.data_dir}", flush=True)
     for d in catalog.BUILTIN:
         path = d.path(settings.data_dir)
         print(ingest_file(spark, settings, path, d.reader, d.source).line(), flush=True)
         sources.append(d.source)
     preset = args.preset or settings.demo.preset
     print(
-        f"[demo] 2/6 synthetic soccer play ({settings.demo.synthetic_seconds:g} s) with the "
+        f"[demo] 2/7 synthetic soccer play ({settings.demo.synthetic_seconds:g} s) with the "
         f"'{preset}' disorder preset",
         flush=True,
     )
@@ -254,19 +317,19 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     print(format_report(replay.report), flush=True)
     print(ingest_file(spark, settings, replay.path, "soccer_synthetic", replay.source).line(), flush=True)
     sources.append(replay.source)
-    print("[demo] 3/6 disorder statistics (arrival order = arrival_seq)", flush=True)
+    print("[demo] 3/7 disorder statistics (arrival order = arrival_seq)", flush=True)
     results = [source_stats(spark, settings, s) for s in sources]
     out = settings.lake_root.parent / "reports" / "disorder_stats.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1))
     print(format_table(results), flush=True)
-    print("[demo] 4/6 data quality of bronze (Great Expectations)", flush=True)
+    print("[demo] 4/7 data quality of bronze (Great Expectations)", flush=True)
     validate_bronze(spark, settings)
     from outoforder.stages.join import JoinJob, format_summary, run_join_on_source, write_summary
 
     job = JoinJob()
     print(
-        f"[demo] 5/6 stream join on {replay.source}: ball vs players, w = {job.window_us / 1e6:g} s, "
+        f"[demo] 5/7 stream join on {replay.source}: ball vs players, w = {job.window_us / 1e6:g} s, "
         f"theta = {job.theta:g} m, Q_user = {job.q_user}, P = {job.period_us / 1e6:g} s, "
         f"L = {job.interval_us / 1e6:g} s",
         flush=True,
@@ -275,6 +338,7 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     print(format_summary(result), flush=True)
     join_out = write_summary(result, out.parent / f"join_{replay.source.replace('/', '_')}.json")
     _demo_stream_join(spark, settings, replay.source, job)
+    _demo_aggregates(spark, settings, replay.source)
     print(
         f"[demo] done in {time.monotonic() - t0:.0f} s; lake at {settings.lake_root}; statistics in {out}; "
         f"join quality summary in {join_out}",
@@ -290,7 +354,7 @@ def _demo_stream_join(spark: Any, settings: Settings, source: str, job: JoinJob)
     span = pending_span(spark, settings, source, job)
     step = round(settings.demo.stream_interval_s * 1e6)
     if span is None:  # a second run of the main job: everything is joined already
-        print(f"[demo] 6/6 the stream join of {source} is up to date; checking it", flush=True)
+        print(f"[demo] 6/7 the stream join of {source} is up to date; checking it", flush=True)
         done = last_processed(spark, settings, source, job)
         if done is None:
             msg = f"the stream join of {source} has no state to check"
@@ -299,20 +363,41 @@ def _demo_stream_join(spark: Any, settings: Settings, source: str, job: JoinJob)
         return
     start, end = span
     print(
-        f"[demo] 6/6 the stream join as the pipeline runs it (DAGs join_stream + join_adapt): "
+        f"[demo] 6/7 the stream join as the pipeline runs it (DAGs join_stream + join_adapt): "
         f"{-(-(end - start) // step)} arrival intervals of {step / 1e6:g} s, state in Delta, the "
         "retention adapted after each, then the recall and duplicate checks",
         flush=True,
     )
-    lo = start
-    while lo < end:
-        hi = min(lo + step, end)
+    for lo, hi in _steps(start, end, step):
         print(run_interval(spark, settings, source, job, lo, hi).line(), flush=True)
         if hi < end:
             adapt(spark, settings, source, job, hi)
-        lo = hi
     # a missed target is reported here, not fatal: the demo shows the verdict; the DAG fails on it
     validate(spark, settings, source, job, end, fail=False)
+
+
+def _demo_aggregates(spark: Any, settings: Settings, source: str) -> None:
+    """Step 7: sliding-window SUMs with HPM over the same intervals, Γ-rule repairs, a final repair."""
+    from outoforder.stages.aggregate_stream import AggJob, pending_span, repair, run_interval, validate
+
+    job = AggJob()
+    span = pending_span(spark, settings, source, job)
+    step = round(settings.demo.stream_interval_s * 1e6)
+    head = (
+        f"[demo] 7/7 sliding-window {job.aggregate.upper()} of the sensor speeds with HPM (DAGs "
+        f"aggregate_stream + late_repair): window {job.size_us / 1e6:g} s, slide {job.slide_us / 1e6:g} s, "
+        f"(ε, δ) = ({job.eps}, {job.delta}), K_p {job.k_p}, K_d {job.k_d}, Γ {job.gamma_us / 1e6:g} s"
+    )
+    if span is None:
+        print(f"{head}: up to date; checking it", flush=True)
+    else:
+        print(f"{head}: {-(-(span[1] - span[0]) // step)} arrival intervals", flush=True)
+        for lo, hi in _steps(span[0], span[1], step):
+            print(run_interval(spark, settings, source, job, lo, hi).line(), flush=True)
+            print(repair(spark, settings, source, job).line(), flush=True)
+    # the stream is over: repair what is still pending, so every window is exact
+    print(repair(spark, settings, source, job, force=True).line(), flush=True)
+    validate(spark, settings, source, job, fail=False)
 
 
 def cmd_presets(args: argparse.Namespace, settings: Settings) -> int:
@@ -403,6 +488,46 @@ def build_parser() -> argparse.ArgumentParser:
     vj.add_argument("--until", required=True, help="check the history before this arrival time")
     vj.add_argument("--on-violation", choices=["fail", "warn"], default="fail")
     vj.set_defaults(func=cmd_validate_join)
+    agg = argparse.ArgumentParser(add_help=False)
+    agg.add_argument("--source", required=True, help="the bronze source id")
+    agg.add_argument("--streams", default="", help="streams to aggregate (comma-separated; default: all)")
+    agg.add_argument("--aggregate", default="sum", help="sum, count, avg, min, max, median or quantile:q")
+    agg.add_argument("--window-ms", type=float, default=500.0, help="window size")
+    agg.add_argument("--slide-ms", type=float, default=100.0, help="window slide")
+    agg.add_argument("--eps", type=float, default=0.05, help="ε: the error bound")
+    agg.add_argument("--delta", type=float, default=0.05, help="δ: the share of windows allowed to miss ε")
+    agg.add_argument("--kp", type=float, default=0.2, help="PD controller K_p")
+    agg.add_argument("--kd", type=float, default=4.0, help="PD controller K_d")
+    agg.add_argument("--alpha0", type=float, default=0.6, help="initial α (K = α · max delay)")
+    agg.add_argument(
+        "--horizon-ms", type=float, default=1000.0, help="coverage observed this long after a close"
+    )
+    agg.add_argument(
+        "--gamma-s", type=float, default=5.0, help="Γ: repair when pending late tuples span more"
+    )
+    ags = sub.add_parser("aggregate-stream", parents=[common, agg], help="HPM aggregates over intervals")
+    ags.add_argument(
+        "--start", help="arrival-time interval start (µs or ISO 8601; default: where the job stopped)"
+    )
+    ags.add_argument("--end", help="interval end, exclusive (default: after the newest arrival in bronze)")
+    ags.add_argument("--every-s", type=float, help="split [start, end) into intervals of this many seconds")
+    ags.add_argument(
+        "--repair", action="store_true", help="check the Γ rule (and repair) after each interval"
+    )
+    ags.set_defaults(func=cmd_aggregate_stream)
+    agr = sub.add_parser("aggregate-repair", parents=[common, agg], help="repair late tuples by the Γ rule")
+    agr.add_argument(
+        "--force",
+        type=_yes,
+        nargs="?",
+        const=True,
+        default=False,
+        help="repair whatever is pending, Γ or not",
+    )
+    agr.set_defaults(func=cmd_aggregate_repair)
+    agv = sub.add_parser("validate-aggregate", parents=[common, agg], help="GX checks of the aggregates")
+    agv.add_argument("--on-violation", choices=["fail", "warn"], default="fail")
+    agv.set_defaults(func=cmd_validate_aggregate)
     pr = sub.add_parser("presets", parents=[common], help="list disorder presets")
     pr.add_argument("--calibrate", action="store_true", help="re-run the calibration (slow)")
     pr.set_defaults(func=cmd_presets)

@@ -15,7 +15,7 @@ from outoforder.core.windows.buffered import (
     buffered_reference,
     buffered_set,
 )
-from outoforder.core.windows.quality import lambda_threshold, rank_error, relative_error
+from outoforder.core.windows.quality import emission_errors, lambda_threshold, rank_error, relative_error
 from outoforder.core.windows.repair import exact_share_over_time, ledger_batches, repair_history
 from outoforder.core.windows.slack import AQSlack, FixedSlack, HPMSlack, MaxDelaySlack
 from outoforder.errors import ConfigError
@@ -240,3 +240,27 @@ def test_repair_makes_every_window_exact_and_reads_only_the_affected_windows(see
     share = exact_share_over_time(without, np.array([n]))
     assert share[0] == pytest.approx(np.mean(without.exact_at >= 0))  # every window is due by the end
     assert np.all(without.exact_at[np.isnan(without.emitted)] == -1)  # never emitted: wrong until repaired
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 120), agg=st.sampled_from(AGGS))
+def test_emission_errors_match_the_literal_definition(seed, n, agg):
+    ts, vals = make_stream(seed, n, MODELS[2])
+    w = Windows(200, 50)
+    run = buffered_reference(ts, vals, WindowQuery(w, agg), FixedSlack(15), flush=False)
+    ids, err = emission_errors(ts, vals, w, agg, run.window_ids, run.values)
+    emitted = dict(zip(run.window_ids.tolist(), run.values.tolist(), strict=True))
+    for wid, e in zip(ids.tolist(), err.tolist(), strict=True):
+        members = [float(vals[i]) for i in range(n) if w.bounds(wid)[0] <= ts[i] < w.bounds(wid)[1]]
+        if wid not in emitted:
+            assert e == np.inf
+            continue
+        got, exact = emitted[wid], reference_aggregate(members, agg)
+        if agg in ("median", "quantile:0.9"):
+            q = 0.5 if agg == "median" else 0.9
+            want = float(
+                rank_error(q, np.sum(np.array(members) < got), np.sum(np.array(members) <= got), len(members))
+            )
+        else:
+            want = float(relative_error(np.array([got]), np.array([exact]))[0])
+        assert e == pytest.approx(want, abs=1e-12)

@@ -51,7 +51,8 @@ from statistics import NormalDist
 import numpy as np
 import numpy.typing as npt
 
-from outoforder.core.windows.aggregate import parse_aggregate
+from outoforder.core.windows.aggregate import grouped_aggregates, parse_aggregate
+from outoforder.core.windows.assign import Windows
 from outoforder.errors import ConfigError
 
 FloatArray = npt.NDArray[np.float64]
@@ -136,3 +137,33 @@ def relative_error(emitted: FloatArray, exact: FloatArray) -> FloatArray:
     with np.errstate(divide="ignore", invalid="ignore"):
         rel = diff / np.abs(x)
     return np.where(x != 0, rel, np.where(diff == 0, 0.0, np.inf))
+
+
+def emission_errors(
+    ts: IntArray, values: FloatArray, windows: Windows, name: str, window_ids: IntArray, emitted: FloatArray
+) -> tuple[IntArray, FloatArray]:
+    """(every window of the input, the error of its emitted result against the exact one).
+
+    The measure of the module docstring: relative error, or rank error for quantiles. A window
+    without an emitted result (``window_ids`` lacks it) has error ``inf``.
+    """
+    kind, q = parse_aggregate(name)
+    idx, wid = windows.explode(np.asarray(ts, dtype=np.int64))
+    v = np.asarray(values, dtype=np.float64)[idx]
+    ids, exact = grouped_aggregates(wid, v, name)
+    got = np.full(ids.size, np.nan)
+    pos = np.searchsorted(ids, window_ids)
+    ok = (
+        (pos < ids.size) & (ids[np.minimum(pos, max(ids.size - 1, 0))] == window_ids) if ids.size else pos < 0
+    )
+    got[pos[ok]] = np.asarray(emitted, dtype=np.float64)[ok]
+    if kind == "quantile":
+        member_pos = np.searchsorted(ids, wid)
+        ref = got[member_pos]
+        below = np.bincount(member_pos, weights=(v < ref), minlength=ids.size).astype(np.int64)
+        at = np.bincount(member_pos, weights=(v <= ref), minlength=ids.size).astype(np.int64)
+        n = np.bincount(member_pos, minlength=ids.size).astype(np.int64)
+        err = rank_error(q, below, at, n)
+    else:
+        err = relative_error(got, exact)
+    return ids, np.where(np.isnan(got), np.inf, err)

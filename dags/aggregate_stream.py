@@ -1,0 +1,100 @@
+"""Sliding-window aggregates (HPM) DAG: one arrival-time interval per run, then the Γ check.
+
+Thin: out-of-process Spark stages (``aggregate-stream``, ``validate-aggregate``) and one tiny
+Python check that reads the ledger status file the stage leaves (no Spark, no Delta). When the
+pending late tuples span more than Γ, ``ledger_due`` emits the asset that starts ``late_repair``.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pendulum
+from _spark_stage import AGG_ARGS, LEDGER_DUE_URI, agg_params, delta_jars, submit_kwargs
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.providers.standard.operators.empty import EmptyOperator
+from airflow.sdk import Asset, dag, task
+
+_SUBMIT = submit_kwargs()  # the settings are read once per parse
+
+INTERVAL = timedelta(minutes=1)
+
+DOC = """
+### Sliding-window aggregates with HPM, one arrival interval per run
+
+1. **aggregate_interval** (`python -m outoforder.stages aggregate-stream`) processes the bronze
+   arrivals of the run's data interval: windows close when the buffer K = α · (largest delay)
+   has passed them; their aggregates go to `gold/agg_results` (version 1, produced by the stream);
+   every tuple that arrives after a window it belongs to closed goes to the late-tuple ledger
+   `silver/agg_ledger`; the coverage of closed windows drives the PD controller of α
+   (`silver/agg_control` keeps the trace). State is carried to the next run in Delta.
+2. **gamma_rule** reads the ledger status the stage wrote: are the pending late tuples spread over
+   more than Γ of event time? If so **ledger_due** emits the asset that triggers `late_repair`.
+3. **validate_aggregate** (Great Expectations): every window once; (ε, δ) met at emission; windows
+   without pending late tuples exact. `on_violation = warn` reports without failing.
+
+Runs depend on the previous run. A manual run joins the minute of arrivals before its logical
+date; for past data use `airflow backfill create --dag-id aggregate_stream --from-date ... --to-date ...`.
+"""
+
+
+@task.short_circuit
+def gamma_rule(params: dict[str, object] | None = None) -> bool:
+    """True when the ledger status says the Γ rule calls for a repair (skips ledger_due otherwise)."""
+    from outoforder.config import load_settings
+    from outoforder.stages.aggregate_stream import AggJob, status_path
+
+    assert params is not None
+    settings = load_settings(str(params["config"]) or None)
+    path = status_path(settings, str(params["source"]), AggJob.from_options(params))
+    if not path.exists():
+        print(f"no ledger status at {path} yet: nothing to repair")
+        return False
+    status = json.loads(path.read_text())
+    print(f"ledger status: {status}")
+    return bool(status["repair_due"])
+
+
+@dag(
+    dag_id="aggregate_stream",
+    schedule=INTERVAL,
+    start_date=pendulum.datetime(1970, 1, 1, tz="UTC"),  # replay clocks start near the epoch
+    catchup=False,
+    max_active_runs=1,
+    tags=["outoforder", "aggregate", "gold"],
+    doc_md=DOC,
+    user_defined_macros={"delta_jars": delta_jars},
+    default_args={
+        "retries": 2,
+        "retry_delay": timedelta(seconds=30),
+        "owner": "outoforder",
+        "depends_on_past": True,
+    },
+    params=agg_params(),
+)
+def aggregate_stream() -> None:
+    """Aggregate one interval; trigger a repair when due; check the quality so far."""
+    start = (
+        "{{ data_interval_start if data_interval_start < data_interval_end "
+        f"else data_interval_end - macros.timedelta(seconds={INTERVAL.total_seconds():g}) }}}}"
+    )
+    interval = ["--start", start, "--end", "{{ data_interval_end }}"]
+    aggregate_interval = SparkSubmitOperator(
+        task_id="aggregate_interval",
+        name="outoforder-aggregate-stream",
+        application_args=["aggregate-stream", *AGG_ARGS, *interval],
+        **_SUBMIT,
+    )
+    ledger_due = EmptyOperator(task_id="ledger_due", outlets=[Asset(LEDGER_DUE_URI)])
+    validate_aggregate = SparkSubmitOperator(
+        task_id="validate_aggregate",
+        name="outoforder-validate-aggregate",
+        application_args=["validate-aggregate", *AGG_ARGS, "--on-violation", "{{ params.on_violation }}"],
+        **_SUBMIT,
+    )
+    aggregate_interval >> gamma_rule() >> ledger_due
+    aggregate_interval >> validate_aggregate
+
+
+aggregate_stream()
