@@ -75,6 +75,7 @@ def agg_params() -> dict[str, Any]:
         "kp": Param(0.2, type="number", description="PD controller K_p"),
         "kd": Param(4.0, type="number", description="PD controller K_d"),
         "alpha0": Param(0.6, type="number", minimum=0, maximum=1, description="initial α"),
+        "alpha_min": Param(0.05, type="number", minimum=0, maximum=1, description="floor of α"),
         "horizon_ms": Param(1000.0, type="number", minimum=0, description="coverage observed after close"),
         "gamma_s": Param(5.0, type="number", minimum=0, description="Γ of the repair rule"),
         "on_violation": Param("fail", enum=["fail", "warn"], description="a missed target fails the run"),
@@ -87,6 +88,7 @@ AGG_ARGS = [
     *("--aggregate", "{{ params.aggregate }}", "--window-ms", "{{ params.window_ms }}"),
     *("--slide-ms", "{{ params.slide_ms }}", "--eps", "{{ params.eps }}", "--delta", "{{ params.delta }}"),
     *("--kp", "{{ params.kp }}", "--kd", "{{ params.kd }}", "--alpha0", "{{ params.alpha0 }}"),
+    *("--alpha-min", "{{ params.alpha_min }}"),
     *("--horizon-ms", "{{ params.horizon_ms }}", "--gamma-s", "{{ params.gamma_s }}"),
 ]
 

@@ -140,7 +140,15 @@ def test_validate_fails_on_a_target_the_stream_cannot_meet(spark, settings):
     frame = arrivals(n=600, seed=5)
     load_bronze(spark, settings, frame)
     strict = AggJob(
-        **{**JOB.__dict__, "eps": 0.001, "delta": 0.001, "alpha_initial": 0.0, "k_p": 0.0, "k_d": 0.0}
+        **{
+            **JOB.__dict__,
+            "eps": 0.001,
+            "delta": 0.001,
+            "alpha_initial": 0.0,
+            "alpha_min": 0.0,
+            "k_p": 0.0,
+            "k_d": 0.0,
+        }
     )
     run_interval(spark, settings, SOURCE, strict, T0, T0 + 600 * STEP)
     with pytest.raises(QualityError):

@@ -14,7 +14,7 @@ from outoforder.io.tables import BRONZE, JOIN_METRICS, JOIN_PARAMS, JOIN_RESULTS
 from outoforder.sources.disorder import inject
 from outoforder.stages.cli import main
 from outoforder.stages.join import JoinJob, input_from_frame
-from outoforder.stages.join_stream import adapt, job_id, run_interval, validate
+from outoforder.stages.join_stream import adapt, job_id, repair, run_interval, validate
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta]
 
@@ -119,6 +119,13 @@ def test_recall_check_fails_or_warns_and_finds_no_duplicates(spark, settings, ca
     metrics = delta.read(spark, JOIN_METRICS, settings.lake_root).toPandas()
     assert len(metrics) >= 2 and (metrics["method"] == f"stream:{job_id(strict)}").all()
     assert (metrics["recall"] < 1.0).any()
+    # the repair adds exactly the missing true pairs: recall becomes exact, and a re-run adds none
+    fixed = repair(spark, settings, SOURCE, strict, end)
+    assert fixed["added"] == fixed["missing"] > 0
+    assert repair(spark, settings, SOURCE, strict, end)["added"] == 0
+    assert all(s.success for s in validate(spark, settings, SOURCE, strict, end))
+    res = delta.read(spark, JOIN_RESULTS, settings.lake_root).where(F.col("produced_by") == "repair")
+    assert res.count() == fixed["added"]
 
 
 def test_command_line_runs_intervals_with_adaptation(spark, settings, tmp_path, monkeypatch):

@@ -14,9 +14,9 @@ Datasets (one arrival sequence each, shared by every candidate):
 - ``soccer-ooo-trace``: the same game, each tuple delayed by a real UMTS transmission delay drawn
   from the OoO-Dataset (46,800 measured delays; trace-driven).
 
-Candidates: HPM (PD-controlled K = α·k, per-window control as in the paper, with the Γ-rule
-repairs replayed), MP-K-slack (K = k), AQ-K-slack (K = a delay quantile, PD-adjusted level), all
-tuple-at-a-time references; HPM's Spark micro-batch twin (α per micro-batch; checked identical
+Candidates: HPM (PD-controlled K = α·k, per-window control as in the paper, α >= 0.05, with the
+Γ-rule repairs replayed), HPM without the floor of α (the paper's α >= 0), MP-K-slack (K = k),
+AQ-K-slack (K = a delay quantile, PD-adjusted level), all tuple-at-a-time references; HPM's Spark micro-batch twin (α per micro-batch; checked identical
 to the reference run with the same control points; throughput with 1 and 2 cores, each in its
 own Spark process); Spark Structured Streaming's windowed aggregation with a watermark, at the
 watermark delay equal to HPM's mean K and to MP-K-slack's mean K.
@@ -57,7 +57,8 @@ if TYPE_CHECKING:
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 GAMMA_US = 5_000_000
-METHODS = ("hpm", "mp-kslack", "aq-kslack")
+METHODS = ("hpm", "hpm-no-floor", "mp-kslack", "aq-kslack")
+ALPHA_MIN = 0.05  # HPM's floor of α (the stages' default); "hpm-no-floor" is the paper's α >= 0
 
 
 @dataclass(frozen=True)
@@ -87,8 +88,9 @@ def soccer_case(name: str, model: Any, seconds: float, seed: int, description: s
 
 def policy(method: str) -> SlackPolicy:
     """A fresh policy of a candidate."""
-    if method == "hpm":
-        return HPMSlack(PDController(lambda_thr=0.95, k_p=0.2, k_d=4.0, alpha_initial=0.6))
+    if method in ("hpm", "hpm-no-floor"):
+        floor = ALPHA_MIN if method == "hpm" else 0.0
+        return HPMSlack(PDController(lambda_thr=0.95, k_p=0.2, k_d=4.0, alpha_initial=0.6, alpha_min=floor))
     if method == "mp-kslack":
         return MaxDelaySlack()
     return AQSlack()
@@ -182,7 +184,7 @@ def run_reference(case: Case, method: str) -> tuple[dict[str, Any], BufferedRun]
     seconds = time.monotonic() - t0
     plain = repair_history(case.ts, case.values, case.query, run, [])
     hist = None
-    if method == "hpm":
+    if method.startswith("hpm"):
         late = np.unique(run.late_arrival)
         batches = ledger_batches(late, case.ts[late], GAMMA_US, n=case.ts.size)
         hist = repair_history(case.ts, case.values, case.query, run, batches)

@@ -69,6 +69,7 @@ class AggJob:
     k_p: float = 0.2
     k_d: float = 4.0
     alpha_initial: float = 0.6
+    alpha_min: float = 0.05  # K never below 5 % of the largest delay (see docs/aggregates.md)
     coverage_horizon_us: int = 1_000_000
     gamma_us: int = 5_000_000
 
@@ -85,6 +86,7 @@ class AggJob:
             k_p=float(opts.get("kp", 0.2)),
             k_d=float(opts.get("kd", 4.0)),
             alpha_initial=float(opts.get("alpha0", 0.6)),
+            alpha_min=float(opts.get("alpha_min", 0.05)),
             coverage_horizon_us=round(float(opts.get("horizon_ms", 1000.0)) * 1000),
             gamma_us=round(float(opts.get("gamma_s", 5.0)) * 1e6),
         )

@@ -9,6 +9,7 @@ Stages::
     join            QJoin and the K-slack baselines on a bronze source or a file, vs the truth
     join-stream     the stream join over arrival-time intervals, state kept in Delta (DAG join_stream)
     join-adapt      choose the retention in force from a time on, from the history (DAG join_adapt)
+    join-repair     add the true pairs the stream join missed (join recall becomes exact)
     validate-join   recall per closed period and duplicate checks of the stream join (GX)
     aggregate-stream  sliding-window aggregates with HPM over arrival intervals (DAG aggregate_stream)
     aggregate-repair  recompute the windows of pending late tuples exactly, by the Γ rule (DAG late_repair)
@@ -270,6 +271,16 @@ def cmd_join_adapt(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_join_repair(args: argparse.Namespace, settings: Settings) -> int:
+    """Add the true pairs the stream join missed before --until."""
+    from outoforder.stages.join_stream import repair
+
+    span = round(args.span_s * 1e6) if args.span_s else None
+    spark = _spark(settings, "join-repair")
+    repair(spark, settings, args.source, _join_job(args), _instant(args.until), args.estimator, span)
+    return 0
+
+
 def cmd_validate_join(args: argparse.Namespace, settings: Settings) -> int:
     """Recall per closed period and duplicate checks (GX)."""
     from outoforder.stages.join_stream import validate
@@ -484,6 +495,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ja.add_argument("--until", required=True, help="history before this arrival time; in force from it")
     ja.set_defaults(func=cmd_join_adapt)
+    jr = sub.add_parser(
+        "join-repair", parents=[common, query, stream], help="add the pairs the stream missed"
+    )
+    jr.add_argument("--until", required=True, help="repair the history before this arrival time")
+    jr.add_argument("--span-s", type=float, help="only the last this many seconds of arrivals (default: all)")
+    jr.set_defaults(func=cmd_join_repair)
     vj = sub.add_parser("validate-join", parents=[common, query, stream], help="GX checks of the stream join")
     vj.add_argument("--until", required=True, help="check the history before this arrival time")
     vj.add_argument("--on-violation", choices=["fail", "warn"], default="fail")
@@ -499,6 +516,7 @@ def build_parser() -> argparse.ArgumentParser:
     agg.add_argument("--kp", type=float, default=0.2, help="PD controller K_p")
     agg.add_argument("--kd", type=float, default=4.0, help="PD controller K_d")
     agg.add_argument("--alpha0", type=float, default=0.6, help="initial α (K = α · max delay)")
+    agg.add_argument("--alpha-min", type=float, default=0.05, help="the floor of α (0 = the paper's)")
     agg.add_argument(
         "--horizon-ms", type=float, default=1000.0, help="coverage observed this long after a close"
     )
