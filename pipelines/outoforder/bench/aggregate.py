@@ -15,11 +15,12 @@ Datasets (one arrival sequence each, shared by every candidate):
   from the OoO-Dataset (46,800 measured delays; trace-driven).
 
 Candidates: HPM (PD-controlled K = α·k, per-window control as in the paper, α >= 0.05, with the
-Γ-rule repairs replayed), HPM without the floor of α (the paper's α >= 0), MP-K-slack (K = k),
-AQ-K-slack (K = a delay quantile, PD-adjusted level), all tuple-at-a-time references; HPM's Spark micro-batch twin (α per micro-batch; checked identical
-to the reference run with the same control points; throughput with 1 and 2 cores, each in its
-own Spark process); Spark Structured Streaming's windowed aggregation with a watermark, at the
-watermark delay equal to HPM's mean K and to MP-K-slack's mean K.
+Γ-rule repairs replayed), HPM without the floor of α (the paper's α >= 0), MP-K-slack (K = k), AQ-K-
+slack (K = a delay quantile, PD-adjusted level), all tuple-at-a-time references; HPM's Spark micro-
+batch twin (α per micro-batch; checked identical to the reference run with the same control points;
+throughput with 1 and 2 cores, each in its own Spark process); Spark Structured Streaming's windowed
+aggregation with a watermark, at the watermark delay equal to HPM's mean K and to MP-K-slack's mean
+K.
 """
 
 from __future__ import annotations
