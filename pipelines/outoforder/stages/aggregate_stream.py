@@ -104,7 +104,11 @@ class AggJob:
     def controller(self) -> PDController:
         """HPM's PD controller (the target coverage is given per window)."""
         return PDController(
-            lambda_thr=1.0 - self.eps, k_p=self.k_p, k_d=self.k_d, alpha_initial=self.alpha_initial
+            lambda_thr=1.0 - self.eps,
+            k_p=self.k_p,
+            k_d=self.k_d,
+            alpha_initial=self.alpha_initial,
+            alpha_min=self.alpha_min,
         )
 
 
