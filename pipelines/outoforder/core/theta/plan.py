@@ -107,7 +107,12 @@ class Theta:
 
     def bounds(self, r: FloatArray, s: FloatArray) -> tuple[tuple[float, float], tuple[float, float]]:
         """The cross filter: the closed value ranges of R and of S that can still match."""
-        r_lo, r_hi, s_lo, s_hi = float(r.min()), float(r.max()), float(s.min()), float(s.max())
+        return self.cross_bounds(float(r.min()), float(r.max()), float(s.min()), float(s.max()))
+
+    def cross_bounds(
+        self, r_lo: float, r_hi: float, s_lo: float, s_hi: float
+    ) -> tuple[tuple[float, float], tuple[float, float]]:
+        """:meth:`bounds` from the two sides' min and max only (all a distributed engine collects)."""
         op, c = self.op, self.band
         nxt = math.nextafter
         if op == ">":  # r > s_min, s < r_max
@@ -124,6 +129,90 @@ class Theta:
         return (s_lo - c, s_hi + c), (r_lo - c, r_hi + c)
 
 
+@dataclass(frozen=True)
+class Unit:
+    """One (sub-)partition of a side: the rows of range partition ``pid`` in hash ``slots``.
+
+    ``slots`` is empty for a partition that was not split (all its rows); a skewed partition is
+    split into units that each own a set of hash slots of its rows.
+    """
+
+    pid: int
+    sub: int
+    count: int
+    lo: float
+    hi: float
+    slots: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class PairPlan:
+    """Partition pairs to join: indices into the R and S unit lists, and whether θ holds for all."""
+
+    r_units: list[Unit]
+    s_units: list[Unit]
+    pairs: list[tuple[int, int, bool]]  # (R unit, S unit, full)
+
+    @property
+    def rows_compared(self) -> int:
+        """Per-row θ tests the plan needs: the Cartesian products of the partial pairs."""
+        return sum(self.r_units[a].count * self.s_units[b].count for a, b, full in self.pairs if not full)
+
+    @property
+    def replicated_rows(self) -> int:
+        """Rows sent to the pair tasks: each unit once per pair it is in."""
+        return sum(self.r_units[a].count + self.s_units[b].count for a, b, _ in self.pairs)
+
+
+def plan_pairs(r_units: list[Unit], s_units: list[Unit], theta: Theta) -> PairPlan:
+    """Classify every unit pair from the units' min and max; keep those that can satisfy θ."""
+    pairs = []
+    for a, ru in enumerate(r_units):
+        for b, su in enumerate(s_units):
+            kind = theta.classify(ru.lo, ru.hi, su.lo, su.hi)
+            if kind != "none":
+                pairs.append((a, b, kind == "full"))
+    return PairPlan(r_units, s_units, pairs)
+
+
+def units_from_slots(
+    rows: list[tuple[int, int, int, float, float]], window_size: int, partitions: int
+) -> list[Unit]:
+    """A side's units from its per (partition, hash slot) ``(pid, slot, count, min, max)`` rows.
+
+    A partition over MaxSize gets ``flag`` units (:func:`skew_split`'s flag); its slots are dealt to
+    them largest first, each to the unit with the fewest rows so far, so the units are near equal.
+    Rows identical in every column share a slot and are never split apart.
+    """
+    by_pid: dict[int, list[tuple[int, int, float, float]]] = {}
+    for pid, slot, count, lo, hi in rows:
+        by_pid.setdefault(pid, []).append((slot, count, lo, hi))
+    units: list[Unit] = []
+    for pid in sorted(by_pid):
+        slots = sorted(by_pid[pid], key=lambda t: (-t[1], t[0]))
+        total = sum(t[1] for t in slots)
+        flag = min(len(skew_split(total, window_size, partitions)), len(slots))
+        if flag == 1:
+            lo, hi = min(t[2] for t in slots), max(t[3] for t in slots)
+            units.append(Unit(pid, 0, total, lo, hi))
+            continue
+        groups: list[list[tuple[int, int, float, float]]] = [[] for _ in range(flag)]
+        for t in slots:
+            min(groups, key=lambda g: (sum(x[1] for x in g), len(g))).append(t)
+        for sub, g in enumerate(groups):
+            units.append(
+                Unit(
+                    pid,
+                    sub,
+                    sum(x[1] for x in g),
+                    min(x[2] for x in g),
+                    max(x[3] for x in g),
+                    tuple(sorted(x[0] for x in g)),
+                )
+            )
+    return units
+
+
 @dataclass
 class JoinStats:
     """Counters of one θ-join run (the benchmark's cost measures)."""
@@ -135,6 +224,7 @@ class JoinStats:
     r_filtered: int = 0  # rows dropped by the cross filter
     s_filtered: int = 0
     null_rows: int = 0  # NaN join values, excluded
+    replicated_rows: int = 0  # rows sent to partition-pair tasks (a row once per pair it is in)
     sub_partitions: list[int] = field(default_factory=list)
 
 
@@ -161,6 +251,25 @@ def skew_split(size: int, window_size: int, partitions: int) -> list[int]:
     flag = max(math.ceil(size / max_size), 1)
     base, extra = divmod(size, flag)
     return [base + (1 if k >= flag - extra else 0) for k in range(flag)]
+
+
+def one_bucket_shape(regions: int, n_r: int, n_s: int) -> tuple[int, int]:
+    """1-Bucket-Theta's grid: ``rows × cols <= regions`` minimizing a region's input ``n_r/rows + n_s/cols``.
+
+    Okcan & Riedewald (SIGMOD 2011) cover the |R|×|S| matrix with equal regions; the best shape
+    for equal sides is the square.
+
+    >>> one_bucket_shape(16, 1000, 1000), one_bucket_shape(8, 1000, 10)
+    ((4, 4), (8, 1))
+    """
+    if regions < 1:
+        msg = f"need at least one region, got {regions}"
+        raise ConfigError(msg)
+    best = min(
+        ((rows, regions // rows) for rows in range(1, regions + 1)),
+        key=lambda rc: (max(n_r, 1) / rc[0] + max(n_s, 1) / rc[1], -rc[0] * rc[1]),
+    )
+    return best
 
 
 def range_partition(values: FloatArray, lo: float, hi: float, partitions: int) -> IntArray:
@@ -200,25 +309,22 @@ def fast_theta_join(
     cap = window_size if window_size is not None else max(ri.size, si.size)
     r_parts = _split(ri, r, rp, partitions, cap, stats)
     s_parts = _split(si, s, sp, partitions, cap, stats)
+    r_units = [Unit(0, k, a.size, float(r[a].min()), float(r[a].max())) for k, a in enumerate(r_parts)]
+    s_units = [Unit(0, k, b.size, float(s[b].min()), float(s[b].max())) for k, b in enumerate(s_parts)]
+    plan = plan_pairs(r_units, s_units, theta)
+    stats.partition_pairs = len(plan.pairs)
+    stats.full_pairs = sum(full for _, _, full in plan.pairs)
+    stats.rows_compared = plan.rows_compared
     out: list[PairArray] = []
-    for a in r_parts:
-        ra = r[a]
-        a_lo, a_hi = float(ra.min()), float(ra.max())
-        for b in s_parts:
-            sb = s[b]
-            kind = theta.classify(a_lo, a_hi, float(sb.min()), float(sb.max()))
-            if kind == "none":
-                continue
-            stats.partition_pairs += 1
-            if kind == "full":
-                stats.full_pairs += 1
-                ii, jj = np.meshgrid(a, b, indexing="ij")
-            else:
-                stats.rows_compared += a.size * b.size
-                ok = theta.holds(ra[:, None], sb[None, :])
-                x, y = np.nonzero(ok)
-                ii, jj = a[x], b[y]
-            out.append(np.stack([ii.ravel(), jj.ravel()], axis=1).astype(np.int64))
+    for x, y, full in plan.pairs:
+        a, b = r_parts[x], s_parts[y]
+        if full:
+            ii, jj = np.meshgrid(a, b, indexing="ij")
+        else:
+            ok = theta.holds(r[a][:, None], s[b][None, :])
+            u, v = np.nonzero(ok)
+            ii, jj = a[u], b[v]
+        out.append(np.stack([ii.ravel(), jj.ravel()], axis=1).astype(np.int64))
     pairs = np.concatenate(out) if out else np.zeros((0, 2), dtype=np.int64)
     pairs = pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))] if pairs.size else pairs
     stats.output_rows = int(pairs.shape[0])
