@@ -94,3 +94,31 @@ AGG_ARGS = [
 
 # Emitted when the late-tuple ledger of an aggregate job meets HPM's Γ rule; late_repair runs on it.
 LEDGER_DUE_URI = "outoforder://silver/agg_ledger/repair-due"
+
+
+def theta_params() -> dict[str, Any]:
+    """The Params of a θ-join backfill job (the streams, column, predicates and window identify it)."""
+    from airflow.sdk import Param
+
+    return {
+        "source": Param("synthetic/hpm_game1-20s-seed7", type="string", description="bronze source id"),
+        "streams": Param("ball,team_a", type="string", description="streams S0,S1,… in chain order"),
+        "column": Param("value", enum=["value", "x", "y", "z", "event_ts"], description="join column"),
+        "predicates": Param(
+            "band:0.001", type="string", description="θ0,θ1,… between neighbours: <, <=, >=, >, = or band:c"
+        ),
+        "window_s": Param(10.0, type="number", exclusiveMinimum=0, description="tumbling event-time window"),
+        "method": Param("fast", enum=["fast", "cfs", "one-bucket", "spark-sql", "cross"]),
+        "partitions": Param(16, type="integer", minimum=1, maximum=256, description="range partitions"),
+        "sample": Param(2, type="integer", minimum=0, description="windows checked against DuckDB"),
+        "on_violation": Param("fail", enum=["fail", "warn"], description="a failed check fails the run"),
+        "config": Param("", type="string", description="path of a TOML config override"),
+    }
+
+
+THETA_ARGS = [
+    *("--source", "{{ params.source }}", "--streams", "{{ params.streams }}"),
+    *("--column", "{{ params.column }}", "--predicates", "{{ params.predicates }}"),
+    *("--window-s", "{{ params.window_s }}", "--method", "{{ params.method }}"),
+    *("--partitions", "{{ params.partitions }}"),
+]

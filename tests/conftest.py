@@ -47,3 +47,36 @@ def spark(base_settings: Settings) -> Iterator[object]:
 def settings(base_settings: Settings, tmp_path: Path) -> Settings:
     """Settings with a fresh, empty lake for one test."""
     return dataclasses.replace(base_settings, lake_root=tmp_path / "lake")
+
+
+@pytest.fixture
+def load_bronze(spark, settings: Settings):
+    """Write a frame of arrivals (``stream``, ``event_ts`` and any measures) as one bronze source.
+
+    Row order is arrival order: ``arrival_seq`` counts from ``first_seq``; missing columns are null.
+    """
+    import numpy as np
+
+    from outoforder.io import delta
+    from outoforder.io.tables import BRONZE
+
+    def load(frame, source: str, first_seq: int = 0, t0: int = 1_700_000_000_000_000, step: int = 1_000):
+        n = len(frame)
+        pdf = frame.assign(
+            source=source,
+            key=frame.get("key", "k"),
+            arrival_seq=np.arange(first_seq, first_seq + n),
+            arrival_ts=t0 + np.arange(n) * step,
+            row_hash=np.arange(n),
+            ingest_id="test",
+            source_file="test",
+            line_no=np.arange(1, n + 1),
+        )
+        for col in ("x", "y", "z", "value", "attrs"):
+            if col not in pdf:
+                pdf[col] = None
+        rows = [tuple(r) for r in pdf[BRONZE.schema.fieldNames()].itertuples(index=False)]
+        df = spark.createDataFrame(rows, BRONZE.schema)
+        delta.append_once(df, BRONZE, settings.lake_root, f"test-{source}", 0)
+
+    return load

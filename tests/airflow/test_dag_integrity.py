@@ -21,6 +21,7 @@ EXPECTED_STRUCTURE = {
         "validate_aggregate": set(),
     },
     "late_repair": {"repair": {"validate_aggregate"}, "validate_aggregate": set()},
+    "theta_backfill": {"theta_join": {"validate_theta"}, "validate_theta": set()},
 }
 
 PROBE = r"""

@@ -11,7 +11,7 @@ from outoforder.core.windows.buffered import buffered_reference
 from outoforder.core.windows.slack import HPMSlack
 from outoforder.errors import QualityError, StateError
 from outoforder.io import delta
-from outoforder.io.tables import AGG_CONTROL, AGG_LEDGER, AGG_RESULTS, BRONZE
+from outoforder.io.tables import AGG_CONTROL, AGG_LEDGER, AGG_RESULTS
 from outoforder.sources.disorder import inject
 from outoforder.stages.aggregate_stream import AggJob, job_id, repair, run_interval, validate, window_quality
 
@@ -33,26 +33,6 @@ def arrivals(n=1_200, seed=4):
     return pd.DataFrame({"stream": "s", "event_ts": ts[o], "value": value[o]})
 
 
-def load_bronze(spark, settings, frame):
-    n = len(frame)
-    pdf = frame.assign(
-        source=SOURCE,
-        key="k",
-        arrival_seq=np.arange(n),
-        arrival_ts=T0 + np.arange(n) * STEP,
-        x=None,
-        y=None,
-        z=None,
-        attrs=None,
-        row_hash=np.arange(n),
-        ingest_id="test",
-        source_file="test",
-        line_no=np.arange(1, n + 1),
-    )
-    rows = [tuple(r) for r in pdf[BRONZE.schema.fieldNames()].itertuples(index=False)]
-    delta.append_once(spark.createDataFrame(rows, BRONZE.schema), BRONZE, settings.lake_root, "test", 0)
-
-
 def results(spark, settings):
     df = delta.read(spark, AGG_RESULTS, settings.lake_root).where(F.col("job") == job_id(JOB))
     return df.toPandas().sort_values("window_id").reset_index(drop=True)
@@ -71,9 +51,9 @@ def snapshot(spark, settings):
     }
 
 
-def test_intervals_equal_the_reference_then_repair_makes_every_window_exact(spark, settings):
+def test_intervals_equal_the_reference_then_repair_makes_every_window_exact(spark, settings, load_bronze):
     frame = arrivals()
-    load_bronze(spark, settings, frame)
+    load_bronze(frame, SOURCE, 0)
     n = len(frame)
     cuts = [0, 500, 900, n]
     bounds = [T0 + c * STEP for c in cuts]
@@ -126,9 +106,9 @@ def test_intervals_equal_the_reference_then_repair_makes_every_window_exact(spar
     validate(spark, settings, SOURCE, JOB, fail=False)
 
 
-def test_gamma_rule_waits_until_the_late_tuples_span_more_than_gamma(spark, settings):
+def test_gamma_rule_waits_until_the_late_tuples_span_more_than_gamma(spark, settings, load_bronze):
     frame = arrivals(n=800, seed=9)
-    load_bronze(spark, settings, frame)
+    load_bronze(frame, SOURCE, 0)
     run_interval(spark, settings, SOURCE, JOB, T0, T0 + 400 * STEP)
     wide = repair(spark, settings, SOURCE, AggJob(**{**JOB.__dict__, "gamma_us": 10**9}))
     assert not wide.ran and "Γ" in wide.reason
@@ -136,9 +116,9 @@ def test_gamma_rule_waits_until_the_late_tuples_span_more_than_gamma(spark, sett
         run_interval(spark, settings, SOURCE, JOB, T0 + 500 * STEP, T0 + 600 * STEP)
 
 
-def test_validate_fails_on_a_target_the_stream_cannot_meet(spark, settings):
+def test_validate_fails_on_a_target_the_stream_cannot_meet(spark, settings, load_bronze):
     frame = arrivals(n=600, seed=5)
-    load_bronze(spark, settings, frame)
+    load_bronze(frame, SOURCE, 0)
     strict = AggJob(
         **{
             **JOB.__dict__,

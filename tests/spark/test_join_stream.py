@@ -10,7 +10,7 @@ from pyspark.sql import functions as F
 from outoforder.core.joins.qjoin import qjoin_set
 from outoforder.errors import QualityError, StateError
 from outoforder.io import delta
-from outoforder.io.tables import BRONZE, JOIN_METRICS, JOIN_PARAMS, JOIN_RESULTS, JOIN_STATE
+from outoforder.io.tables import JOIN_METRICS, JOIN_PARAMS, JOIN_RESULTS, JOIN_STATE
 from outoforder.sources.disorder import inject
 from outoforder.stages.cli import main
 from outoforder.stages.join import JoinJob, input_from_frame
@@ -33,33 +33,14 @@ def arrivals(n=1_500, seed=3):
     return pd.DataFrame({"stream": stream[o], "event_ts": ts[o], "x": x[o], "y": y[o]})
 
 
-def load_bronze(spark, settings, frame):
-    n = len(frame)
-    pdf = frame.assign(
-        source=SOURCE,
-        key="k",
-        arrival_seq=np.arange(1, n + 1),
-        arrival_ts=T0 + np.arange(n) * STEP,
-        z=None,
-        value=None,
-        attrs=None,
-        row_hash=np.arange(n),
-        ingest_id="test",
-        source_file="test",
-        line_no=np.arange(1, n + 1),
-    )
-    rows = [tuple(r) for r in pdf[BRONZE.schema.fieldNames()].itertuples(index=False)]
-    delta.append_once(spark.createDataFrame(rows, BRONZE.schema), BRONZE, settings.lake_root, "test", 0)
-
-
 def result_pairs(spark, settings):
     df = delta.read(spark, JOIN_RESULTS, settings.lake_root).where(F.col("job") == job_id(JOB))
     return df.select("r_seq", "s_seq", "d_r_us", "params_version").toPandas()
 
 
-def test_intervals_with_adaptation_equal_the_set_form_and_reruns_change_nothing(spark, settings):
+def test_intervals_with_adaptation_equal_the_set_form_and_reruns_change_nothing(spark, settings, load_bronze):
     frame = arrivals()
-    load_bronze(spark, settings, frame)
+    load_bronze(frame, SOURCE, 1)
     n = len(frame)
     bounds = [T0, T0 + 400 * STEP, T0 + 900 * STEP, T0 + 1_200 * STEP, T0 + n * STEP]
     run_interval(spark, settings, SOURCE, JOB, bounds[0], bounds[1])
@@ -96,8 +77,8 @@ def test_intervals_with_adaptation_equal_the_set_form_and_reruns_change_nothing(
     assert last["arrivals"] == n and last["pairs"] == len(expected.pairs)
 
 
-def test_an_interval_cannot_skip_unprocessed_arrivals(spark, settings):
-    load_bronze(spark, settings, arrivals(n=300))
+def test_an_interval_cannot_skip_unprocessed_arrivals(spark, settings, load_bronze):
+    load_bronze(arrivals(n=300), SOURCE, 1)
     run_interval(spark, settings, SOURCE, JOB, T0, T0 + 100 * STEP)
     with pytest.raises(StateError, match="run \\["):
         run_interval(spark, settings, SOURCE, JOB, T0 + 200 * STEP, T0 + 300 * STEP)
@@ -105,9 +86,9 @@ def test_an_interval_cannot_skip_unprocessed_arrivals(spark, settings):
         run_interval(spark, settings, SOURCE, JOB, T0 - 100 * STEP, T0)
 
 
-def test_recall_check_fails_or_warns_and_finds_no_duplicates(spark, settings, capsys):
+def test_recall_check_fails_or_warns_and_finds_no_duplicates(spark, settings, capsys, load_bronze):
     frame = arrivals()
-    load_bronze(spark, settings, frame)
+    load_bronze(frame, SOURCE, 1)
     end = T0 + len(frame) * STEP
     # d = 0 under disorder: 1.0 is out of reach; short periods so that several are closed
     strict = JoinJob(**{**JOB.__dict__, "q_user": 1.0, "period_us": 300_000, "interval_us": 100_000})
@@ -128,8 +109,8 @@ def test_recall_check_fails_or_warns_and_finds_no_duplicates(spark, settings, ca
     assert res.count() == fixed["added"]
 
 
-def test_command_line_runs_intervals_with_adaptation(spark, settings, tmp_path, monkeypatch):
-    load_bronze(spark, settings, arrivals(n=600))
+def test_command_line_runs_intervals_with_adaptation(spark, settings, tmp_path, monkeypatch, load_bronze):
+    load_bronze(arrivals(n=600), SOURCE, 1)
     cfg = tmp_path / "c.toml"
     cfg.write_text(f'[lake]\nroot = "{settings.lake_root}"\n')
     common = [

@@ -56,7 +56,9 @@ def oracle(r, s, op) -> list[tuple[int, int]]:
 
 
 def spark_pairs(spark, r, s, op, method, partitions):
-    res = theta_join(frame(spark, "r", r), frame(spark, "s", s), ("r_v", "s_v"), Theta.parse(op), method, partitions)
+    res = theta_join(
+        frame(spark, "r", r), frame(spark, "s", s), ("r_v", "s_v"), Theta.parse(op), method, partitions
+    )
     try:
         got = sorted((row.r_id, row.s_id) for row in res.rows.collect())
     finally:

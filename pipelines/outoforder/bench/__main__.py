@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from outoforder.bench.harness import DEFAULT_OUT
@@ -13,7 +14,7 @@ from outoforder.errors import OutOfOrderError
 def main(argv: list[str] | None = None) -> int:
     """Parse the arguments and run one benchmark."""
     p = argparse.ArgumentParser(prog="python -m outoforder.bench", description=__doc__)
-    p.add_argument("name", choices=["join", "aggregate"], help="which benchmark")
+    p.add_argument("name", choices=["join", "aggregate", "theta"], help="which benchmark")
     p.add_argument(
         "--quick", action="store_true", help="a small replay and two targets (minutes, for a smoke run)"
     )
@@ -21,9 +22,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", type=Path, help="the shared data folder (default: from the config)")
     p.add_argument("--no-spark", action="store_true", help="skip the Spark candidates (set forms only)")
     args = p.parse_args(argv)
-    from outoforder.bench import aggregate, join
+    from outoforder.bench import aggregate, join, theta
 
-    bench = {"join": join.main, "aggregate": aggregate.main}[args.name]
+    benches: dict[str, Callable[..., int]] = {
+        "join": join.main,
+        "aggregate": aggregate.main,
+        "theta": theta.main,
+    }
+    bench = benches[args.name]
     try:
         return bench(args.out, args.data_dir, args.quick, spark_on=not args.no_spark)
     except OutOfOrderError as e:

@@ -66,17 +66,29 @@ def _sql_literal(value: str | int) -> str:
     return str(value) if isinstance(value, int) else "'" + value.replace("'", "''") + "'"
 
 
-def replace_where(df: DataFrame, table: Table, lake_root: Path | str, match: dict[str, str | int]) -> None:
+def replace_where(
+    df: DataFrame,
+    table: Table,
+    lake_root: Path | str,
+    match: dict[str, str | int],
+    between: tuple[str, int, int] | None = None,
+) -> None:
     """Overwrite exactly the rows whose columns equal ``match`` (``replaceWhere``): idempotent.
 
-    Rows of ``df`` outside ``match`` are dropped rather than written, so the write can never touch
+    ``between = (col, lo, hi)`` narrows the slice to ``lo <= col < hi`` (an interval of a backfill).
+    Rows of ``df`` outside the slice are dropped rather than written, so the write can never touch
     anything but the slice it replaces.
     """
     ensure(df.sparkSession, table, lake_root)
     cond = F.lit(True)
     for col, value in match.items():
         cond = cond & (F.col(col) == F.lit(value))
-    where = " AND ".join(f"{c} = {_sql_literal(v)}" for c, v in match.items())
+    clauses = [f"{c} = {_sql_literal(v)}" for c, v in match.items()]
+    if between is not None:
+        col, lo, hi = between
+        cond = cond & (F.col(col) >= F.lit(lo)) & (F.col(col) < F.lit(hi))
+        clauses.append(f"{col} >= {int(lo)} AND {col} < {int(hi)}")
+    where = " AND ".join(clauses)
     writer = (
         conform(df.where(cond), table)
         .write.format("delta")

@@ -264,6 +264,31 @@ AGG_CONTROL_SCHEMA = _s(  # every coverage observation and the α it led to (the
     ("alpha_after", DoubleType(), False),
 )
 
+# θ-join backfills (stages/theta_backfill.py): per event-time window of a job, the rows of the
+# multi-way θ-join (one arrival_seq and join value per stream, in stream order) and the run's counters.
+THETA_RESULTS_SCHEMA = _s(
+    ("source", StringType(), False),
+    ("job", StringType(), False),
+    ("window_start_us", LongType(), False),
+    ("seqs", ArrayType(LongType()), False),
+    ("vals", ArrayType(DoubleType()), False),
+)
+THETA_WINDOWS_SCHEMA = _s(
+    ("source", StringType(), False),
+    ("job", StringType(), False),
+    ("window_start_us", LongType(), False),
+    ("window_end_us", LongType(), False),
+    ("method", StringType(), False),
+    ("partitions", LongType(), False),
+    ("rows", ArrayType(LongType()), False),  # per stream: rows in the window
+    ("null_rows", ArrayType(LongType()), False),  # per stream: null/NaN join values, excluded
+    ("output_rows", LongType(), False),
+    ("rows_compared", LongType(), False),  # summed over the pairwise joins
+    ("partition_pairs", LongType(), False),
+    ("seconds", DoubleType(), False),
+    ("written_at_us", LongType(), False),
+)
+
 BRONZE = Table("bronze/arrivals", BRONZE_SCHEMA, ("source",))
 QUARANTINE = Table("bronze/quarantine", QUARANTINE_SCHEMA, ("source",))
 INGEST_LOG = Table("bronze/ingest_log", INGEST_LOG_SCHEMA)
@@ -296,3 +321,5 @@ ALL_TABLES = (
     AGG_WATCH,
     AGG_CONTROL,
 )
+THETA_RESULTS = Table("gold/theta_results", THETA_RESULTS_SCHEMA, ("source",))
+THETA_WINDOWS = Table("gold/theta_windows", THETA_WINDOWS_SCHEMA, ("source",))

@@ -203,43 +203,51 @@ def _fast(r: DataFrame, s: DataFrame, on: tuple[str, str], theta: Theta, partiti
     )
     if not plan.pairs:
         return _empty(r, s, stats, "fast")
-    spark = r.sparkSession
-    r_to, s_to = _routes(plan, spark, "r"), _routes(plan, spark, "s")
-    ra, sa = _to_pairs(rp, r_to, "_rpair", with_full=True), _to_pairs(sp, s_to, "_spair", with_full=False)
+    ra = _to_pairs(rp, plan, partitions, "r").withColumnRenamed("_pair", "_rpair")
+    full = _literal_array([int(f) for _, _, f in plan.pairs], "array<int>")
+    ra = ra.withColumn("_full", F.element_at(full, F.col("_rpair") + 1) == 1)
+    sa = _to_pairs(sp, plan, partitions, "s").withColumnRenamed("_pair", "_spair")
     cond = (ra["_rpair"] == sa["_spair"]) & (ra["_full"] | _condition(ra, sa, on, theta))
     out = ra.join(sa, cond).select(*[ra[c] for c in r.columns], *[sa[c] for c in s.columns])
     return ThetaResult(out, stats, "fast")
 
 
-@dataclass(frozen=True)
-class _Routes:
-    subs: DataFrame | None  # (_pid, _slot, _sub) of the split partitions
-    pairs: DataFrame  # (_pid, _sub, _pair, _full)
+def _literal_array(values: Sequence[int], sql_type: str) -> Column:
+    """A constant int array from one string literal (folded once by the optimizer).
+
+    One py4j call instead of one per element: with 64 partitions a routing table has thousands.
+    """
+    return F.split(F.lit(",".join(map(str, values))), ",").cast(sql_type)
 
 
-def _routes(plan: PairPlan, spark: object, side: str) -> _Routes:
-    """Small lookup tables sending each row of a side to the pairs its unit is in (broadcast)."""
+def _to_pairs(df: DataFrame, plan: PairPlan, partitions: int, side: str) -> DataFrame:
+    """Send every row to the pairs its unit is in: one row per pair, in an int column ``_pair``.
+
+    The routing is constant arrays in the projection (no lookup join, no broadcast job):
+    ``unit[pid · partitions + slot]``, then that unit's run ``[start, start + count)`` of the
+    pair ids listed unit by unit.
+    """
     units: list[Unit] = plan.r_units if side == "r" else plan.s_units
-    subs = [(u.pid, slot, u.sub) for u in units for slot in u.slots]
-    pairs = [
-        (units[a if side == "r" else b].pid, units[a if side == "r" else b].sub, k, bool(full))
-        for k, (a, b, full) in enumerate(plan.pairs)
-    ]
-    create = spark.createDataFrame  # type: ignore[attr-defined]
-    sub_df = create(subs, "_pid long, _slot long, _sub long") if subs else None
-    return _Routes(sub_df, create(pairs, "_pid long, _sub long, _pair long, _full boolean"))
-
-
-def _to_pairs(df: DataFrame, routes: _Routes, pair_col: str, with_full: bool) -> DataFrame:
-    if routes.subs is None:
-        with_sub = df.withColumn("_sub", F.lit(0).cast("long"))
-    else:
-        with_sub = df.join(F.broadcast(routes.subs), ["_pid", "_slot"], "left").withColumn(
-            "_sub", F.coalesce(F.col("_sub"), F.lit(0).cast("long"))
-        )
-    out = with_sub.join(F.broadcast(routes.pairs), ["_pid", "_sub"]).withColumnRenamed("_pair", pair_col)
-    out = out.drop("_pid", "_slot", "_sub")
-    return out if with_full else out.drop("_full")
+    unit_of = [0] * (partitions * partitions)
+    for k, u in enumerate(units):
+        for slot in u.slots or range(partitions):
+            unit_of[u.pid * partitions + slot] = k
+    pairs_of: list[list[int]] = [[] for _ in units]
+    for k, (a, b, _) in enumerate(plan.pairs):
+        pairs_of[a if side == "r" else b].append(k)
+    starts: list[int] = []
+    flat: list[int] = []
+    for ids in pairs_of:
+        starts.append(len(flat) + 1)
+        flat.extend(ids)
+    unit = F.element_at(
+        _literal_array(unit_of, "array<int>"), (F.col("_pid") * partitions + F.col("_slot")).cast("int") + 1
+    )
+    start = F.element_at(_literal_array(starts, "array<int>"), unit + 1)
+    count = F.element_at(_literal_array([len(x) for x in pairs_of], "array<int>"), unit + 1)
+    # a unit in no pair has count 0: its rows drop out in the explode
+    mine = F.slice(_literal_array(flat, "array<int>"), start, count)
+    return df.withColumn("_pair", F.explode(mine)).drop("_pid", "_slot")
 
 
 def _one_bucket_rows(

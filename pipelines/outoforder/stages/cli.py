@@ -14,6 +14,8 @@ Stages::
     aggregate-stream  sliding-window aggregates with HPM over arrival intervals (DAG aggregate_stream)
     aggregate-repair  recompute the windows of pending late tuples exactly, by the Γ rule (DAG late_repair)
     validate-aggregate  (ε, δ) at emission, exactness after repair, every window once (GX)
+    theta-join      multi-way θ-join backfill of bronze windows (DAG theta_backfill), or of your own files
+    validate-theta  completeness of a θ-join backfill against DuckDB on sampled windows (GX)
     demo            the main job: ingest, one injected preset, statistics, checks, join, aggregates
     presets         list the disorder presets (or re-run their calibration)
 
@@ -411,6 +413,89 @@ def _demo_aggregates(spark: Any, settings: Settings, source: str) -> None:
     validate(spark, settings, source, job, fail=False)
 
 
+def _theta_job(args: argparse.Namespace) -> Any:
+    from outoforder.stages.theta_backfill import ThetaJob
+
+    return ThetaJob(
+        streams=tuple(x for x in args.streams.split(",") if x),
+        column=args.column,
+        predicates=tuple(x.strip() for x in args.predicates.split(",") if x.strip()),
+        window_us=round(args.window_s * 1e6),
+        method=args.method,
+        partitions=args.partitions,
+    )
+
+
+def cmd_theta_join(args: argparse.Namespace, settings: Settings) -> int:
+    """θ-join bronze windows over [start, end) (a backfill interval), or the user's files."""
+    from outoforder.stages.theta_backfill import read_user_frames, run_interval
+
+    if bool(args.file) == bool(args.source):
+        msg = "theta-join needs exactly one of --source (bronze) and --file (two or more files)"
+        raise ConfigError(msg)
+    if args.source:
+        if args.start is None or args.end is None:
+            msg = "a bronze θ-join backfill needs --start and --end (event time)"
+            raise ConfigError(msg)
+        job = _theta_job(args)
+        spark = _spark(settings, "theta-join")
+        print(
+            run_interval(spark, settings, args.source, job, _instant(args.start), _instant(args.end)).line()
+        )
+        return 0
+    return _theta_files(args, settings, read_user_frames)
+
+
+def _theta_files(args: argparse.Namespace, settings: Settings, read: Any) -> int:
+    import time
+
+    from pyspark.sql import functions as F
+
+    from outoforder.core.theta.plan import Theta
+    from outoforder.spark.theta import multiway_join
+
+    paths = [Path(f) for f in args.file]
+    thetas = [Theta.parse(x.strip()) for x in args.predicates.split(",") if x.strip()]
+    if len(paths) < 2 or len(thetas) != len(paths) - 1:
+        msg = f"{len(paths)} files need at least two files and {len(paths) - 1} predicates, got {len(thetas)}"
+        raise ConfigError(msg)
+    spark = _spark(settings, "theta-join")
+    frames = read(spark, paths, args.column)
+    nulls = [f.where(F.col(f"s{i}_v").isNull() | F.isnan(f"s{i}_v")).count() for i, f in enumerate(frames)]
+    t0 = time.monotonic()
+    res = multiway_join(frames, [f"s{i}_v" for i in range(len(paths))], thetas, args.method, args.partitions)
+    try:
+        rows = res.rows.select(
+            *[F.col(f"s{i}_seq").alias(f"{p.stem}_row") for i, p in enumerate(paths)],
+            *[F.col(f"s{i}_v").alias(f"{p.stem}_{args.column}") for i, p in enumerate(paths)],
+        )
+        if args.out:
+            rows.write.mode("overwrite").parquet(args.out)
+            n = spark.read.parquet(args.out).count()
+            where = f", written to {args.out} (Parquet)"
+        else:
+            n, where = rows.count(), ""
+    finally:
+        res.release()
+    for p, z in zip(paths, nulls, strict=True):
+        if z:
+            print(f"[theta] {p.name}: {z} rows with a null, NaN or non-numeric {args.column} excluded")
+    print(f"[theta] {n} result rows in {time.monotonic() - t0:.1f} s ({args.method}){where}", flush=True)
+    return 0
+
+
+def cmd_validate_theta(args: argparse.Namespace, settings: Settings) -> int:
+    """GX completeness of a θ-join backfill interval (sampled windows against DuckDB)."""
+    from outoforder.stages.theta_backfill import validate
+
+    spark = _spark(settings, "validate-theta")
+    validate(
+        spark, settings, args.source, _theta_job(args), _instant(args.start), _instant(args.end),
+        sample=args.sample, fail=args.on_violation == "fail",
+    )  # fmt: skip
+    return 0
+
+
 def cmd_presets(args: argparse.Namespace, settings: Settings) -> int:
     """List presets; ``--calibrate`` re-derives the DEBS presets' body parameters."""
     from outoforder.sources.disorder import _BODIES, PRESETS, calibrate_body
@@ -546,6 +631,27 @@ def build_parser() -> argparse.ArgumentParser:
     agv = sub.add_parser("validate-aggregate", parents=[common, agg], help="GX checks of the aggregates")
     agv.add_argument("--on-violation", choices=["fail", "warn"], default="fail")
     agv.set_defaults(func=cmd_validate_aggregate)
+    th = argparse.ArgumentParser(add_help=False)
+    th.add_argument("--streams", default="ball,team_a", help="streams S0,S1,… of the source (in chain order)")
+    th.add_argument("--column", default="value", help="the join column: value, x, y, z or event_ts")
+    th.add_argument("--predicates", default="<", help="θ0,θ1,… between neighbours: <, <=, >=, >, = or band:c")
+    th.add_argument("--window-s", type=float, default=1.0, help="tumbling event-time window")
+    th.add_argument("--method", default="fast", help="fast, cfs, one-bucket, spark-sql or cross")
+    th.add_argument("--partitions", type=int, default=8, help="FastThetaJoin's range partitions")
+    tj = sub.add_parser("theta-join", parents=[common, th], help="multi-way θ-join backfill or files")
+    tj.add_argument("--source", help="the bronze source id")
+    tj.add_argument("--start", help="event-time interval start (µs or ISO 8601), a window multiple")
+    tj.add_argument("--end", help="interval end, exclusive")
+    tj.add_argument("--file", action="append", help="a stream of your own (CSV or Parquet); give two or more")
+    tj.add_argument("--out", help="with --file: write the result rows here (Parquet)")
+    tj.set_defaults(func=cmd_theta_join)
+    tv = sub.add_parser("validate-theta", parents=[common, th], help="GX completeness of a θ backfill")
+    tv.add_argument("--source", required=True, help="the bronze source id")
+    tv.add_argument("--start", required=True, help="event-time interval start")
+    tv.add_argument("--end", required=True, help="interval end, exclusive")
+    tv.add_argument("--sample", type=int, default=3, help="windows checked against DuckDB")
+    tv.add_argument("--on-violation", choices=["fail", "warn"], default="fail")
+    tv.set_defaults(func=cmd_validate_theta)
     pr = sub.add_parser("presets", parents=[common], help="list disorder presets")
     pr.add_argument("--calibrate", action="store_true", help="re-run the calibration (slow)")
     pr.set_defaults(func=cmd_presets)

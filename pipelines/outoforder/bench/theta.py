@@ -1,0 +1,343 @@
+"""θ-join benchmark: FastThetaJoin against CFS, 1-Bucket-Theta, Spark SQL, the cross product, DuckDB.
+
+Every Spark method runs on the same cached inputs in one local[2] session, ends with ``count()``,
+and must return DuckDB's count (``agrees``). Cases:
+
+- two-way band joins ``|a − b| <= c`` on uniform and Zipf-skewed values, 1k … 200k rows per side;
+- two-way ``a < b`` on uniform values (the output is n²/2: the "rows compared / output" case);
+- a partition sweep (1 … 64) of FastThetaJoin;
+- four-way chained band joins.
+
+Uniform values are U[0, 1). Zipf values are ``k + u``: ``k`` Zipf(1.1) over 1 … 10,000 and ``u``
+U[0, 1), so most rows crowd into the first range partitions (skew splitting at work).
+``rows_compared`` is the per-row θ tests: the plan's partial pairs for FastThetaJoin, |R|·|S| after
+the cross filter for CFS, |R|·|S| for the others (Spark SQL's nested loop and the cross product
+test every pair). ``shuffle_bytes`` is Spark's shuffle write during the run (broadcasts excluded).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from outoforder.bench.harness import log, machine, markdown_table, write_json
+
+SEED = 7
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measured configuration."""
+
+    ways: int
+    n: int
+    distribution: str
+    predicate: str
+    methods: tuple[str, ...]
+    partitions: int = 64
+    sweep: bool = False  # a run of the partition sweep (kept out of the ratios and the size plot)
+
+
+def values(distribution: str, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Join values of one stream."""
+    if distribution == "uniform":
+        return rng.random(n)
+    ranks = np.arange(1, 10_001)
+    p = ranks**-1.1
+    return rng.choice(ranks, size=n, p=p / p.sum()).astype(np.float64) + rng.random(n)
+
+
+def cases(quick: bool) -> list[Case]:
+    """The benchmark's cases, small to large."""
+    every = ("fast", "cfs", "one-bucket", "spark-sql", "cross", "duckdb")
+    big = ("fast", "cfs", "one-bucket", "spark-sql", "duckdb")
+    if quick:
+        return [
+            Case(2, 2_000, "uniform", "band", every, 16),
+            Case(2, 2_000, "uniform", "<", every, 16),
+            Case(4, 1_000, "uniform", "band", ("fast", "cfs", "spark-sql", "duckdb"), 8),
+        ]
+    out = []
+    for dist in ("uniform", "zipf"):
+        out += [
+            Case(2, 1_000, dist, "band", every, 8),
+            Case(2, 10_000, dist, "band", every, 32),
+            Case(2, 50_000, dist, "band", big, 64),
+        ]
+    out.append(Case(2, 200_000, "uniform", "band", ("fast", "duckdb"), 128))
+    out += [Case(2, n, "uniform", "<", every if n <= 10_000 else big, 32) for n in (1_000, 10_000, 20_000)]
+    out += [Case(2, 10_000, "uniform", "band", ("fast",), p, sweep=True) for p in (1, 4, 16, 64)]
+    out += [Case(4, n, "uniform", "band", ("fast", "cfs", "spark-sql", "duckdb"), 16) for n in (1_000, 5_000)]
+    return out
+
+
+def band_width(case: Case) -> float:
+    """Width c of the band: about 4 results per row on uniform data (two-way), fewer in four-way chains."""
+    return (2.0 if case.ways == 2 else 0.5) / case.n
+
+
+def main(out: Path, data_dir: Path | None, quick: bool, spark_on: bool = True) -> int:
+    """Run every case; write theta.json, theta.md and theta.png under ``out``."""
+    from outoforder.spark.session import get_spark
+
+    del data_dir  # synthetic inputs only
+    spark = get_spark(app_name="outoforder-bench-theta")
+    records: list[dict[str, Any]] = []
+    t0 = time.monotonic()
+    _warm_up(spark)
+    for k, case in enumerate(cases(quick)):
+        what = f"{case.ways}-way {case.distribution} {case.predicate} n={case.n:,} P={case.partitions}"
+        log("theta", f"case {k + 1}: {what}")
+        records += _run_case(spark, case, spark_on)
+    meta = {
+        **machine(),
+        "seconds_total": round(time.monotonic() - t0, 1),
+        "spark": "local[2], inputs cached before timing, each run ends with count()",
+        "notes": __doc__,
+    }
+    write_json(out / "theta.json", meta, records)
+    (out / "theta.md").write_text(_markdown(records, meta))
+    _plot(records, out / "theta.png")
+    log("theta", f"written to {out}/theta.{{json,md,png}} in {meta['seconds_total']} s")
+    return 0
+
+
+def _warm_up(spark: Any) -> None:
+    """JIT and class loading on a tiny join, so the first measured case is not penalized."""
+    from outoforder.core.theta.plan import Theta
+    from outoforder.spark.theta import METHODS, theta_join
+
+    r = spark.range(500).selectExpr("id as r_id", "rand(1) as r_v")
+    s = spark.range(500).selectExpr("id as s_id", "rand(2) as s_v")
+    for m in METHODS:
+        res = theta_join(r, s, ("r_v", "s_v"), Theta("<"), m, 4)
+        res.count()
+        res.release()
+
+
+def _run_case(spark: Any, case: Case, spark_on: bool) -> list[dict[str, Any]]:
+    import pandas as pd
+    from pyspark import StorageLevel
+
+    from outoforder.core.theta.plan import Theta
+    from outoforder.spark.theta import multiway_join, theta_join
+
+    rng = np.random.default_rng(SEED + case.n)
+    names = [f"t{i}" for i in range(case.ways)]
+    data = {n: values(case.distribution, case.n, rng) for n in names}
+    theta = Theta.parse(f"band:{band_width(case)!r}" if case.predicate == "band" else case.predicate)
+    base: dict[str, Any] = {
+        "sweep": case.sweep,
+        "ways": case.ways,
+        "n_per_side": case.n,
+        "distribution": case.distribution,
+        "predicate": theta.op,
+    }
+    if theta.op == "band":
+        base["band"] = theta.band
+    truth, duck_s = _duckdb(data, theta)
+    out = []
+    if "duckdb" in case.methods:
+        out.append({**base, "method": "duckdb", "partitions": None, "seconds": duck_s, "output_rows": truth,
+                    "rows_compared": None, "agrees": True})  # fmt: skip
+    if not spark_on:
+        return out
+    frames = []
+    for n in names:
+        df = spark.createDataFrame(pd.DataFrame({f"{n}_id": np.arange(case.n), f"{n}_v": data[n]}))
+        frames.append(df.repartition(2).persist(StorageLevel.MEMORY_ONLY))
+    for f in frames:
+        f.count()
+    meter = _ShuffleMeter(spark)
+    try:
+        for method in case.methods:
+            if method == "duckdb":
+                continue
+            b = meter.read()
+            t = time.monotonic()
+            if case.ways == 2:
+                res = theta_join(frames[0], frames[1], ("t0_v", "t1_v"), theta, method, case.partitions)
+                got = res.count()
+                res.release()
+                rounds = [[res.stats]]
+            else:
+                mw = multiway_join(
+                    frames, [f"{n}_v" for n in names], [theta] * (case.ways - 1), method, case.partitions
+                )
+                got = mw.rows.count()
+                mw.release()
+                rounds = mw.rounds
+            seconds = time.monotonic() - t
+            stats = [s for rnd in rounds for s in rnd]
+            compared = sum(s.rows_compared for s in stats)
+            if method in ("spark-sql", "cross"):  # every pair of every pairwise join is tested
+                compared = _all_pairs(rounds, case.n, case.ways)
+            rec = {
+                **base,
+                "method": method,
+                "partitions": case.partitions if method in ("fast", "cfs", "one-bucket") else None,
+                "seconds": round(seconds, 3),
+                "output_rows": got,
+                "rows_compared": compared,
+                "compared_per_output": round(compared / got, 3) if compared is not None and got else None,
+                "partition_pairs": sum(s.partition_pairs for s in stats),
+                "full_pairs": sum(s.full_pairs for s in stats),
+                "replicated_rows": sum(s.replicated_rows for s in stats),
+                "shuffle_bytes": meter.read() - b,
+                "agrees": got == truth,
+            }
+            log(
+                "theta",
+                f"  {method:<10} {seconds:7.2f} s  out {got:,}  compared {compared}  agrees {got == truth}",
+            )
+            out.append(rec)
+    finally:
+        for f in frames:
+            f.unpersist()
+    return out
+
+
+def _all_pairs(rounds: list[list[Any]], n: int, ways: int) -> int:
+    """|L|·|R| summed over the pairwise tree (group sizes: n, then the materialized outputs)."""
+    sizes, total = [n] * ways, 0
+    for rnd in rounds:
+        nxt = []
+        for k, st in enumerate(rnd):
+            total += sizes[2 * k] * sizes[2 * k + 1]
+            nxt.append(st.output_rows)
+        sizes = nxt + ([sizes[-1]] if len(sizes) % 2 else [])
+    return total
+
+
+class _ShuffleMeter:
+    """Total shuffle bytes written by every executor so far (Spark's status store)."""
+
+    def __init__(self, spark: Any) -> None:
+        self._store = spark.sparkContext._jsc.sc().statusStore()
+
+    def read(self) -> int:
+        execs = self._store.executorList(False)
+        return int(sum(execs.apply(i).totalShuffleWrite() for i in range(execs.size())))
+
+
+def _duckdb(data: dict[str, np.ndarray], theta: Any) -> tuple[int, float]:
+    """DuckDB's count of the same chained join (IEJoin for bands) and its seconds."""
+    import duckdb
+    import pyarrow as pa
+
+    con = duckdb.connect()
+    names = list(data)
+    for n in names:
+        con.register(n, pa.table({"v": data[n]}))
+    conds = []
+    for a, b in itertools.pairwise(names):
+        if theta.op == "band":
+            conds.append(f"{a}.v - {b}.v <= {theta.band!r} and {b}.v - {a}.v <= {theta.band!r}")
+        else:
+            conds.append(f"{a}.v {theta.op} {b}.v")
+    q = f"select count(*) from {', '.join(names)} where {' and '.join(conds)}"
+    t = time.monotonic()
+    got = int(con.execute(q).fetchone()[0])  # type: ignore[index]
+    return got, round(time.monotonic() - t, 3)
+
+
+def _ratios(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per case: FastThetaJoin's speed-up over each other method (their seconds / its seconds)."""
+    by_case: dict[tuple[Any, ...], dict[str, dict[str, Any]]] = {}
+    for r in records:
+        key = (r["ways"], r["n_per_side"], r["distribution"], r["predicate"])
+        if r["sweep"]:
+            continue
+        by_case.setdefault(key, {})[r["method"]] = r
+    rows = []
+    for (ways, n, dist, pred), m in by_case.items():
+        if "fast" not in m or len(m) < 2:
+            continue
+        f = m["fast"]["seconds"]
+        row = {"ways": ways, "n_per_side": n, "distribution": dist, "predicate": pred, "fast_s": f}
+        for other in ("cfs", "one-bucket", "spark-sql", "cross", "duckdb"):
+            if other in m and f:
+                row[f"vs_{other}"] = round(m[other]["seconds"] / f, 2)
+        rows.append(row)
+    return rows
+
+
+def _markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    cols = [
+        ("ways", "ways", ""), ("n_per_side", "n per side", ","), ("distribution", "values", ""),
+        ("predicate", "θ", ""), ("method", "method", ""), ("partitions", "P", ""),
+        ("seconds", "seconds", ".2f"), ("output_rows", "output rows", ","),
+        ("rows_compared", "rows compared", ","), ("compared_per_output", "compared / output", ".3f"),
+        ("partition_pairs", "pairs joined", ","), ("shuffle_bytes", "shuffle bytes", ","),
+        ("agrees", "= DuckDB", ""),
+    ]  # fmt: skip
+    rcols = [
+        ("ways", "ways", ""), ("n_per_side", "n per side", ","), ("distribution", "values", ""),
+        ("predicate", "θ", ""), ("fast_s", "FastThetaJoin s", ".2f"), ("vs_cfs", "× vs CFS", ".2f"),
+        ("vs_one-bucket", "× vs 1-Bucket", ".2f"), ("vs_spark-sql", "× vs Spark SQL", ".2f"),
+        ("vs_cross", "× vs cross product", ".2f"), ("vs_duckdb", "DuckDB s / Fast s", ".3f"),
+    ]  # fmt: skip
+    return "\n".join(
+        [
+            "# θ-join benchmark",
+            "",
+            f"`bash infra/bench.sh theta` on {meta['cpus']} CPUs, {meta['date']}, {meta['seconds_total']} s.",
+            "Generated by `pipelines/outoforder/bench/theta.py`; do not edit by hand.",
+            "",
+            "## Speed-up of FastThetaJoin (other method's seconds / FastThetaJoin's)",
+            "",
+            markdown_table(_ratios(records), rcols),
+            "",
+            "## Every run",
+            "",
+            markdown_table(records, cols),
+            "",
+            "## How it was measured",
+            "",
+            str(meta["notes"]).strip(),
+            "",
+        ]
+    )
+
+
+def _plot(records: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    for ax, (dist, pred) in zip(axes[:2], (("uniform", "band"), ("zipf", "band")), strict=True):
+        for method in ("fast", "cfs", "one-bucket", "spark-sql", "cross", "duckdb"):
+            pts = sorted(
+                (r["n_per_side"], r["seconds"]) for r in records
+                if not r["sweep"] and r["ways"] == 2 and r["distribution"] == dist
+                and r["predicate"] == pred and r["method"] == method
+            )  # fmt: skip
+            if pts:
+                ax.plot(*zip(*pts, strict=True), marker="o", label=method)
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlabel="rows per side",
+            ylabel="seconds",
+            title=f"two-way {pred}, {dist}",
+        )
+        ax.legend(fontsize=8)
+    sweep = sorted(
+        (r["partitions"], r["seconds"]) for r in records
+        if r["sweep"]
+    )  # fmt: skip
+    if sweep:
+        axes[2].plot(*zip(*sweep, strict=True), marker="o")
+    axes[2].set(
+        xscale="log", xlabel="partitions P", ylabel="seconds", title="FastThetaJoin, 10k × 10k band, uniform"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
