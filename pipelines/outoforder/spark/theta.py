@@ -7,7 +7,8 @@ value is null or NaN never match (Spark orders NaN above every number, so they a
 
 - ``fast``: FastThetaJoin (SEEDS.md §4). One job collects min, max and counts per side; the cross
   filter keeps the value ranges that can match; a second job counts rows, min and max per range
-  partition and hash slot; the driver splits oversized partitions into near-equal units (skew) and
+  partition and slot (a value sub-range and a hash); the driver splits oversized partitions into
+  near-equal units ordered by value (skew), and
   keeps only the unit pairs whose ranges can satisfy θ (:func:`plan_pairs`). Each row is then sent
   to the pairs its unit is in and the pairs are joined on their id: *full* pairs emit every
   combination without a θ test, *partial* pairs test θ per row.
@@ -36,6 +37,9 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from outoforder.core.theta.plan import (
+    FINE,
+    HASH,
+    SLOTS,
     JoinStats,
     PairPlan,
     Theta,
@@ -168,9 +172,10 @@ def _fast(r: DataFrame, s: DataFrame, on: tuple[str, str], theta: Theta, partiti
 
     def placed(df: DataFrame, col: str, rng: tuple[float, float]) -> DataFrame:
         v = F.col(col).cast("double")
-        pos = F.least(F.greatest((v - F.lit(lo)) / F.lit(span), F.lit(0.0)), F.lit(partitions - 1.0))
-        pid = F.floor(pos) if with_np else F.lit(0).cast("long")
-        slot = F.pmod(F.xxhash64(*[F.col(c) for c in df.columns]), F.lit(partitions))
+        pos = F.least(F.greatest((v - F.lit(lo)) / F.lit(span), F.lit(0.0)), F.lit(float(partitions)))
+        pid = F.least(F.floor(pos), F.lit(partitions - 1)) if with_np else F.lit(0).cast("long")
+        fine = F.least(F.floor((pos - pid) * FINE), F.lit(FINE - 1)) if with_np else F.lit(0).cast("long")
+        slot = fine * HASH + F.pmod(F.xxhash64(*[F.col(c) for c in df.columns]), F.lit(HASH))
         keep = _valid(col) & (v >= F.lit(rng[0])) & (v <= F.lit(rng[1]))
         return df.where(keep).withColumn("_pid", pid).withColumn("_slot", slot)
 
@@ -224,14 +229,14 @@ def _to_pairs(df: DataFrame, plan: PairPlan, partitions: int, side: str) -> Data
     """Send every row to the pairs its unit is in: one row per pair, in an int column ``_pair``.
 
     The routing is constant arrays in the projection (no lookup join, no broadcast job):
-    ``unit[pid · partitions + slot]``, then that unit's run ``[start, start + count)`` of the
+    ``unit[pid · SLOTS + slot]``, then that unit's run ``[start, start + count)`` of the
     pair ids listed unit by unit.
     """
     units: list[Unit] = plan.r_units if side == "r" else plan.s_units
-    unit_of = [0] * (partitions * partitions)
+    unit_of = [0] * (partitions * SLOTS)
     for k, u in enumerate(units):
-        for slot in u.slots or range(partitions):
-            unit_of[u.pid * partitions + slot] = k
+        for slot in u.slots or range(SLOTS):
+            unit_of[u.pid * SLOTS + slot] = k
     pairs_of: list[list[int]] = [[] for _ in units]
     for k, (a, b, _) in enumerate(plan.pairs):
         pairs_of[a if side == "r" else b].append(k)
@@ -241,7 +246,7 @@ def _to_pairs(df: DataFrame, plan: PairPlan, partitions: int, side: str) -> Data
         starts.append(len(flat) + 1)
         flat.extend(ids)
     unit = F.element_at(
-        _literal_array(unit_of, "array<int>"), (F.col("_pid") * partitions + F.col("_slot")).cast("int") + 1
+        _literal_array(unit_of, "array<int>"), (F.col("_pid") * SLOTS + F.col("_slot")).cast("int") + 1
     )
     start = F.element_at(_literal_array(starts, "array<int>"), unit + 1)
     count = F.element_at(_literal_array([len(x) for x in pairs_of], "array<int>"), unit + 1)

@@ -1,11 +1,21 @@
 """FastThetaJoin's plan returns exactly the brute-force result, and its counters add up."""
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from outoforder.core.theta.plan import Theta, brute_force, fast_theta_join, skew_split
+from outoforder.core.theta.plan import (
+    HASH,
+    SLOTS,
+    Theta,
+    brute_force,
+    fast_theta_join,
+    skew_split,
+    units_from_slots,
+)
 from outoforder.errors import ConfigError
 
 PREDICATES = ["<", "<=", ">=", ">", "=", "band:0", "band:2.5"]
@@ -57,3 +67,25 @@ def test_skew_split_matches_the_seed_example_and_bad_input_fails():
             Theta.parse(bad)
     with pytest.raises(ConfigError):
         fast_theta_join(np.array([1.0]), np.array([2.0]), Theta("<"), partitions=0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    counts=st.lists(st.integers(0, 50), min_size=SLOTS, max_size=SLOTS),
+    window=st.integers(1, 5_000),
+    partitions=st.integers(1, 16),
+)
+def test_units_cover_every_slot_once_in_value_order_and_near_equal(counts, window, partitions):
+    rows = [(3, s, c, float(s // HASH), float(s // HASH) + 0.5) for s, c in enumerate(counts) if c]
+    if not rows:
+        return
+    units = units_from_slots(rows, window, partitions)
+    total = sum(counts)
+    flag = len(skew_split(total, window, partitions))
+    assert sum(u.count for u in units) == total
+    assert 1 <= len(units) <= min(flag, len(rows))
+    if len(units) > 1:
+        slots = [s for u in units for s in u.slots]
+        assert slots == sorted(r[1] for r in rows)  # each slot once, consecutive runs by value
+        assert all(a.hi <= b.lo + 0.5 for a, b in itertools.pairwise(units))  # ordered by value
+        assert max(u.count for u in units) <= total / len(units) + 50  # within one slot of equal

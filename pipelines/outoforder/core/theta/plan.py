@@ -175,41 +175,50 @@ def plan_pairs(r_units: list[Unit], s_units: list[Unit], theta: Theta) -> PairPl
     return PairPlan(r_units, s_units, pairs)
 
 
+FINE = 8  # value sub-ranges per range partition, for value-ordered skew splits
+HASH = 8  # hash slots per sub-range, to split runs of equal values
+SLOTS = FINE * HASH  # slot = fine sub-range · HASH + hash slot
+
+
 def units_from_slots(
     rows: list[tuple[int, int, int, float, float]], window_size: int, partitions: int
 ) -> list[Unit]:
-    """A side's units from its per (partition, hash slot) ``(pid, slot, count, min, max)`` rows.
+    """A side's units from its per (partition, slot) ``(pid, slot, count, min, max)`` rows.
 
-    A partition over MaxSize gets ``flag`` units (:func:`skew_split`'s flag); its slots are dealt to
-    them largest first, each to the unit with the fewest rows so far, so the units are near equal.
-    Rows identical in every column share a slot and are never split apart.
+    ``slot = fine · HASH + h``: ``fine`` is the row's sub-range of its partition (FINE equal
+    ones), ``h`` a hash of the row. A partition over MaxSize gets ``flag`` units
+    (:func:`skew_split`'s flag): its slots, in slot order (by value first), are cut into ``flag``
+    consecutive runs of near-equal counts. The units are ordered by value, so few of their pairs
+    need a per-row test; equal values, which share a sub-range, are still split by hash. A
+    partition is never cut finer than its non-empty slots, and rows identical in every column
+    share a slot.
+
+    >>> rows = [(0, s, 100, float(s // 8), float(s // 8)) for s in range(64)]  # 6,400 rows
+    >>> [(u.count, u.lo, u.hi) for u in units_from_slots(rows, 6_400, 2)]  # MaxSize 3,200
+    [(3200, 0.0, 3.0), (3200, 4.0, 7.0)]
     """
     by_pid: dict[int, list[tuple[int, int, float, float]]] = {}
     for pid, slot, count, lo, hi in rows:
         by_pid.setdefault(pid, []).append((slot, count, lo, hi))
     units: list[Unit] = []
     for pid in sorted(by_pid):
-        slots = sorted(by_pid[pid], key=lambda t: (-t[1], t[0]))
+        slots = sorted(by_pid[pid])
         total = sum(t[1] for t in slots)
         flag = min(len(skew_split(total, window_size, partitions)), len(slots))
         if flag == 1:
-            lo, hi = min(t[2] for t in slots), max(t[3] for t in slots)
-            units.append(Unit(pid, 0, total, lo, hi))
+            units.append(Unit(pid, 0, total, min(t[2] for t in slots), max(t[3] for t in slots)))
             continue
-        groups: list[list[tuple[int, int, float, float]]] = [[] for _ in range(flag)]
-        for t in slots:
-            min(groups, key=lambda g: (sum(x[1] for x in g), len(g))).append(t)
+        groups: list[list[tuple[int, int, float, float]]] = [[]]
+        seen = 0
+        for k, t in enumerate(slots):
+            left = len(slots) - k  # every remaining group needs at least one slot
+            if groups[-1] and (seen >= total * len(groups) / flag or left <= flag - len(groups)):
+                groups.append([])
+            groups[-1].append(t)
+            seen += t[1]
         for sub, g in enumerate(groups):
-            units.append(
-                Unit(
-                    pid,
-                    sub,
-                    sum(x[1] for x in g),
-                    min(x[2] for x in g),
-                    max(x[3] for x in g),
-                    tuple(sorted(x[0] for x in g)),
-                )
-            )
+            lo, hi = min(x[2] for x in g), max(x[3] for x in g)
+            units.append(Unit(pid, sub, sum(x[1] for x in g), lo, hi, tuple(x[0] for x in g)))
     return units
 
 
