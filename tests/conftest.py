@@ -27,7 +27,7 @@ def data_dir() -> Path:
 @pytest.fixture(scope="session")
 def base_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     s = load_settings()
-    spark = dataclasses.replace(s.spark, shuffle_partitions=2, driver_memory="2g")
+    spark = dataclasses.replace(s.spark, shuffle_partitions=2, driver_memory="3g")
     ingest = dataclasses.replace(s.ingest, batch_rows=5_000)
     return dataclasses.replace(
         s, spark=spark, ingest=ingest, lake_root=tmp_path_factory.mktemp("lake-session") / "lake"

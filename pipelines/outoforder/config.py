@@ -73,6 +73,10 @@ class SparkSettings:
             # Constraint propagation fails on unions of checkpointed, filtered micro-batch state
             # ("key not found" in UnionBase.rewriteConstraints, Spark 4.2); it only prunes filters.
             "spark.sql.constraintPropagation.enabled": "false",
+            # The stream stages checkpoint every micro-batch's state (localCheckpoint); its blocks
+            # are freed only after a driver GC finds the RDD unreachable. The default period
+            # (30 min) lets a long-lived session fill the driver heap with dead blocks.
+            "spark.cleaner.periodicGC.interval": "2min",
         }
         conf.update(self.conf)
         return conf

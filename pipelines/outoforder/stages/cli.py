@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from outoforder.config import Settings, load_settings
-from outoforder.errors import ConfigError, InputError, OutOfOrderError
+from outoforder.errors import ConfigError, InputError, OutOfOrderError, StateError
 from outoforder.stages.join import METHODS as JOIN_METHODS
 from outoforder.stages.join import JoinJob
 
@@ -313,14 +313,14 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
             "expects the shared data folder at ../shared/data: set OOO_DATA_DIR to where it is"
         )
         raise InputError(msg)
-    print(f"[demo] 1/7 ingesting the real datasets from {settings.data_dir}", flush=True)
+    print(f"[demo] 1/8 ingesting the real datasets from {settings.data_dir}", flush=True)
     for d in catalog.BUILTIN:
         path = d.path(settings.data_dir)
         print(ingest_file(spark, settings, path, d.reader, d.source).line(), flush=True)
         sources.append(d.source)
     preset = args.preset or settings.demo.preset
     print(
-        f"[demo] 2/7 synthetic soccer play ({settings.demo.synthetic_seconds:g} s) with the "
+        f"[demo] 2/8 synthetic soccer play ({settings.demo.synthetic_seconds:g} s) with the "
         f"'{preset}' disorder preset",
         flush=True,
     )
@@ -330,19 +330,19 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     print(format_report(replay.report), flush=True)
     print(ingest_file(spark, settings, replay.path, "soccer_synthetic", replay.source).line(), flush=True)
     sources.append(replay.source)
-    print("[demo] 3/7 disorder statistics (arrival order = arrival_seq)", flush=True)
+    print("[demo] 3/8 disorder statistics (arrival order = arrival_seq)", flush=True)
     results = [source_stats(spark, settings, s) for s in sources]
     out = settings.lake_root.parent / "reports" / "disorder_stats.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1))
     print(format_table(results), flush=True)
-    print("[demo] 4/7 data quality of bronze (Great Expectations)", flush=True)
+    print("[demo] 4/8 data quality of bronze (Great Expectations)", flush=True)
     validate_bronze(spark, settings)
     from outoforder.stages.join import JoinJob, format_summary, run_join_on_source, write_summary
 
     job = JoinJob()
     print(
-        f"[demo] 5/7 stream join on {replay.source}: ball vs players, w = {job.window_us / 1e6:g} s, "
+        f"[demo] 5/8 stream join on {replay.source}: ball vs players, w = {job.window_us / 1e6:g} s, "
         f"theta = {job.theta:g} m, Q_user = {job.q_user}, P = {job.period_us / 1e6:g} s, "
         f"L = {job.interval_us / 1e6:g} s",
         flush=True,
@@ -352,6 +352,7 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     join_out = write_summary(result, out.parent / f"join_{replay.source.replace('/', '_')}.json")
     _demo_stream_join(spark, settings, replay.source, job)
     _demo_aggregates(spark, settings, replay.source)
+    _demo_theta(spark, settings, replay.source)
     print(
         f"[demo] done in {time.monotonic() - t0:.0f} s; lake at {settings.lake_root}; statistics in {out}; "
         f"join quality summary in {join_out}",
@@ -367,7 +368,7 @@ def _demo_stream_join(spark: Any, settings: Settings, source: str, job: JoinJob)
     span = pending_span(spark, settings, source, job)
     step = round(settings.demo.stream_interval_s * 1e6)
     if span is None:  # a second run of the main job: everything is joined already
-        print(f"[demo] 6/7 the stream join of {source} is up to date; checking it", flush=True)
+        print(f"[demo] 6/8 the stream join of {source} is up to date; checking it", flush=True)
         done = last_processed(spark, settings, source, job)
         if done is None:
             msg = f"the stream join of {source} has no state to check"
@@ -376,7 +377,7 @@ def _demo_stream_join(spark: Any, settings: Settings, source: str, job: JoinJob)
         return
     start, end = span
     print(
-        f"[demo] 6/7 the stream join as the pipeline runs it (DAGs join_stream + join_adapt): "
+        f"[demo] 6/8 the stream join as the pipeline runs it (DAGs join_stream + join_adapt): "
         f"{-(-(end - start) // step)} arrival intervals of {step / 1e6:g} s, state in Delta, the "
         "retention adapted after each, then the recall and duplicate checks",
         flush=True,
@@ -397,7 +398,7 @@ def _demo_aggregates(spark: Any, settings: Settings, source: str) -> None:
     span = pending_span(spark, settings, source, job)
     step = round(settings.demo.stream_interval_s * 1e6)
     head = (
-        f"[demo] 7/7 sliding-window {job.aggregate.upper()} of the sensor speeds with HPM (DAGs "
+        f"[demo] 7/8 sliding-window {job.aggregate.upper()} of the sensor speeds with HPM (DAGs "
         f"aggregate_stream + late_repair): window {job.size_us / 1e6:g} s, slide {job.slide_us / 1e6:g} s, "
         f"(ε, δ) = ({job.eps}, {job.delta}), K_p {job.k_p}, K_d {job.k_d}, Γ {job.gamma_us / 1e6:g} s"
     )
@@ -411,6 +412,38 @@ def _demo_aggregates(spark: Any, settings: Settings, source: str) -> None:
     # the stream is over: repair what is still pending, so every window is exact
     print(repair(spark, settings, source, job, force=True).line(), flush=True)
     validate(spark, settings, source, job, fail=False)
+
+
+def _demo_theta(spark: Any, settings: Settings, source: str) -> None:
+    """Step 8: a θ-join backfill over the replay's whole event-time range, and its completeness check."""
+    from pyspark.sql import functions as F
+
+    from outoforder.io import delta
+    from outoforder.io.tables import BRONZE
+    from outoforder.stages.theta_backfill import ThetaJob, run_interval, validate
+
+    job = ThetaJob(
+        streams=("ball", "team_a"), predicates=("band:0.0001",), window_us=10_000_000, partitions=16
+    )
+    row = (
+        delta.read(spark, BRONZE, settings.lake_root)
+        .where(F.col("source") == source)
+        .agg(F.min("event_ts"), F.max("event_ts"))
+        .first()
+    )
+    if row is None or row[0] is None:
+        msg = f"no tuples of {source} in bronze"
+        raise StateError(msg)
+    lo, hi = int(row[0]), int(row[1])
+    start, end = lo // job.window_us * job.window_us, (hi // job.window_us + 1) * job.window_us
+    print(
+        f"[demo] 8/8 θ-join backfill (DAG theta_backfill) with FastThetaJoin: ball.value band "
+        f"|a - b| <= 0.0001 m/s team_a.value, {job.window_us / 1e6:g} s event-time windows, "
+        f"{job.partitions} partitions",
+        flush=True,
+    )
+    print(run_interval(spark, settings, source, job, start, end).line(), flush=True)
+    validate(spark, settings, source, job, start, end, sample=2)
 
 
 def _theta_job(args: argparse.Namespace) -> Any:
