@@ -252,11 +252,10 @@ def buffered_batch(
 
     # coverage: watched windows + the newly emitted ones, plus late memberships before each mark
     newly = spark.createDataFrame(
-        emitted[["wid", "n_rcv", "lambda_thr"]].assign(n_late=0)[["wid", "n_rcv", "n_late", "lambda_thr"]]
-        if len(emitted)
-        else pd.DataFrame(
-            {c.name: pd.Series(dtype="int64" if c.name != "lambda_thr" else "float64") for c in WATCH_SCHEMA}
-        ),
+        [
+            (int(wid), int(n), 0, float(lam))
+            for wid, n, lam in zip(emitted["wid"], emitted["n_rcv"], emitted["lambda_thr"], strict=True)
+        ],
         WATCH_SCHEMA,
     )
     counted = (
@@ -266,13 +265,8 @@ def buffered_batch(
     )
     empty_thr = float(lambda_threshold(query.aggregate, query.eps, query.delta, 0, 0.0)[0])
     watch = (
+        # disjoint: a window is watched from an earlier batch or emitted in this one, never both
         state.watch.unionByName(newly)
-        .groupBy("wid")
-        .agg(
-            F.sum("n_rcv").alias("n_rcv"),
-            F.sum("n_late").alias("n_late"),
-            F.max("lambda_thr").alias("lambda_thr"),
-        )
         .join(counted, "wid", "full_outer")
         .select(
             "wid",
@@ -325,10 +319,17 @@ def _empty_obs() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=t) for c, t in cols.items()})
 
 
-def apply_observations(policy: SlackPolicy, observations: pd.DataFrame) -> None:
-    """Feed a batch's coverage observations to the policy, in the reference's order."""
+def apply_observations(policy: SlackPolicy, observations: pd.DataFrame) -> list[tuple[float, dict[str, Any]]]:
+    """Feed a batch's coverage observations to the policy, in the reference's order.
+
+    Returns (coverage, the policy's snapshot after it) per observation: the controller's trace.
+    """
     n_rcv = observations["n_rcv"].to_numpy(dtype=np.int64)
     n_late = observations["n_late"].to_numpy(dtype=np.int64)
     lam = observations["lambda_thr"].to_numpy(dtype=np.float64)
+    trace = []
     for r, late, thr in zip(n_rcv.tolist(), n_late.tolist(), lam.tolist(), strict=True):
-        policy.observe_window(r / max(r + late, 1), thr)
+        coverage = r / max(r + late, 1)
+        policy.observe_window(coverage, thr)
+        trace.append((coverage, policy.snapshot()))
+    return trace

@@ -183,7 +183,7 @@ def run_interval(
 
     from outoforder.io import delta
     from outoforder.io.tables import AGG_BUFFER, AGG_CONTROL, AGG_LEDGER, AGG_RESULTS, AGG_STATE, AGG_WATCH
-    from outoforder.spark.windows import WindowState, buffered_batch
+    from outoforder.spark.windows import WindowState, apply_observations, buffered_batch
 
     if end_us <= start_us:
         msg = f"empty interval [{start_us}, {end_us})"
@@ -262,25 +262,25 @@ def run_interval(
     n_late = late.count()
     delta.merge_new(late, AGG_LEDGER, lake, ("source", "job", "seq", "window_id"))
 
-    control = []
-    for r in out.observations.to_dict("records"):
-        n_rcv, n_lt = int(r["n_rcv"]), int(r["n_late"])
-        coverage = n_rcv / max(n_rcv + n_lt, 1)
-        policy.observe_window(coverage, float(r["lambda_thr"]))
-        control.append(
-            (
-                source,
-                jid,
-                end_us,
-                int(r["wid"]),
-                int(r["obs_at"]),
-                n_rcv,
-                n_lt,
-                coverage,
-                float(r["lambda_thr"]),
-                policy.state.alpha,
-            )
+    trace = apply_observations(policy, out.observations)
+    obs = out.observations
+    control = [
+        (
+            source,
+            jid,
+            end_us,
+            int(wid),
+            int(at),
+            int(n_rcv),
+            int(n_lt),
+            coverage,
+            float(lam),
+            float(snap["alpha"]),
         )
+        for wid, at, n_rcv, n_lt, lam, (coverage, snap) in zip(
+            obs["wid"], obs["obs_at"], obs["n_rcv"], obs["n_late"], obs["lambda_thr"], trace, strict=True
+        )
+    ]
     snap_key: dict[str, str | int] = {"source": source, "job": jid, "as_of_us": end_us}
     delta.replace_where(
         spark.createDataFrame(control, AGG_CONTROL.schema),
@@ -417,24 +417,51 @@ def status_path(settings: Settings, source: str, job: AggJob) -> Path:
 
 def ledger_status(spark: SparkSession, settings: Settings, source: str, job: AggJob) -> dict[str, Any]:
     """The pending ledger's size and event-time span, and whether the Γ rule calls for a repair."""
-    from pyspark.sql import functions as F
-
-    row = (
-        pending_ledger(spark, settings, source, job)
-        .agg(F.countDistinct("seq"), F.min("ts"), F.max("ts"))
-        .first()
-    )
-    n = int(row[0]) if row is not None and row[0] is not None else 0
-    span = int(row[2]) - int(row[1]) if n and row is not None else 0
-    lo_hi = np.array([0, span], dtype=np.int64)
+    summary = _pending_summary(pending_ledger(spark, settings, source, job))
+    n, span = (0, 0) if summary is None else (summary.late_tuples, summary.span_us)
     return {
         "source": source,
         "job": job_id(job),
         "pending_late_tuples": n,
         "pending_span_us": span,
         "gamma_us": job.gamma_us,
-        "repair_due": gamma_due(lo_hi, job.gamma_us) if n else False,
+        "repair_due": summary is not None and summary.due(job.gamma_us),
     }
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """The pending ledger in figures: late tuples, their event-time range, newest interval, windows."""
+
+    late_tuples: int
+    lo_ts: int
+    hi_ts: int
+    upto_us: int
+    windows: int
+
+    @property
+    def span_us(self) -> int:
+        return self.hi_ts - self.lo_ts
+
+    def due(self, gamma_us: int) -> bool:
+        """HPM's Γ rule on the pending tuples' event times."""
+        return gamma_due(np.array([self.lo_ts, self.hi_ts], dtype=np.int64), gamma_us)
+
+
+def _pending_summary(pending: DataFrame) -> _Pending | None:
+    """One aggregation over the pending ledger (None when it is empty)."""
+    from pyspark.sql import functions as F
+
+    row = pending.agg(
+        F.countDistinct("seq"),
+        F.min("ts"),
+        F.max("ts"),
+        F.max("interval_end_us"),
+        F.countDistinct("window_id"),
+    ).first()
+    if row is None or not row[0]:
+        return None
+    return _Pending(*(int(x) for x in row))
 
 
 def write_ledger_status(spark: SparkSession, settings: Settings, source: str, job: AggJob) -> dict[str, Any]:
@@ -487,24 +514,11 @@ def repair(
     lake = settings.lake_root
     delta.ensure(spark, AGG_RESULTS, lake)
     pending = pending_ledger(spark, settings, source, job).localCheckpoint()
-    stats = pending.agg(
-        F.countDistinct("seq"),
-        F.min("ts"),
-        F.max("ts"),
-        F.max("interval_end_us"),
-        F.countDistinct("window_id"),
-    ).first()
-    if stats is None or not stats[0]:
+    todo = _pending_summary(pending)
+    if todo is None:
         return RepairSummary(source, jid, False, "the ledger has no pending late tuples")
-    n_late, lo_ts, hi_ts, upto, n_windows = (
-        int(stats[0]),
-        int(stats[1]),
-        int(stats[2]),
-        int(stats[3]),
-        int(stats[4]),
-    )
-    span = hi_ts - lo_ts
-    due = gamma_due(np.array([lo_ts, hi_ts], dtype=np.int64), job.gamma_us)
+    n_late, span, upto, n_windows = todo.late_tuples, todo.span_us, todo.upto_us, todo.windows
+    due = todo.due(job.gamma_us)
     if not due and not force:
         return RepairSummary(
             source,

@@ -373,15 +373,16 @@ def _judged_history(
     jid: str,
     until_us: int,
     span_us: int | None = None,
-) -> tuple[JoinInput, PairArray, npt.NDArray[np.bool_]] | None:
-    """The history as a join input, its exact join, and which true pairs the stream produced."""
+) -> tuple[JoinInput, PairArray, npt.NDArray[np.bool_], npt.NDArray[np.int64]] | None:
+    """The history: a join input, its exact join, the true pairs the stream produced, arrival_seqs."""
     pdf = _history(spark, settings, source, job, jid, until_us, span_us)
     if pdf.empty:
         return None
     inp = input_from_frame(pdf, job)
     truth = exact_join(inp, job.query())
-    produced = _produced_mask(spark, settings, source, jid, pdf["arrival_seq"].to_numpy(np.int64), truth)
-    return inp, truth, produced
+    seqs = pdf["arrival_seq"].to_numpy(np.int64)
+    produced = _produced_mask(spark, settings, source, jid, seqs, truth)
+    return inp, truth, produced, seqs
 
 
 def adapt(
@@ -403,7 +404,7 @@ def adapt(
     if seen is None:
         msg = f"no arrivals of {source} before {until_us}: nothing to adapt on"
         raise InputError(msg)
-    inp, truth, produced = seen
+    inp, truth, produced, _ = seen
     step = decide(inp, job.query(), job.adaptation(estimator), produced, truth)
     row = {
         "source": source,
@@ -448,8 +449,6 @@ def repair(
     repair's horizon as its interval and -1 for the retention and parameter version, so join
     recall becomes exact once the late tuples are in bronze.
     """
-    from pyspark.sql import functions as F
-
     from outoforder.io import delta
     from outoforder.io.tables import JOIN_RESULTS
 
@@ -457,9 +456,7 @@ def repair(
     seen = _judged_history(spark, settings, source, job, jid, until_us, span_us)
     if seen is None:
         return {"true_pairs": 0, "missing": 0, "added": 0}
-    inp, truth, produced = seen
-    pdf = _history(spark, settings, source, job, jid, until_us, span_us)
-    seqs = pdf["arrival_seq"].to_numpy(np.int64)
+    inp, truth, produced, seqs = seen
     missing = truth[~produced]
     now_us = time.time_ns() // 1000
     rows = [
@@ -483,7 +480,7 @@ def repair(
     ]
     added = 0
     if rows:
-        frame = spark.createDataFrame(rows, JOIN_RESULTS.schema).withColumn("written_at_us", F.lit(now_us))
+        frame = spark.createDataFrame(rows, JOIN_RESULTS.schema)
         added = delta.merge_new(frame, JOIN_RESULTS, settings.lake_root, ("source", "job", "r_seq", "s_seq"))
     print(
         f"[join-repair] {source} ({jid}): {len(truth):,} true pairs before {until_us}, "
@@ -513,7 +510,7 @@ def period_quality(
     cols = ["period", "start_us", "true_pairs", "produced_pairs", "recall", "met"]
     if seen is None:
         return pd.DataFrame(columns=cols)
-    inp, truth, produced = seen
+    inp, truth, produced, _ = seen
     periods = period_recall(inp, truth, truth[produced], job.period_us, job.q_user)
     t_end = int(joint_progress(inp)[-1])
     closed = [p for p in periods if p.start_us + 2 * job.period_us <= t_end]
