@@ -12,7 +12,9 @@ Uniform values are U[0, 1). Zipf values are ``k + u``: ``k`` Zipf(1.1) over 1 �
 U[0, 1), so most rows crowd into the first range partitions (skew splitting at work).
 ``rows_compared`` is the per-row θ tests: the plan's partial pairs for FastThetaJoin, |R|·|S| after
 the cross filter for CFS, |R|·|S| for the others (Spark SQL's nested loop and the cross product
-test every pair). ``shuffle_bytes`` is Spark's shuffle write during the run (broadcasts excluded).
+test every pair). ``shuffle_bytes`` is Spark's shuffle write during the measured runs (broadcasts
+excluded). Timings on this 2-core machine vary by tens of percent between runs: a run under 15 s
+is repeated and the faster of the two kept; longer runs are measured once.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import numpy as np
 from outoforder.bench.harness import log, machine, markdown_table, write_json
 
 SEED = 7
+REPEAT_BELOW_S = 15.0  # runs shorter than this are repeated and the faster one kept
 
 
 @dataclass(frozen=True)
@@ -125,7 +128,6 @@ def _run_case(spark: Any, case: Case, spark_on: bool) -> list[dict[str, Any]]:
     from pyspark import StorageLevel
 
     from outoforder.core.theta.plan import Theta
-    from outoforder.spark.theta import multiway_join, theta_join
 
     rng = np.random.default_rng(SEED + case.n)
     names = [f"t{i}" for i in range(case.ways)]
@@ -159,20 +161,10 @@ def _run_case(spark: Any, case: Case, spark_on: bool) -> list[dict[str, Any]]:
             if method == "duckdb":
                 continue
             b = meter.read()
-            t = time.monotonic()
-            if case.ways == 2:
-                res = theta_join(frames[0], frames[1], ("t0_v", "t1_v"), theta, method, case.partitions)
-                got = res.count()
-                res.release()
-                rounds = [[res.stats]]
-            else:
-                mw = multiway_join(
-                    frames, [f"{n}_v" for n in names], [theta] * (case.ways - 1), method, case.partitions
-                )
-                got = mw.rows.count()
-                mw.release()
-                rounds = mw.rounds
-            seconds = time.monotonic() - t
+            seconds, got, rounds = _timed(frames, names, theta, method, case)
+            shuffled = meter.read() - b  # of the first run
+            if seconds < REPEAT_BELOW_S:  # noisy on 2 cores: the best of two runs
+                seconds = min(seconds, _timed(frames, names, theta, method, case)[0])
             stats = [s for rnd in rounds for s in rnd]
             compared = sum(s.rows_compared for s in stats)
             if method in ("spark-sql", "cross"):  # every pair of every pairwise join is tested
@@ -188,7 +180,7 @@ def _run_case(spark: Any, case: Case, spark_on: bool) -> list[dict[str, Any]]:
                 "partition_pairs": sum(s.partition_pairs for s in stats),
                 "full_pairs": sum(s.full_pairs for s in stats),
                 "replicated_rows": sum(s.replicated_rows for s in stats),
-                "shuffle_bytes": meter.read() - b,
+                "shuffle_bytes": shuffled,
                 "agrees": got == truth,
             }
             log(
@@ -212,6 +204,24 @@ def _all_pairs(rounds: list[list[Any]], n: int, ways: int) -> int:
             nxt.append(st.output_rows)
         sizes = nxt + ([sizes[-1]] if len(sizes) % 2 else [])
     return total
+
+
+def _timed(
+    frames: list[Any], names: list[str], theta: Any, method: str, case: Case
+) -> tuple[float, int, list[list[Any]]]:
+    """One run: seconds from the call to the end of ``count()``, the count, the join counters."""
+    from outoforder.spark.theta import multiway_join, theta_join
+
+    t = time.monotonic()
+    if case.ways == 2:
+        res = theta_join(frames[0], frames[1], ("t0_v", "t1_v"), theta, method, case.partitions)
+        got = res.count()
+        res.release()
+        return time.monotonic() - t, got, [[res.stats]]
+    mw = multiway_join(frames, [f"{n}_v" for n in names], [theta] * (case.ways - 1), method, case.partitions)
+    got = mw.rows.count()
+    mw.release()
+    return time.monotonic() - t, got, mw.rounds
 
 
 class _ShuffleMeter:

@@ -254,11 +254,10 @@ def validate(
 ) -> list[Any]:
     """GX completeness of ``[start, end)``: every window was run, no result row repeats.
 
-    For ``sample`` windows, evenly spread, the stored results and the reported output count
-    equal DuckDB's count of the same θ-join over the same bronze rows.
+    Every window's stored rows equal the count its run reported; for ``sample`` windows, evenly
+    spread, they also equal DuckDB's count of the same θ-join over the same bronze rows.
     """
     import great_expectations.expectations as gxe
-    import pandas as pd
     from pyspark.sql import functions as F
 
     from outoforder.io import delta
@@ -280,33 +279,32 @@ def validate(
         {starts[round(i * (len(starts) - 1) / max(sample - 1, 1))] for i in range(min(sample, len(starts)))}
     )
     bronze = delta.read(spark, BRONZE, settings.lake_root).where(F.col("source") == source)
-    checked = []
-    for w0 in picks:
-        frames = [f.toPandas() for f in _window_frames(bronze, job, w0)]
-        checked.append(
-            (w0, w0 in ran, int(stored.get(w0, 0)), int(ran.get(w0, -1)), duckdb_count(frames, job))
-        )
+    independent = {
+        w0: duckdb_count([f.toPandas() for f in _window_frames(bronze, job, w0)], job) for w0 in picks
+    }
     judged = spark.createDataFrame(
-        pd.DataFrame(checked, columns=["window_start_us", "ran", "stored", "reported", "independent"])
+        [(w0, w0 in ran, int(stored.get(w0, 0)), int(ran.get(w0, -1)), independent.get(w0)) for w0 in starts],
+        "window_start_us long, ran boolean, stored long, reported long, independent long",
     )
     keyed = results.select(F.concat_ws(",", "window_start_us", F.concat_ws(",", "seqs")).alias("result_key"))
+    sampled = "either_value_is_missing"  # only the sampled windows have a DuckDB count
     suites = [
         run_suite(
             "theta_completeness",
             judged,
             [
                 gxe.ExpectColumnValuesToBeInSet(column="ran", value_set=[True]),
-                gxe.ExpectColumnPairValuesToBeEqual(column_A="stored", column_B="independent"),
-                gxe.ExpectColumnPairValuesToBeEqual(column_A="reported", column_B="independent"),
+                gxe.ExpectColumnPairValuesToBeEqual(column_A="stored", column_B="reported"),
+                gxe.ExpectColumnPairValuesToBeEqual(
+                    column_A="stored", column_B="independent", ignore_row_if=sampled
+                ),
             ],
         ),
         run_suite("theta_results", keyed, [gxe.ExpectColumnValuesToBeUnique(column="result_key")]),
     ]
-    missing = [w for w in starts if w not in ran]
-    report(suites, f"θ-join {jid} of {source}, {len(picks)} sampled windows", fail)
-    if missing and fail:
-        msg = f"{len(missing)} windows of the interval were never run (first at {missing[0]} µs)"
-        raise QualityError(msg)
+    report(
+        suites, f"θ-join {jid} of {source}: {len(starts)} windows, {len(picks)} checked against DuckDB", fail
+    )
     return suites
 
 
