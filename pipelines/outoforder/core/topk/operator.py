@@ -1,0 +1,248 @@
+"""The continuous top-k operator over an out-of-order stream, tuple at a time (SEEDS.md §3).
+
+State (the modified MinTopk of the seed, after Yang et al., EDBT 2011):
+
+- one candidate list ``C``: every tuple that is in the top-k of at least one open window, stored
+  once with the set of windows it is in the top-k of (the seed's ``[start, end]`` ids; with late
+  tuples that set need not be an interval, so the set itself is kept);
+- per open window, its top-k as ``k`` references into ``C`` ordered by score, so the window's
+  minimum is one lookup (the seed's per-window minimum pointer). A new tuple enters a window only
+  if it beats that minimum, which then loses the window and leaves ``C`` once it has none;
+- windows are emitted in order once the stream's progress passes ``end + K`` (K: the cache
+  duration in force, from a :class:`~outoforder.core.topk.cache.CacheDurationController` or
+  :class:`FixedCache`);
+  emission expires the window: its members lose it.
+
+For the cache controller, the operator also records, for every window, the top-k it held when the
+progress passed ``end + K_i`` for each candidate duration ``K_i``; after the emission it keeps the
+window's exact top-k up to date with the late tuples (top-k of a union = top-k of the two top-ks),
+and ``horizon_us`` after the emission it scores the candidates (hit rate against that top-k) and
+feeds the controller. Tuples that arrive after all their windows were emitted are returned as
+``late``, never dropped silently.
+
+>>> from outoforder.core.windows.assign import Windows
+>>> op = ContinuousTopK(TopKQuery(Windows(10, 10), k=1), FixedCache(0))
+>>> [op.process(ts, s, i) for i, (ts, s) in enumerate([(1, 1.0), (12, 7.0), (5, 9.0)])][1]
+Step(emitted=[Emission(window_id=0, tids=[0], at_index=1, cache_us=0)], late=[])
+>>> op.process(25, 3.0, 3).late, op.flush()[-1]
+([], Emission(window_id=2, tids=[3], at_index=4, cache_us=0))
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from outoforder.core.topk.cache import Decision
+from outoforder.core.topk.reference import hit_rate
+from outoforder.core.windows.assign import Windows
+from outoforder.errors import ConfigError
+
+
+class CachePolicy(Protocol):
+    """Where the cache duration comes from."""
+
+    @property
+    def k_min_us(self) -> float:
+        """The cache duration in force."""
+        ...
+
+    def candidates(self) -> list[float]:
+        """The durations to record lists for (ascending, the last one ``k_min_us``)."""
+        ...
+
+    def observe(self, hits: list[float]) -> Decision | None:
+        """One window's hit rate per candidate."""
+        ...
+
+
+@dataclass
+class FixedCache:
+    """A constant cache duration (no candidates to score)."""
+
+    cache_us: float
+
+    @property
+    def k_min_us(self) -> float:
+        """The duration in force."""
+        return self.cache_us
+
+    def candidates(self) -> list[float]:
+        """No candidates: nothing is recorded for a controller."""
+        return []
+
+    def observe(self, hits: list[float]) -> Decision | None:
+        """Nothing to adapt."""
+        return None
+
+
+@dataclass(frozen=True)
+class TopKQuery:
+    """Windows, k, and how long after an emission the late tuples are still awaited."""
+
+    windows: Windows
+    k: int = 5
+    horizon_us: int = 10_000_000
+
+    def __post_init__(self) -> None:
+        if self.k < 1 or self.horizon_us < 0:
+            msg = f"need k >= 1 and horizon >= 0, got k={self.k}, horizon={self.horizon_us}"
+            raise ConfigError(msg)
+
+
+@dataclass(frozen=True)
+class Emission:
+    """A window's result: tuple ids best first, the arrival index that triggered it, K in force."""
+
+    window_id: int
+    tids: list[int]
+    at_index: int
+    cache_us: float
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one arrival produced."""
+
+    emitted: list[Emission]
+    late: list[int]  # window ids the tuple belonged to but arrived after their emission
+
+
+@dataclass
+class _Candidate:
+    score: float
+    ts: int
+    windows: set[int]
+
+
+@dataclass
+class _Settling:
+    """An emitted window waiting for its late tuples: the candidates' lists and the exact top-k."""
+
+    due_progress: float
+    recorded: list[list[int]]
+    exact: list[tuple[float, int]]  # (score, tid) best first
+
+
+@dataclass
+class ContinuousTopK:
+    """The operator's state; :meth:`process` one arrival, :meth:`flush` at the end of the stream."""
+
+    query: TopKQuery
+    cache: CachePolicy
+    progress: float = -math.inf
+    index: int = 0
+    next_emit: int = -(2**62)  # every window below this one is emitted (or was due empty)
+    open: dict[int, list[tuple[float, int]]] = field(default_factory=dict)  # wid -> (-score, tid) asc
+    candidates: dict[int, _Candidate] = field(default_factory=dict)
+    recorded: dict[int, list[list[int]]] = field(default_factory=dict)  # wid -> lists per candidate K
+    settling: dict[int, _Settling] = field(default_factory=dict)
+    decisions: list[Decision] = field(default_factory=list)
+
+    def _enter(self, wid: int, score: float, tid: int, ts: int) -> None:
+        if wid not in self.open:  # a new window: the candidates already due held nothing
+            end = int(self.query.windows.end_of(wid))
+            self.recorded[wid] = [[] for c in self.cache.candidates() if self.progress >= end + c]
+        top = self.open.setdefault(wid, [])
+        key = (-score, tid)
+        k = self.query.k
+        if len(top) >= k and key >= top[-1]:
+            return  # does not beat the window's minimum
+        bisect.insort(top, key)
+        self.candidates.setdefault(tid, _Candidate(score, ts, set())).windows.add(wid)
+        if len(top) > k:
+            _, out = top.pop()
+            self._leave(out, wid)
+
+    def _leave(self, tid: int, wid: int) -> None:
+        c = self.candidates[tid]
+        c.windows.discard(wid)
+        if not c.windows:
+            del self.candidates[tid]
+
+    def _top(self, wid: int) -> list[int]:
+        return [t for _, t in self.open.get(wid, [])]
+
+    def process(self, ts: int, score: float, tid: int) -> Step:
+        """One arrival: emit what is due before it (so it cannot enter them), then insert it."""
+        w = self.query.windows
+        first, last = int(w.first_id(ts)), int(w.last_id(ts))
+        self.progress = max(self.progress, ts)
+        emitted = self._advance()
+        late = [wid for wid in range(first, last + 1) if wid < self.next_emit]
+        for wid in late:
+            self._settle_late(wid, score, tid)
+        for wid in range(max(first, self.next_emit), last + 1):
+            self._enter(wid, score, tid, ts)
+        self.index += 1
+        self._score_settled()
+        return Step(emitted, late)
+
+    def _advance(self) -> list[Emission]:
+        """Record candidate lists and emit every window whose ``end + K`` the progress passed."""
+        w = self.query.windows
+        cands = self.cache.candidates()
+        for wid, rec in self.recorded.items():
+            end = int(w.end_of(wid))
+            while len(rec) < len(cands) and self.progress >= end + cands[len(rec)]:
+                rec.append(self._top(wid))
+        k_now = self.cache.k_min_us
+        # every window with end + K <= progress is due, with or without tuples
+        last_due = math.floor((self.progress - k_now - w.size_us) / w.slide_us)
+        out = [self._emit(wid, k_now) for wid in sorted(self.open) if wid <= last_due]
+        self.next_emit = max(self.next_emit, last_due + 1)
+        return out
+
+    def _emit(self, wid: int, cache_us: float) -> Emission:
+        tids = self._top(wid)
+        top = self.open.pop(wid, [])
+        for _, t in top:
+            self._leave(t, wid)
+        rec = self.recorded.pop(wid, [])
+        cands = self.cache.candidates()
+        if cands and top:
+            rec = rec + [tids] * (len(cands) - len(rec))  # durations up to K_up end here
+            exact = [(-s, t) for s, t in top]
+            self.settling[wid] = _Settling(self.progress + self.query.horizon_us, rec, exact)
+        self.next_emit = max(self.next_emit, wid + 1)
+        return Emission(wid, tids, self.index, cache_us)
+
+    def _settle_late(self, wid: int, score: float, tid: int) -> None:
+        s = self.settling.get(wid)
+        if s is None:
+            return
+        s.exact.append((score, tid))
+        s.exact.sort(key=lambda x: (-x[0], x[1]))
+        del s.exact[self.query.k :]
+
+    def _score_settled(self) -> None:
+        for wid in sorted(self.settling):
+            s = self.settling[wid]
+            if self.progress < s.due_progress:
+                break
+            del self.settling[wid]
+            truth = [t for _, t in s.exact]
+            d = self.cache.observe([hit_rate(r, truth) for r in s.recorded])
+            if d is not None:
+                self.decisions.append(d)
+
+    def flush(self) -> list[Emission]:
+        """End of stream: emit every open window with what it has."""
+        return [self._emit(wid, self.cache.k_min_us) for wid in sorted(self.open)]
+
+    @property
+    def candidate_count(self) -> int:
+        """|C|: tuples held (the memory measure)."""
+        return len(self.candidates)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The state as plain data (JSON-able except for float infinities)."""
+        return {
+            "progress": self.progress,
+            "index": self.index,
+            "next_emit": self.next_emit,
+            "open": {w: [list(x) for x in v] for w, v in self.open.items()},
+            "candidates": {t: [c.score, c.ts, sorted(c.windows)] for t, c in self.candidates.items()},
+        }
