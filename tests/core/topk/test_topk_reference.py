@@ -11,7 +11,14 @@ from hypothesis import strategies as st
 
 from outoforder.core.topk.cache import CacheDurationController, CacheSettings
 from outoforder.core.topk.operator import ContinuousTopK, FixedCache, TopKQuery
-from outoforder.core.topk.reference import exact_topk, hit_rate, topk_at_cache
+from outoforder.core.topk.reference import (
+    exact_topk,
+    hindsight_cache,
+    hit_rate,
+    mean_accuracy,
+    topk_at_cache,
+)
+from outoforder.core.topk.sma import SkybandTopK
 from outoforder.core.windows.assign import Windows
 from outoforder.errors import ConfigError, StateError
 
@@ -137,3 +144,28 @@ def test_operator_with_the_controller_scores_candidates_against_the_exact_top_k(
     settled = [e for e in emitted.values() if e.window_id in truth]
     acc = np.mean([hit_rate(e.tids, truth[e.window_id]) for e in settled])
     assert acc >= 0.9 - 0.05  # steady state near ε_min (the first windows ran at the initial K)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=streams, k=st.integers(1, 6), cache=st.sampled_from([0, 7, 20, 1_000]))
+def test_sma_skyband_emits_the_same_top_k_as_the_operator(data, k, cache):
+    ts, score = np.array(data[0], dtype=np.int64), np.array(data[1])
+    tid = np.arange(ts.size, dtype=np.int64)
+    want = {w: v for w, v in topk_at_cache(ts, score, tid, W, k, cache).items() if v}
+    sma, got = SkybandTopK(W, k, cache), {}
+    for x, s, t in zip(ts.tolist(), score.tolist(), tid.tolist(), strict=True):
+        got.update(dict(sma.process(x, s, t)))
+    got.update(dict(sma.flush()))
+    assert got == want
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=streams, k=st.integers(1, 4), eps=st.sampled_from([0.5, 0.8, 0.95, 1.0]))
+def test_hindsight_cache_is_the_smallest_duration_meeting_eps(data, k, eps):
+    ts, score = np.array(data[0], dtype=np.int64), np.array(data[1])
+    tid = np.arange(ts.size, dtype=np.int64)
+    truth = exact_topk(ts, score, tid, W, k)
+    best = hindsight_cache(ts, score, tid, W, k, eps, step_us=5)
+    assert mean_accuracy(topk_at_cache(ts, score, tid, W, k, best), truth) >= eps
+    if best:
+        assert mean_accuracy(topk_at_cache(ts, score, tid, W, k, best - 5), truth) < eps

@@ -93,3 +93,37 @@ def topk_at_cache(
 def hit_rate(result: list[int], truth: list[int]) -> float:
     """``|result ∩ truth| / |truth|`` (1.0 for an empty truth)."""
     return len(set(result) & set(truth)) / len(truth) if truth else 1.0
+
+
+def mean_accuracy(result: TopK, truth: TopK) -> float:
+    """The mean hit rate over the windows of ``truth`` (a window never emitted scores 0)."""
+    if not truth:
+        return 1.0
+    return sum(hit_rate(result.get(w, []), t) for w, t in truth.items()) / len(truth)
+
+
+def hindsight_cache(
+    ts: IntArray, score: FloatArray, tid: IntArray, windows: Windows, k: int, eps_min: float, step_us: int
+) -> int:
+    """The smallest fixed cache duration (a multiple of ``step_us``) whose mean accuracy is >= ε_min.
+
+    The yardstick of the adaptive duration. A window's hit rate never falls as K grows (a longer
+    cache sees a superset of the tuples, and a true top-k tuple seen stays in the seen top-k), so
+    the mean is monotone and a binary search over the multiples finds it.
+    """
+    truth = exact_topk(ts, score, tid, windows, k)
+    ts = np.asarray(ts, dtype=np.int64)
+    delays = np.maximum.accumulate(ts) - ts
+    hi = -(-int(delays.max(initial=0)) // step_us)  # K >= the largest lateness: exact
+
+    def ok(steps: int) -> bool:
+        return mean_accuracy(topk_at_cache(ts, score, tid, windows, k, steps * step_us), truth) >= eps_min
+
+    lo = 0
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo * step_us
