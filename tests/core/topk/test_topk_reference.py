@@ -86,6 +86,10 @@ def test_seed_example_then_moves_and_the_smallest_step():
     c.observe([0, 0.9, 1])
     d = c.observe([0, 0.9, 1])  # narrow to (2 s, 2.5 s]: step 1/6 s < 0.25 s, widened to 0.75 s
     assert d.move == "narrow" and (d.k_down_us, d.k_up_us) == (1.75e6, 2.5e6)
+    fresh = CacheDurationController(s)
+    fresh.observe([1, 1, 1])
+    d = fresh.observe([1, 1, 1])  # from (0, 4.5]: the answer is in (0, 1.5]
+    assert d.move == "narrow" and (d.k_down_us, d.k_up_us) == (0.0, 1.5e6)
     again = CacheDurationController.restore(s, c.snapshot())
     assert again.snapshot() == c.snapshot() and again.candidates() == c.candidates()
 

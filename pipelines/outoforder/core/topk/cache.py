@@ -9,8 +9,9 @@ then, on the candidates' mean accuracy:
 - the smallest candidate meeting ``ε_min`` is ``K_i``: the next interval is ``(K_{i−1}, K_i]`` and
   ``K_min = K_i`` (the seed's example: (0, 4.5], m = 3, accuracies 72/83/94 %, ε_min 0.8 → the
   next interval is (1.5, 3] and K_min = 3 s);
-- if even the first candidate meets ``ε_min`` the answer may lie lower: the interval moves down one
-  step (not below 0); if none meets it, the interval moves up one step;
+- if even the first candidate meets ``ε_min``: with ``K_down = 0`` the answer is in ``(0, K_1]``,
+  the next interval; otherwise it may lie below ``K_down`` and the interval moves down one step
+  (not below 0). If none meets it, the interval moves up one step;
 - the step ``(K_up − K_down)/m`` never falls below ``min_step_us`` (the seed: "not too small, or it
   converges too slowly"): a narrower interval is widened downwards to ``m · min_step``.
 
@@ -104,14 +105,12 @@ class CacheDurationController:
         meets = [i for i, a in enumerate(acc) if a >= self.settings.eps_min]
         if not meets:
             move, lo, hi = "up", self.k_down_us + step, self.k_up_us + step
-        elif meets[0] == 0:
+        elif meets[0] == 0 and self.k_down_us > 0:
             shift = min(step, self.k_down_us)
             move, lo, hi = "down", self.k_down_us - shift, self.k_up_us - shift
-            if hi <= 0:  # nothing to move: keep the interval
-                lo, hi = self.k_down_us, self.k_up_us
-        else:
+        else:  # the answer lies in (K_{i-1}, K_i] (K_0 = K_down)
             i = meets[0]
-            move, lo, hi = "narrow", cands[i - 1], cands[i]
+            move, lo, hi = "narrow", cands[i - 1] if i else self.k_down_us, cands[i]
         floor = self.settings.m * self.settings.min_step_us
         if hi - lo < floor:
             lo = max(0.0, hi - floor)
