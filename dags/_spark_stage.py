@@ -103,9 +103,9 @@ def theta_params() -> dict[str, Any]:
     return {
         "source": Param("synthetic/hpm_game1-20s-seed7", type="string", description="bronze source id"),
         "streams": Param("ball,team_a", type="string", description="streams S0,S1,… in chain order"),
-        "column": Param("value", enum=["value", "x", "y", "z", "event_ts"], description="join column"),
+        "column": Param("x", enum=["value", "x", "y", "z", "event_ts"], description="join column"),
         "predicates": Param(
-            "band:0.001", type="string", description="θ0,θ1,… between neighbours: <, <=, >=, >, = or band:c"
+            "band:0.01", type="string", description="θ0,θ1,… between neighbours: <, <=, >=, >, = or band:c"
         ),
         "window_s": Param(10.0, type="number", exclusiveMinimum=0, description="tumbling event-time window"),
         "method": Param("fast", enum=["fast", "cfs", "one-bucket", "spark-sql", "cross"]),

@@ -422,8 +422,9 @@ def _demo_theta(spark: Any, settings: Settings, source: str) -> None:
     from outoforder.io.tables import BRONZE
     from outoforder.stages.theta_backfill import ThetaJob, run_interval, validate
 
+    # positions, not speeds: the replay's ball speed takes a handful of values (mostly 0)
     job = ThetaJob(
-        streams=("ball", "team_a"), predicates=("band:0.0001",), window_us=10_000_000, partitions=16
+        streams=("ball", "team_a"), column="x", predicates=("band:0.01",), window_us=10_000_000, partitions=16
     )
     row = (
         delta.read(spark, BRONZE, settings.lake_root)
@@ -437,8 +438,8 @@ def _demo_theta(spark: Any, settings: Settings, source: str) -> None:
     lo, hi = int(row[0]), int(row[1])
     start, end = lo // job.window_us * job.window_us, (hi // job.window_us + 1) * job.window_us
     print(
-        f"[demo] 8/8 θ-join backfill (DAG theta_backfill) with FastThetaJoin: ball.value band "
-        f"|a - b| <= 0.0001 m/s team_a.value, {job.window_us / 1e6:g} s event-time windows, "
+        f"[demo] 8/8 θ-join backfill (DAG theta_backfill) with FastThetaJoin: ball.x within 1 cm of "
+        f"team_a.x (|a - b| <= 0.01 m), {job.window_us / 1e6:g} s event-time windows, "
         f"{job.partitions} partitions",
         flush=True,
     )
