@@ -5,6 +5,7 @@ Not a DAG (Airflow skips files without a DAG). Standard library and Airflow only
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from outoforder.config import REPO_ROOT, load_settings
@@ -27,6 +28,19 @@ def submit_kwargs() -> dict[str, Any]:
         "env_vars": {"OOO_CONFIG": "{{ params.config }}"},
         "verbose": False,
     }
+
+
+def interval_args(interval: timedelta) -> list[str]:
+    """``--start``/``--end`` of the run's data interval.
+
+    A manual run (UI, ``dags test``) has an empty data interval: it covers the ``interval`` before
+    its logical date instead.
+    """
+    start = (
+        "{{ data_interval_start if data_interval_start < data_interval_end "
+        f"else data_interval_end - macros.timedelta(seconds={interval.total_seconds():g}) }}}}"
+    )
+    return ["--start", start, "--end", "{{ data_interval_end }}"]
 
 
 def join_params() -> dict[str, Any]:

@@ -11,7 +11,7 @@ import json
 from datetime import timedelta
 
 import pendulum
-from _spark_stage import AGG_ARGS, LEDGER_DUE_URI, agg_params, delta_jars, submit_kwargs
+from _spark_stage import AGG_ARGS, LEDGER_DUE_URI, agg_params, delta_jars, interval_args, submit_kwargs
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import Asset, dag, task
@@ -75,11 +75,7 @@ def gamma_rule(params: dict[str, object] | None = None) -> bool:
 )
 def aggregate_stream() -> None:
     """Aggregate one interval; trigger a repair when due; check the quality so far."""
-    start = (
-        "{{ data_interval_start if data_interval_start < data_interval_end "
-        f"else data_interval_end - macros.timedelta(seconds={INTERVAL.total_seconds():g}) }}}}"
-    )
-    interval = ["--start", start, "--end", "{{ data_interval_end }}"]
+    interval = interval_args(INTERVAL)
     aggregate_interval = SparkSubmitOperator(
         task_id="aggregate_interval",
         name="outoforder-aggregate-stream",

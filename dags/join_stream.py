@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pendulum
-from _spark_stage import JOIN_ARGS, delta_jars, join_params, submit_kwargs
+from _spark_stage import JOIN_ARGS, delta_jars, interval_args, join_params, submit_kwargs
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import dag
 
@@ -57,12 +57,7 @@ replay's arrival times) use `airflow backfill create --dag-id join_stream --from
 )
 def join_stream() -> None:
     """Join one interval, then check the quality so far."""
-    # a manual run (UI, `dags test`) has an empty data interval: it joins the minute before it
-    start = (
-        "{{ data_interval_start if data_interval_start < data_interval_end "
-        f"else data_interval_end - macros.timedelta(seconds={INTERVAL.total_seconds():g}) }}}}"
-    )
-    interval = ["--start", start, "--end", "{{ data_interval_end }}"]
+    interval = interval_args(INTERVAL)
     join_interval = SparkSubmitOperator(
         task_id="join_interval",
         name="outoforder-join-stream",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pendulum
-from _spark_stage import THETA_ARGS, delta_jars, submit_kwargs, theta_params
+from _spark_stage import THETA_ARGS, delta_jars, interval_args, submit_kwargs, theta_params
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import dag
 
@@ -52,12 +52,7 @@ DOC = """
 )
 def theta_backfill() -> None:
     """Join the interval's windows, then check completeness."""
-    # a manual run (UI, `dags test`) has an empty data interval: it joins the minute before it
-    start = (
-        "{{ data_interval_start if data_interval_start < data_interval_end "
-        f"else data_interval_end - macros.timedelta(seconds={INTERVAL.total_seconds():g}) }}}}"
-    )
-    interval = ["--start", start, "--end", "{{ data_interval_end }}"]
+    interval = interval_args(INTERVAL)
     theta_join = SparkSubmitOperator(
         task_id="theta_join",
         name="outoforder-theta-join",

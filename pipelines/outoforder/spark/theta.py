@@ -136,7 +136,7 @@ def _side_stats(r: DataFrame, s: DataFrame, on: tuple[str, str]) -> list[tuple[i
         for row in both.groupBy("_side")
         .agg(
             F.count(F.when(ok, 1)).alias("n"),
-            F.count(F.when(~ok | F.col("_v").isNull(), 1)).alias("nulls"),
+            F.count(F.when(~ok, 1)).alias("nulls"),
             F.min(F.when(ok, F.col("_v"))).alias("lo"),
             F.max(F.when(ok, F.col("_v"))).alias("hi"),
         )

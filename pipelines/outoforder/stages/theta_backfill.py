@@ -159,10 +159,10 @@ def run_interval(
         )
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
-    kept: list[DataFrame] = []
+    result_frames: list[DataFrame] = []  # persisted until written
     try:
         counts = _counts(bronze, job)
-        stats_rows, result_frames = [], []
+        stats_rows = []
         for k, w0 in enumerate(starts):
             tw = time.monotonic()
             res = multiway_join(
@@ -179,7 +179,7 @@ def run_interval(
                 F.array(*[F.col(f"s{i}_seq") for i in range(len(job.streams))]).alias("seqs"),
                 F.array(*[F.col(f"s{i}_v") for i in range(len(job.streams))]).alias("vals"),
             ).persist(StorageLevel.MEMORY_AND_DISK)
-            kept.append(rows)
+            result_frames.append(rows)
             n_out = rows.count()
             res.release()
             every = [st for rnd in res.rounds for st in rnd]
@@ -192,7 +192,6 @@ def run_interval(
                     round(time.monotonic() - tw, 3), end_us,
                 )
             )  # fmt: skip
-            result_frames.append(rows)
             print(
                 f"[theta] window {k + 1}/{len(starts)} @ {w0} µs: rows {[n for n, _ in per_stream]}, "
                 f"{n_out} results ({time.monotonic() - tw:.1f} s)",
@@ -207,7 +206,7 @@ def run_interval(
         windows_df = spark.createDataFrame(stats_rows, THETA_WINDOWS.schema)
         delta.replace_where(windows_df, THETA_WINDOWS, settings.lake_root, match, between)
     finally:
-        for df in kept:
+        for df in result_frames:
             df.unpersist()
         bronze.unpersist()
     return BackfillSummary(

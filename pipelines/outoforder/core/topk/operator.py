@@ -33,7 +33,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from outoforder.core.topk.cache import Decision
 from outoforder.core.topk.reference import hit_rate
@@ -236,13 +236,3 @@ class ContinuousTopK:
     def candidate_count(self) -> int:
         """|C|: tuples held (the memory measure)."""
         return len(self.candidates)
-
-    def snapshot(self) -> dict[str, Any]:
-        """The state as plain data (JSON-able except for float infinities)."""
-        return {
-            "progress": self.progress,
-            "index": self.index,
-            "next_emit": self.next_emit,
-            "open": {w: [list(x) for x in v] for w, v in self.open.items()},
-            "candidates": {t: [c.score, c.ts, sorted(c.windows)] for t, c in self.candidates.items()},
-        }
