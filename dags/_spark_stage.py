@@ -136,3 +136,38 @@ THETA_ARGS = [
     *("--window-s", "{{ params.window_s }}", "--method", "{{ params.method }}"),
     *("--partitions", "{{ params.partitions }}"),
 ]
+
+
+def topk_params() -> dict[str, Any]:
+    """The Params of a continuous top-k job; the defaults fit the demo's 20 s replay.
+
+    The seed's query is 60 s windows sliding by 5 s with n = 30 queries per decision: on a 20 s
+    replay that would close no window, so the defaults scale the windows down (the CLI keeps the
+    seed's).
+    """
+    from airflow.sdk import Param
+
+    return {
+        "source": Param("synthetic/hpm_game1-20s-seed7", type="string", description="bronze source id"),
+        "streams": Param("team_a,team_b", type="string", description="streams to rank (empty: all)"),
+        "score": Param("value", enum=["value", "x", "y", "z"], description="the score column"),
+        "k": Param(5, type="integer", minimum=1, description="results per window"),
+        "window_s": Param(4.0, type="number", exclusiveMinimum=0, description="window size"),
+        "slide_s": Param(0.5, type="number", exclusiveMinimum=0, description="window slide"),
+        "eps_min": Param(0.95, type="number", exclusiveMinimum=0, maximum=1, description="ε_min"),
+        "cache_s": Param(2.0, type="number", exclusiveMinimum=0, description="initial cache duration K"),
+        "m": Param(10, type="integer", minimum=1, description="candidate durations"),
+        "n": Param(10, type="integer", minimum=1, description="queries per decision"),
+        "horizon_s": Param(2.0, type="number", minimum=0, description="late tuples awaited for scoring"),
+        "on_violation": Param("fail", enum=["fail", "warn"], description="a missed target fails the run"),
+        "config": Param("", type="string", description="path of a TOML config override"),
+    }
+
+
+TOPK_ARGS = [
+    *("--source", "{{ params.source }}", "--streams", "{{ params.streams }}"),
+    *("--score", "{{ params.score }}", "--k", "{{ params.k }}"),
+    *("--window-s", "{{ params.window_s }}", "--slide-s", "{{ params.slide_s }}"),
+    *("--eps-min", "{{ params.eps_min }}", "--cache-s", "{{ params.cache_s }}"),
+    *("--m", "{{ params.m }}", "--n", "{{ params.n }}", "--horizon-s", "{{ params.horizon_s }}"),
+]

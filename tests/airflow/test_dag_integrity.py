@@ -22,6 +22,7 @@ EXPECTED_STRUCTURE = {
     },
     "late_repair": {"repair": {"validate_aggregate"}, "validate_aggregate": set()},
     "theta_backfill": {"theta_join": {"validate_theta"}, "validate_theta": set()},
+    "topk_stream": {"topk_interval": {"validate_topk"}, "validate_topk": set()},
 }
 
 PROBE = r"""

@@ -25,11 +25,13 @@ def test_main_job_ingests_everything_reports_disorder_and_passes_quality(config,
     assert "9,850" in out and "98.46%" in out  # DEBS 2015
     assert "[inject]   target  : late 83.41%" in out
     assert "bronze_accounting: PASSED" in out
-    assert "[demo] 6/8" in out and "[join-stream] synthetic/qjoin_d1-2s-seed7" in out
+    assert "[demo] 6/9" in out and "[join-stream] synthetic/qjoin_d1-2s-seed7" in out
     assert "join_results: PASSED" in out  # no duplicate pairs
-    assert "[demo] 7/8" in out and "[aggregate-stream] synthetic/qjoin_d1-2s-seed7" in out
+    assert "[demo] 7/9" in out and "[aggregate-stream] synthetic/qjoin_d1-2s-seed7" in out
     assert "[aggregate-repair]" in out and "agg_results: PASSED" in out
-    assert "[demo] 8/8" in out and "theta_completeness: PASSED" in out and "theta_results: PASSED" in out
+    assert "[demo] 8/9" in out and "theta_completeness: PASSED" in out and "theta_results: PASSED" in out
+    assert "[demo] 9/9" in out and "[topk-stream] synthetic/qjoin_d1-2s-seed7" in out
+    assert "no top-k window emitted yet" in out  # 4 s windows + K 2 s: a 2 s replay closes none
     assert main(["--config", str(config), "demo"]) == 0
     again = capsys.readouterr().out
     assert "is up to date" in again and "join_results: PASSED" in again

@@ -294,6 +294,60 @@ QUARANTINE = Table("bronze/quarantine", QUARANTINE_SCHEMA, ("source",))
 INGEST_LOG = Table("bronze/ingest_log", INGEST_LOG_SCHEMA)
 JOIN_METRICS = Table("gold/join_metrics", JOIN_METRICS_SCHEMA, ("source",))
 JOIN_RESULTS = Table("gold/join_results", JOIN_RESULTS_SCHEMA, ("source",))
+# The stream top-k (stages/topk_stream.py). The operator's state is one JSON snapshot per
+# interval end: small (k entries per open window), and the pure operator restores from it.
+TOPK_STATE_SCHEMA = _s(
+    ("source", StringType(), False),
+    ("job", StringType(), False),
+    ("as_of_us", LongType(), False),
+    ("interval_start_us", LongType(), False),
+    ("snapshot", StringType(), False),  # {"operator": ..., "cache": ...}
+    ("arrivals", LongType(), False),  # arrivals processed so far
+    ("k_min_us", DoubleType(), False),  # the cache duration in force at as_of_us
+    ("written_at_us", LongType(), False),
+)
+TOPK_WINDOWS_SCHEMA = _s(  # one row per emitted window (also when it was emitted empty)
+    ("source", StringType(), False),
+    ("job", StringType(), False),
+    ("window_id", LongType(), False),
+    ("window_end_us", LongType(), False),
+    ("size", LongType(), False),  # tuples in the emitted list (< k: fewer had arrived)
+    ("emitted_at_seq", LongType(), True),  # the arrival that triggered it (null: end of stream)
+    ("cache_us", DoubleType(), False),  # K in force at the emission
+    ("interval_start_us", LongType(), False),
+    ("written_at_us", LongType(), False),
+)
+TOPK_RESULTS_SCHEMA = _s(
+    ("source", StringType(), False),
+    ("job", StringType(), False),
+    ("window_id", LongType(), False),
+    ("rank", LongType(), False),  # 1 = highest score
+    ("seq", LongType(), False),  # bronze arrival_seq
+    ("ts", LongType(), False),
+    ("score", DoubleType(), False),
+)
+TOPK_LATE_SCHEMA = _s(  # memberships of tuples that arrived after their window's emission
+    ("source", StringType(), False),
+    ("job", StringType(), False),
+    ("seq", LongType(), False),
+    ("window_id", LongType(), False),
+    ("ts", LongType(), False),
+    ("score", DoubleType(), False),
+    ("interval_start_us", LongType(), False),
+)
+TOPK_CACHE_SCHEMA = _s(  # the K_min trace: one row per controller decision
+    ("source", StringType(), False),
+    ("job", StringType(), False),
+    ("at_seq", LongType(), False),  # the arrival after which the decision was made
+    ("progress_us", LongType(), False),
+    ("k_min_us", DoubleType(), False),
+    ("k_down_us", DoubleType(), False),
+    ("k_up_us", DoubleType(), False),
+    ("move", StringType(), False),
+    ("accuracy", ArrayType(DoubleType()), False),  # mean hit rate per candidate duration
+    ("interval_start_us", LongType(), False),
+)
+
 JOIN_STATE = Table("silver/join_state", JOIN_STATE_SCHEMA, ("source",))
 JOIN_BUFFER = Table("silver/join_buffer", JOIN_BUFFER_SCHEMA, ("source",))
 JOIN_PARAMS = Table("silver/join_params", JOIN_PARAMS_SCHEMA, ("source",))
@@ -323,3 +377,8 @@ ALL_TABLES = (
 )
 THETA_RESULTS = Table("gold/theta_results", THETA_RESULTS_SCHEMA, ("source",))
 THETA_WINDOWS = Table("gold/theta_windows", THETA_WINDOWS_SCHEMA, ("source",))
+TOPK_STATE = Table("silver/topk_state", TOPK_STATE_SCHEMA, ("source",))
+TOPK_WINDOWS = Table("gold/topk_windows", TOPK_WINDOWS_SCHEMA, ("source",))
+TOPK_RESULTS = Table("gold/topk_results", TOPK_RESULTS_SCHEMA, ("source",))
+TOPK_LATE = Table("silver/topk_late", TOPK_LATE_SCHEMA, ("source",))
+TOPK_CACHE = Table("silver/topk_cache", TOPK_CACHE_SCHEMA, ("source",))

@@ -16,7 +16,9 @@ Stages::
     validate-aggregate  (ε, δ) at emission, exactness after repair, every window once (GX)
     theta-join      multi-way θ-join backfill of bronze windows (DAG theta_backfill), or of your own files
     validate-theta  completeness of a θ-join backfill against DuckDB on sampled windows (GX)
-    demo            the main job: ingest, one injected preset, statistics, checks, join, aggregates
+    topk-stream     continuous top-k with the adaptive cache duration over arrival intervals (DAG topk_stream)
+    validate-topk   every window emitted once, accuracy of the closed windows >= ε_min (GX)
+    demo            the main job: ingest, one injected preset, statistics, checks, join, aggregates, θ, top-k
     presets         list the disorder presets (or re-run their calibration)
 
 Every stage prints progress and ends with a summary; errors of ours exit with status 2 and a
@@ -313,14 +315,14 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
             "expects the shared data folder at ../shared/data: set OOO_DATA_DIR to where it is"
         )
         raise InputError(msg)
-    print(f"[demo] 1/8 ingesting the real datasets from {settings.data_dir}", flush=True)
+    print(f"[demo] 1/9 ingesting the real datasets from {settings.data_dir}", flush=True)
     for d in catalog.BUILTIN:
         path = d.path(settings.data_dir)
         print(ingest_file(spark, settings, path, d.reader, d.source).line(), flush=True)
         sources.append(d.source)
     preset = args.preset or settings.demo.preset
     print(
-        f"[demo] 2/8 synthetic soccer play ({settings.demo.synthetic_seconds:g} s) with the "
+        f"[demo] 2/9 synthetic soccer play ({settings.demo.synthetic_seconds:g} s) with the "
         f"'{preset}' disorder preset",
         flush=True,
     )
@@ -330,19 +332,19 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     print(format_report(replay.report), flush=True)
     print(ingest_file(spark, settings, replay.path, "soccer_synthetic", replay.source).line(), flush=True)
     sources.append(replay.source)
-    print("[demo] 3/8 disorder statistics (arrival order = arrival_seq)", flush=True)
+    print("[demo] 3/9 disorder statistics (arrival order = arrival_seq)", flush=True)
     results = [source_stats(spark, settings, s) for s in sources]
     out = settings.lake_root.parent / "reports" / "disorder_stats.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1))
     print(format_table(results), flush=True)
-    print("[demo] 4/8 data quality of bronze (Great Expectations)", flush=True)
+    print("[demo] 4/9 data quality of bronze (Great Expectations)", flush=True)
     validate_bronze(spark, settings)
     from outoforder.stages.join import JoinJob, format_summary, run_join_on_source, write_summary
 
     job = JoinJob()
     print(
-        f"[demo] 5/8 stream join on {replay.source}: ball vs players, w = {job.window_us / 1e6:g} s, "
+        f"[demo] 5/9 stream join on {replay.source}: ball vs players, w = {job.window_us / 1e6:g} s, "
         f"theta = {job.theta:g} m, Q_user = {job.q_user}, P = {job.period_us / 1e6:g} s, "
         f"L = {job.interval_us / 1e6:g} s",
         flush=True,
@@ -353,6 +355,7 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     _demo_stream_join(spark, settings, replay.source, job)
     _demo_aggregates(spark, settings, replay.source)
     _demo_theta(spark, settings, replay.source)
+    _demo_topk(spark, settings, replay.source)
     print(
         f"[demo] done in {time.monotonic() - t0:.0f} s; lake at {settings.lake_root}; statistics in {out}; "
         f"join quality summary in {join_out}",
@@ -368,7 +371,7 @@ def _demo_stream_join(spark: Any, settings: Settings, source: str, job: JoinJob)
     span = pending_span(spark, settings, source, job)
     step = round(settings.demo.stream_interval_s * 1e6)
     if span is None:  # a second run of the main job: everything is joined already
-        print(f"[demo] 6/8 the stream join of {source} is up to date; checking it", flush=True)
+        print(f"[demo] 6/9 the stream join of {source} is up to date; checking it", flush=True)
         done = last_processed(spark, settings, source, job)
         if done is None:
             msg = f"the stream join of {source} has no state to check"
@@ -377,7 +380,7 @@ def _demo_stream_join(spark: Any, settings: Settings, source: str, job: JoinJob)
         return
     start, end = span
     print(
-        f"[demo] 6/8 the stream join as the pipeline runs it (DAGs join_stream + join_adapt): "
+        f"[demo] 6/9 the stream join as the pipeline runs it (DAGs join_stream + join_adapt): "
         f"{-(-(end - start) // step)} arrival intervals of {step / 1e6:g} s, state in Delta, the "
         "retention adapted after each, then the recall and duplicate checks",
         flush=True,
@@ -398,7 +401,7 @@ def _demo_aggregates(spark: Any, settings: Settings, source: str) -> None:
     span = pending_span(spark, settings, source, job)
     step = round(settings.demo.stream_interval_s * 1e6)
     head = (
-        f"[demo] 7/8 sliding-window {job.aggregate.upper()} of the sensor speeds with HPM (DAGs "
+        f"[demo] 7/9 sliding-window {job.aggregate.upper()} of the sensor speeds with HPM (DAGs "
         f"aggregate_stream + late_repair): window {job.size_us / 1e6:g} s, slide {job.slide_us / 1e6:g} s, "
         f"(ε, δ) = ({job.eps}, {job.delta}), K_p {job.k_p}, K_d {job.k_d}, Γ {job.gamma_us / 1e6:g} s"
     )
@@ -438,13 +441,37 @@ def _demo_theta(spark: Any, settings: Settings, source: str) -> None:
     lo, hi = int(row[0]), int(row[1])
     start, end = lo // job.window_us * job.window_us, (hi // job.window_us + 1) * job.window_us
     print(
-        f"[demo] 8/8 θ-join backfill (DAG theta_backfill) with FastThetaJoin: ball.x within 1 cm of "
+        f"[demo] 8/9 θ-join backfill (DAG theta_backfill) with FastThetaJoin: ball.x within 1 cm of "
         f"team_a.x (|a - b| <= 0.01 m), {job.window_us / 1e6:g} s event-time windows, "
         f"{job.partitions} partitions",
         flush=True,
     )
     print(run_interval(spark, settings, source, job, start, end).line(), flush=True)
     validate(spark, settings, source, job, start, end, sample=2)
+
+
+def _demo_topk(spark: Any, settings: Settings, source: str) -> None:
+    """Step 9: continuous top-k of the players' speeds with the adaptive cache duration."""
+    from outoforder.stages.topk_stream import TopKJob, pending_span, run_interval, validate
+
+    # the seed's query scaled to a 20 s replay (60 s windows would never close); as the DAG's defaults
+    job = TopKJob(
+        streams=("team_a", "team_b"), window_us=4_000_000, slide_us=500_000, n=10, horizon_us=2_000_000
+    )
+    span = pending_span(spark, settings, source, job)
+    step = round(settings.demo.stream_interval_s * 1e6)
+    head = (
+        f"[demo] 9/9 continuous top-{job.k} of the players' speeds (DAG topk_stream): windows "
+        f"{job.window_us / 1e6:g} s sliding by {job.slide_us / 1e6:g} s, cache K {job.initial_us / 1e6:g} s "
+        f"initially, adapted for ε_min {job.eps_min} (m {job.m}, n {job.n})"
+    )
+    if span is None:
+        print(f"{head}: up to date; checking it", flush=True)
+    else:
+        print(f"{head}: {-(-(span[1] - span[0]) // step)} arrival intervals", flush=True)
+        for lo, hi in _steps(span[0], span[1], step):
+            print(run_interval(spark, settings, source, job, lo, hi).line(), flush=True)
+    validate(spark, settings, source, job, fail=False)
 
 
 def _theta_job(args: argparse.Namespace) -> Any:
@@ -527,6 +554,54 @@ def cmd_validate_theta(args: argparse.Namespace, settings: Settings) -> int:
         spark, settings, args.source, _theta_job(args), _instant(args.start), _instant(args.end),
         sample=args.sample, fail=args.on_violation == "fail",
     )  # fmt: skip
+    return 0
+
+
+def _topk_job(args: argparse.Namespace) -> Any:
+    from outoforder.stages.topk_stream import TopKJob
+
+    return TopKJob(
+        streams=tuple(x.strip() for x in args.streams.split(",") if x.strip()),
+        score=args.score,
+        k=args.k,
+        window_us=round(args.window_s * 1e6),
+        slide_us=round(args.slide_s * 1e6),
+        eps_min=args.eps_min,
+        initial_us=round(args.cache_s * 1e6),
+        m=args.m,
+        n=args.n,
+        horizon_us=round(args.horizon_s * 1e6),
+        fixed_cache_us=None if args.fixed_cache_s is None else round(args.fixed_cache_s * 1e6),
+    )
+
+
+def cmd_topk_stream(args: argparse.Namespace, settings: Settings) -> int:
+    """Run the top-k stream stage over [start, end) in steps of --every-s."""
+    from outoforder.stages.topk_stream import pending_span, run_interval
+
+    spark = _spark(settings, "topk-stream")
+    job = _topk_job(args)
+    start = _instant(args.start) if args.start is not None else None
+    end = _instant(args.end) if args.end is not None else None
+    if start is None or end is None:
+        span = pending_span(spark, settings, args.source, job)
+        if span is None:
+            print(f"[topk-stream] {args.source}: every arrival in bronze is processed already", flush=True)
+            return 0
+        start = span[0] if start is None else start
+        end = span[1] if end is None else end
+    step = round(args.every_s * 1e6) if args.every_s else end - start
+    for lo, hi in _steps(start, end, step):
+        print(run_interval(spark, settings, args.source, job, lo, hi).line(), flush=True)
+    return 0
+
+
+def cmd_validate_topk(args: argparse.Namespace, settings: Settings) -> int:
+    """Every window once, accuracy of the closed windows (GX)."""
+    from outoforder.stages.topk_stream import validate
+
+    spark = _spark(settings, "validate-topk")
+    validate(spark, settings, args.source, _topk_job(args), fail=args.on_violation == "fail")
     return 0
 
 
@@ -686,6 +761,29 @@ def build_parser() -> argparse.ArgumentParser:
     tv.add_argument("--sample", type=int, default=3, help="windows checked against DuckDB")
     tv.add_argument("--on-violation", choices=["fail", "warn"], default="fail")
     tv.set_defaults(func=cmd_validate_theta)
+    tk = argparse.ArgumentParser(add_help=False)
+    tk.add_argument("--source", required=True, help="the bronze source id")
+    tk.add_argument("--streams", default="", help="streams to rank (comma-separated; default: all)")
+    tk.add_argument("--score", default="value", help="the score column: value, x, y or z")
+    tk.add_argument("--k", type=int, default=5, help="results per window")
+    tk.add_argument("--window-s", type=float, default=60.0, help="window size")
+    tk.add_argument("--slide-s", type=float, default=5.0, help="window slide")
+    tk.add_argument("--eps-min", type=float, default=0.95, help="ε_min: the lowest acceptable accuracy")
+    tk.add_argument("--cache-s", type=float, default=2.0, help="the initial cache duration K")
+    tk.add_argument("--m", type=int, default=10, help="candidate durations")
+    tk.add_argument("--n", type=int, default=30, help="queries per decision")
+    tk.add_argument("--horizon-s", type=float, default=10.0, help="late tuples awaited this long for scoring")
+    tk.add_argument("--fixed-cache-s", type=float, help="a fixed K instead of the adaptive duration")
+    tks = sub.add_parser("topk-stream", parents=[common, tk], help="continuous top-k over arrival intervals")
+    tks.add_argument(
+        "--start", help="arrival-time interval start (µs or ISO 8601; default: where the job stopped)"
+    )
+    tks.add_argument("--end", help="interval end, exclusive (default: after the newest arrival in bronze)")
+    tks.add_argument("--every-s", type=float, help="split [start, end) into intervals of this many seconds")
+    tks.set_defaults(func=cmd_topk_stream)
+    tkv = sub.add_parser("validate-topk", parents=[common, tk], help="GX checks of the top-k stream")
+    tkv.add_argument("--on-violation", choices=["fail", "warn"], default="fail")
+    tkv.set_defaults(func=cmd_validate_topk)
     pr = sub.add_parser("presets", parents=[common], help="list disorder presets")
     pr.add_argument("--calibrate", action="store_true", help="re-run the calibration (slow)")
     pr.set_defaults(func=cmd_presets)

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from outoforder.core.topk.cache import CacheDurationController, CacheSettings
+from outoforder.core.topk.naive import RecomputeTopK
 from outoforder.core.topk.operator import ContinuousTopK, FixedCache, TopKQuery
 from outoforder.core.topk.reference import (
     exact_topk,
@@ -150,16 +151,17 @@ def test_operator_with_the_controller_scores_candidates_against_the_exact_top_k(
     assert acc >= 0.9 - 0.05  # steady state near ε_min (the first windows ran at the initial K)
 
 
-@settings(max_examples=200, deadline=None)
+@pytest.mark.parametrize("baseline", [SkybandTopK, RecomputeTopK])
+@settings(max_examples=150, deadline=None)
 @given(data=streams, k=st.integers(1, 6), cache=st.sampled_from([0, 7, 20, 1_000]))
-def test_sma_skyband_emits_the_same_top_k_as_the_operator(data, k, cache):
+def test_sma_and_naive_recompute_emit_what_the_set_form_says(baseline, data, k, cache):
     ts, score = np.array(data[0], dtype=np.int64), np.array(data[1])
     tid = np.arange(ts.size, dtype=np.int64)
     want = {w: v for w, v in topk_at_cache(ts, score, tid, W, k, cache).items() if v}
-    sma, got = SkybandTopK(W, k, cache), {}
+    op, got = baseline(W, k, cache), {}
     for x, s, t in zip(ts.tolist(), score.tolist(), tid.tolist(), strict=True):
-        got.update(dict(sma.process(x, s, t)))
-    got.update(dict(sma.flush()))
+        got.update(dict(op.process(x, s, t)))
+    got.update(dict(op.flush()))
     assert got == want
 
 
@@ -173,3 +175,40 @@ def test_hindsight_cache_is_the_smallest_duration_meeting_eps(data, k, eps):
     assert mean_accuracy(topk_at_cache(ts, score, tid, W, k, best), truth) >= eps
     if best:
         assert mean_accuracy(topk_at_cache(ts, score, tid, W, k, best - 5), truth) < eps
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), cut=st.floats(0.05, 0.95))
+def test_snapshot_and_restore_mid_stream_change_nothing(seed, cut):
+    """A stage restarts the operator from its snapshot every interval: same emissions, same K."""
+    import json
+
+    rng = np.random.default_rng(seed)
+    n = 1_500
+    ts = np.sort(rng.integers(0, 600_000, n))
+    order = np.argsort(ts + rng.exponential(15_000, n).astype(np.int64), kind="stable")
+    w, score = Windows(size_us=60_000, slide_us=5_000), rng.random(n)
+    s = CacheSettings(initial_us=50_000, m=5, n=3, eps_min=0.9, min_step_us=1_000)
+    q = TopKQuery(w, k=3, horizon_us=40_000)
+
+    def run(op, idx):
+        out = []
+        for i in idx:
+            out += op.process(int(ts[i]), float(score[i]), int(i)).emitted
+        return out
+
+    whole = ContinuousTopK(q, CacheDurationController(s))
+    want = run(whole, order.tolist()) + whole.flush()
+    m = int(cut * n)
+    first = ContinuousTopK(q, CacheDurationController(s))
+    got = run(first, order[:m].tolist())
+    snap = json.loads(json.dumps({"op": first.snapshot(), "cache": first.cache.snapshot()}))
+    second = ContinuousTopK.restore(q, CacheDurationController.restore(s, snap["cache"]), snap["op"])
+    got += run(second, order[m:].tolist()) + second.flush()
+    assert got == want
+    assert first.decisions + second.decisions == whole.decisions
+
+
+def test_restore_rejects_a_foreign_snapshot():
+    with pytest.raises(StateError):
+        ContinuousTopK.restore(TopKQuery(W), FixedCache(0), {"progress": 1})

@@ -33,12 +33,12 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from outoforder.core.topk.cache import Decision
 from outoforder.core.topk.reference import hit_rate
 from outoforder.core.windows.assign import Windows
-from outoforder.errors import ConfigError
+from outoforder.errors import ConfigError, StateError
 
 
 class CachePolicy(Protocol):
@@ -140,17 +140,24 @@ class ContinuousTopK:
     recorded: dict[int, list[list[int]]] = field(default_factory=dict)  # wid -> lists per candidate K
     settling: dict[int, _Settling] = field(default_factory=dict)
     decisions: list[Decision] = field(default_factory=list)
+    _next_record: float = -math.inf  # the smallest progress at which a candidate list is due
+    _stale: bool = True  # the cached worst minimum needs a refresh
+    _run: tuple[int, int] | None = None  # the newest run of consecutive open, full windows
+    _worst: tuple[float, int] | None = None  # the worst minimum (largest key) over that run
 
     def _enter(self, wid: int, score: float, tid: int, ts: int) -> None:
-        if wid not in self.open:  # a new window: the candidates already due held nothing
-            end = int(self.query.windows.end_of(wid))
+        top = self.open.get(wid)
+        if top is None:  # a new window: the candidates already due held nothing
+            end = self.query.windows.bounds(wid)[1]
             self.recorded[wid] = [[] for c in self.cache.candidates() if self.progress >= end + c]
-        top = self.open.setdefault(wid, [])
+            self._next_record = -math.inf
+            top = self.open[wid] = []
         key = (-score, tid)
         k = self.query.k
         if len(top) >= k and key >= top[-1]:
             return  # does not beat the window's minimum
         bisect.insort(top, key)
+        self._stale = True
         self.candidates.setdefault(tid, _Candidate(score, ts, set())).windows.add(wid)
         if len(top) > k:
             _, out = top.pop()
@@ -165,32 +172,68 @@ class ContinuousTopK:
     def _top(self, wid: int) -> list[int]:
         return [t for _, t in self.open.get(wid, [])]
 
+    def _rejected(self, key: tuple[float, int], first: int, last: int) -> bool:
+        """Whether the tuple beats no minimum of its windows ``[first, last]``, in O(1) mostly.
+
+        MinTopk's shortcut: most tuples of a long window enter no top-k. Over the newest run of open,
+        full windows the worst minimum is cached (refreshed only after an insertion or a new
+        window); a key no better than it, for windows all inside the run, enters none of them.
+        """
+        if self._stale:
+            self._run, self._worst = None, None
+            hi = max(self.open, default=None)
+            lo = hi
+            while lo is not None and len(self.open.get(lo, ())) >= self.query.k:
+                lo -= 1
+            if hi is not None and lo is not None and lo < hi:
+                self._run = (lo + 1, hi)
+                self._worst = max(self.open[w][-1] for w in range(lo + 1, hi + 1))
+            self._stale = False
+        if self._run is None or self._worst is None:
+            return False
+        return self._run[0] <= first and last <= self._run[1] and key >= self._worst
+
     def process(self, ts: int, score: float, tid: int) -> Step:
         """One arrival: emit what is due before it (so it cannot enter them), then insert it."""
-        w = self.query.windows
-        first, last = int(w.first_id(ts)), int(w.last_id(ts))
-        self.progress = max(self.progress, ts)
-        emitted = self._advance()
-        late = [wid for wid in range(first, last + 1) if wid < self.next_emit]
-        for wid in late:
-            self._settle_late(wid, score, tid)
-        for wid in range(max(first, self.next_emit), last + 1):
-            self._enter(wid, score, tid, ts)
+        slide, size = self.query.windows.slide_us, self.query.windows.size_us
+        first, last = (ts - size) // slide + 1, ts // slide
+        if ts > self.progress or self._next_record == -math.inf:  # or new windows / durations
+            self.progress = max(self.progress, ts)
+            emitted = self._advance()
+        else:
+            emitted = []
+        late: list[int] = []
+        if first < self.next_emit:
+            late = list(range(first, min(last + 1, self.next_emit)))
+            for wid in late:
+                self._settle_late(wid, score, tid)
+            first = self.next_emit
+        if first <= last and not self._rejected((-score, tid), first, last):
+            for wid in range(first, last + 1):
+                self._enter(wid, score, tid, ts)
         self.index += 1
-        self._score_settled()
+        if self.settling:
+            self._score_settled()
         return Step(emitted, late)
 
     def _advance(self) -> list[Emission]:
         """Record candidate lists and emit every window whose ``end + K`` the progress passed."""
         w = self.query.windows
-        cands = self.cache.candidates()
-        for wid, rec in self.recorded.items():
-            end = int(w.end_of(wid))
-            while len(rec) < len(cands) and self.progress >= end + cands[len(rec)]:
-                rec.append(self._top(wid))
+        if self.progress >= self._next_record:
+            cands = self.cache.candidates()
+            nxt = math.inf
+            for wid, rec in self.recorded.items():
+                end = w.bounds(wid)[1]
+                while len(rec) < len(cands) and self.progress >= end + cands[len(rec)]:
+                    rec.append(self._top(wid))
+                if len(rec) < len(cands):
+                    nxt = min(nxt, end + cands[len(rec)])
+            self._next_record = nxt
         k_now = self.cache.k_min_us
         # every window with end + K <= progress is due, with or without tuples
         last_due = math.floor((self.progress - k_now - w.size_us) / w.slide_us)
+        if last_due < self.next_emit:
+            return []
         out = [self._emit(wid, k_now) for wid in sorted(self.open) if wid <= last_due]
         self.next_emit = max(self.next_emit, last_due + 1)
         return out
@@ -218,8 +261,9 @@ class ContinuousTopK:
         del s.exact[self.query.k :]
 
     def _score_settled(self) -> None:
-        for wid in sorted(self.settling):
-            s = self.settling[wid]
+        # windows settle in emission order, and their due progress never falls
+        while self.settling:
+            wid, s = next(iter(self.settling.items()))
             if self.progress < s.due_progress:
                 break
             del self.settling[wid]
@@ -227,6 +271,45 @@ class ContinuousTopK:
             d = self.cache.observe([hit_rate(r, truth) for r in s.recorded])
             if d is not None:
                 self.decisions.append(d)
+                self._next_record = -math.inf  # new candidate durations
+
+    def snapshot(self) -> dict[str, Any]:
+        """The operator's state as JSON-able data (the cache policy snapshots itself)."""
+        return {
+            "progress": None if self.progress == -math.inf else self.progress,
+            "index": self.index,
+            "next_emit": self.next_emit,
+            "open": [[w, [list(x) for x in top]] for w, top in self.open.items()],
+            "candidates": [[t, c.score, c.ts, sorted(c.windows)] for t, c in self.candidates.items()],
+            "recorded": [[w, rec] for w, rec in self.recorded.items()],
+            "settling": [
+                [w, s.due_progress, s.recorded, [list(x) for x in s.exact]] for w, s in self.settling.items()
+            ],
+        }
+
+    @classmethod
+    def restore(cls, query: TopKQuery, cache: CachePolicy, snap: dict[str, Any]) -> ContinuousTopK:
+        """The operator a :meth:`snapshot` was taken from, with ``cache`` restored by the caller."""
+        try:
+            op = cls(query, cache)
+            op.progress = -math.inf if snap["progress"] is None else float(snap["progress"])
+            op.index, op.next_emit = int(snap["index"]), int(snap["next_emit"])
+            op.open = {int(w): [(float(a), int(b)) for a, b in top] for w, top in snap["open"]}
+            op.candidates = {
+                int(t): _Candidate(float(sc), int(ts), {int(w) for w in ws})
+                for t, sc, ts, ws in snap["candidates"]
+            }
+            op.recorded = {int(w): [[int(t) for t in r] for r in rec] for w, rec in snap["recorded"]}
+            op.settling = {
+                int(w): _Settling(
+                    float(due), [[int(t) for t in r] for r in rec], [(float(a), int(b)) for a, b in ex]
+                )
+                for w, due, rec, ex in snap["settling"]
+            }
+        except (KeyError, TypeError, ValueError) as e:
+            msg = f"not a top-k operator snapshot ({type(e).__name__}: {e})"
+            raise StateError(msg) from e
+        return op
 
     def flush(self) -> list[Emission]:
         """End of stream: emit every open window with what it has."""

@@ -1,0 +1,75 @@
+"""Continuous top-k DAG: one arrival-time interval per run -> gold/topk_results, then GX checks.
+
+Thin: two out-of-process Spark stages (``topk-stream``, ``validate-topk``); the operator's state
+is carried from run to run in Delta, so runs depend on the previous one.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pendulum
+from _spark_stage import TOPK_ARGS, delta_jars, interval_args, submit_kwargs, topk_params
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import dag
+
+_SUBMIT = submit_kwargs()  # the settings are read once per parse
+
+INTERVAL = timedelta(minutes=1)
+
+DOC = """
+### Continuous top-k over out-of-order sliding windows, one arrival interval per run
+
+1. **topk_interval** (`python -m outoforder.stages topk-stream`) replays the bronze arrivals of the
+   run's data interval through the continuous top-k operator (the modified MinTopk of the seed):
+   a window is emitted once the stream's progress passes its end plus the cache duration K, and K
+   adapts so that the accuracy (the share of the true top-k in the emitted list) stays at ε_min or
+   above. Emitted windows go to `gold/topk_windows` and `gold/topk_results`, tuples that arrive
+   after their window's emission to `silver/topk_late`, and every change of K to
+   `silver/topk_cache` (the K_min trace). The operator's state is kept in `silver/topk_state`.
+2. **validate_topk** (Great Expectations): every window up to the last emitted one is emitted
+   exactly once (or all its tuples came late), and the mean accuracy over the closed windows,
+   against the exact top-k recomputed from bronze, is at least ε_min.
+
+The defaults fit the demo's 20 s replay (4 s windows sliding by 0.5 s, 10 queries per decision);
+the seed's query is `window_s = 60`, `slide_s = 5`, `n = 30`. For past data:
+`airflow backfill create --dag-id topk_stream --from-date ... --to-date ...` (in order: runs
+depend on the previous one).
+"""
+
+
+@dag(
+    dag_id="topk_stream",
+    schedule=INTERVAL,
+    start_date=pendulum.datetime(1970, 1, 1, tz="UTC"),  # replay clocks start near the epoch
+    catchup=False,
+    max_active_runs=1,
+    tags=["outoforder", "topk", "gold"],
+    doc_md=DOC,
+    user_defined_macros={"delta_jars": delta_jars},
+    default_args={
+        "retries": 2,
+        "retry_delay": timedelta(seconds=30),
+        "owner": "outoforder",
+        "depends_on_past": True,
+    },
+    params=topk_params(),
+)
+def topk_stream() -> None:
+    """Rank one interval's arrivals; check the accuracy so far."""
+    topk_interval = SparkSubmitOperator(
+        task_id="topk_interval",
+        name="outoforder-topk-stream",
+        application_args=["topk-stream", *TOPK_ARGS, *interval_args(INTERVAL)],
+        **_SUBMIT,
+    )
+    validate_topk = SparkSubmitOperator(
+        task_id="validate_topk",
+        name="outoforder-validate-topk",
+        application_args=["validate-topk", *TOPK_ARGS, "--on-violation", "{{ params.on_violation }}"],
+        **_SUBMIT,
+    )
+    topk_interval >> validate_topk
+
+
+topk_stream()
