@@ -420,5 +420,7 @@ def validate(
         )
     mean = closed.agg(F.avg("hit_rate")).first()
     acc = "no closed window" if mean is None or mean[0] is None else f"accuracy {mean[0]:.4f}"
-    report(suites, f"top-{job.k} {job_id(job)} of {source}: {n_all} windows, {n_closed} closed, {acc}", fail)
+    what = f"top-{job.k} {job_id(job)} of {source}: {n_all} windows, {n_closed} closed, {acc}"
+    print(f"[validate-topk] {what} (ε_min {job.eps_min})", flush=True)
+    report(suites, what, fail)
     return suites
