@@ -124,6 +124,9 @@ def theta_params() -> dict[str, Any]:
         "window_s": Param(10.0, type="number", exclusiveMinimum=0, description="tumbling event-time window"),
         "method": Param("fast", enum=["fast", "cfs", "one-bucket", "spark-sql", "cross"]),
         "partitions": Param(16, type="integer", minimum=1, maximum=256, description="range partitions"),
+        "prefilter": Param(
+            "none", enum=["none", "mcf", "semi"], description="equi-joins: MCF or semi-join pre-filter"
+        ),
         "sample": Param(2, type="integer", minimum=0, description="windows checked against DuckDB"),
         "on_violation": Param("fail", enum=["fail", "warn"], description="a failed check fails the run"),
         "config": Param("", type="string", description="path of a TOML config override"),
@@ -134,7 +137,7 @@ THETA_ARGS = [
     *("--source", "{{ params.source }}", "--streams", "{{ params.streams }}"),
     *("--column", "{{ params.column }}", "--predicates", "{{ params.predicates }}"),
     *("--window-s", "{{ params.window_s }}", "--method", "{{ params.method }}"),
-    *("--partitions", "{{ params.partitions }}"),
+    *("--partitions", "{{ params.partitions }}", "--prefilter", "{{ params.prefilter }}"),
 ]
 
 

@@ -116,6 +116,26 @@ def test_backfill_equals_duckdb_reruns_change_nothing_and_gx_checks_completeness
         validate(spark, settings, SOURCE, JOB, T, T + 3 * W, sample=3)
 
 
+def test_equi_join_with_the_mcf_and_semi_prefilters_stores_the_same_rows(spark, settings, load_bronze):
+    frame = arrivals(240, 5)
+    load_bronze(frame, SOURCE)
+    plain = ThetaJob(streams=("a", "b", "c"), predicates=("=", "="), window_us=W, partitions=3)
+    want = expected(frame, plain)
+    assert sum(map(len, want.values())) > 20
+    for pre in ("mcf", "semi"):
+        job = ThetaJob(**{**plain.__dict__, "prefilter": pre})
+        assert job_id(job) == job_id(plain)  # same query, same rows: one slice in the tables
+        run_interval(spark, settings, SOURCE, job, T, T + 3 * W)
+        assert {w: v for w, v in stored(spark, settings, job).items() if v} == want
+        rows = delta.read(spark, THETA_WINDOWS, settings.lake_root).orderBy("window_start_us").collect()
+        assert all(r["prefilter"] == pre and len(r["kept_rows"]) == 3 for r in rows)
+        assert all(k <= n for r in rows for k, n in zip(r["kept_rows"], r["rows"], strict=True))
+        assert sum(sum(r["kept_rows"]) for r in rows) < len(frame)  # some rows had no partner
+        validate(spark, settings, SOURCE, job, T, T + 3 * W, sample=3)  # = DuckDB on the raw rows
+    with pytest.raises(ConfigError, match="equi-join"):
+        ThetaJob(prefilter="mcf")  # "<" is not an equi-join
+
+
 def test_bad_jobs_and_intervals_fail_clearly(spark, settings):
     with pytest.raises(ConfigError, match="chained predicates"):
         ThetaJob(streams=("a", "b", "c"), predicates=("<",))

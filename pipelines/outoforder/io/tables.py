@@ -287,6 +287,8 @@ THETA_WINDOWS_SCHEMA = _s(
     ("partition_pairs", LongType(), False),
     ("seconds", DoubleType(), False),
     ("written_at_us", LongType(), False),
+    ("prefilter", StringType(), True),  # none, mcf or semi (equi-joins)
+    ("kept_rows", ArrayType(LongType()), True),  # per stream: rows the pre-filter passed to the join
 )
 
 BRONZE = Table("bronze/arrivals", BRONZE_SCHEMA, ("source",))

@@ -484,6 +484,7 @@ def _theta_job(args: argparse.Namespace) -> Any:
         window_us=round(args.window_s * 1e6),
         method=args.method,
         partitions=args.partitions,
+        prefilter=args.prefilter,
     )
 
 
@@ -747,6 +748,12 @@ def build_parser() -> argparse.ArgumentParser:
     th.add_argument("--window-s", type=float, default=1.0, help="tumbling event-time window")
     th.add_argument("--method", default="fast", help="fast, cfs, one-bucket, spark-sql or cross")
     th.add_argument("--partitions", type=int, default=8, help="FastThetaJoin's range partitions")
+    th.add_argument(
+        "--prefilter",
+        choices=["none", "mcf", "semi"],
+        default="none",
+        help="equi-joins: drop rows whose key another stream lacks first (MCF cuckoo filters, or exact)",
+    )
     tj = sub.add_parser("theta-join", parents=[common, th], help="multi-way θ-join backfill or files")
     tj.add_argument("--source", help="the bronze source id")
     tj.add_argument("--start", help="event-time interval start (µs or ISO 8601), a window multiple")

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from outoforder.config import Settings
 
 COLUMNS = ("value", "x", "y", "z", "event_ts")
+PREFILTERS = ("none", "mcf", "semi")  # see outoforder.spark.mcf
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class ThetaJob:
     window_us: int = 1_000_000
     method: str = "fast"
     partitions: int = 8
+    prefilter: str = "none"  # equi-joins only: drop rows whose key another stream lacks (MCF, semi-join)
 
     def __post_init__(self) -> None:
         if len(self.streams) < 2:
@@ -62,7 +64,16 @@ class ThetaJob:
         if self.window_us <= 0:
             msg = f"window must be positive, got {self.window_us} µs"
             raise ConfigError(msg)
-        self.thetas()  # parse errors surface when the job is built
+        thetas = self.thetas()  # parse errors surface when the job is built
+        if self.prefilter not in PREFILTERS:
+            msg = f"unknown pre-filter {self.prefilter!r}: use one of {', '.join(PREFILTERS)}"
+            raise ConfigError(msg)
+        if self.prefilter != "none" and any(t.op != "=" for t in thetas):
+            msg = (
+                f"the {self.prefilter} pre-filter needs an equi-join (every predicate '='), "
+                f"got {list(self.predicates)}"
+            )
+            raise ConfigError(msg)
 
     def thetas(self) -> list[Theta]:
         """The parsed predicates."""
@@ -70,12 +81,12 @@ class ThetaJob:
 
 
 def job_id(job: ThetaJob) -> str:
-    """A stable id of the query (method and partitions are left out: every method gives the same rows).
+    """A stable id of the query (method, partitions and pre-filter are left out: same rows).
 
     >>> job_id(ThetaJob()) == job_id(ThetaJob(method="cfs", partitions=3))
     True
     """
-    spec = {k: v for k, v in asdict(job).items() if k not in ("method", "partitions")}
+    spec = {k: v for k, v in asdict(job).items() if k not in ("method", "partitions", "prefilter")}
     return "th-" + hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
 
 
@@ -145,6 +156,7 @@ def run_interval(
 
     from outoforder.io import delta
     from outoforder.io.tables import BRONZE, THETA_RESULTS, THETA_WINDOWS
+    from outoforder.spark.mcf import prefilter
     from outoforder.spark.theta import multiway_join
 
     starts = windows(job, start_us, end_us)
@@ -165,13 +177,11 @@ def run_interval(
         stats_rows = []
         for k, w0 in enumerate(starts):
             tw = time.monotonic()
-            res = multiway_join(
-                _window_frames(bronze, job, w0),
-                [f"s{i}_v" for i in range(len(job.streams))],
-                job.thetas(),
-                job.method,
-                job.partitions,
+            cols = [f"s{i}_v" for i in range(len(job.streams))]
+            frames, pre = prefilter(
+                _window_frames(bronze, job, w0), cols, job.prefilter, count_rows=job.prefilter != "none"
             )
+            res = multiway_join(frames, cols, job.thetas(), job.method, job.partitions)
             rows = res.rows.select(
                 F.lit(source).alias("source"),
                 F.lit(jid).alias("job"),
@@ -189,11 +199,12 @@ def run_interval(
                     source, jid, w0, w0 + job.window_us, job.method, job.partitions,
                     [n for n, _ in per_stream], [z for _, z in per_stream], n_out,
                     sum(st.rows_compared for st in every), sum(st.partition_pairs for st in every),
-                    round(time.monotonic() - tw, 3), end_us,
+                    round(time.monotonic() - tw, 3), end_us, job.prefilter, pre.rows_kept or None,
                 )
             )  # fmt: skip
+            kept = f", kept by the {job.prefilter} pre-filter {pre.rows_kept}" if pre.rows_kept else ""
             print(
-                f"[theta] window {k + 1}/{len(starts)} @ {w0} µs: rows {[n for n, _ in per_stream]}, "
+                f"[theta] window {k + 1}/{len(starts)} @ {w0} µs: rows {[n for n, _ in per_stream]}{kept}, "
                 f"{n_out} results ({time.monotonic() - tw:.1f} s)",
                 flush=True,
             )

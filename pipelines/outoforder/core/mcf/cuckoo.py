@@ -33,6 +33,7 @@ True
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass, field
 
@@ -71,7 +72,7 @@ def key_hashes(keys: npt.ArrayLike, seed: int = 0) -> U64:
 
 def buckets_for(capacity: int, bucket_size: int, load: float = 0.95) -> int:
     """The power-of-two bucket count holding ``capacity`` keys at most ``load`` full."""
-    need = max(1, -(-capacity // max(1, int(bucket_size * load))))
+    need = max(1, math.ceil(capacity / (bucket_size * load)))
     return 1 << (need - 1).bit_length()
 
 
