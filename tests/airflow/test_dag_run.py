@@ -233,3 +233,19 @@ def test_topk_stream_dag_ranks_one_arrival_interval(airflow_env, replayed):
     assert got["windows"] == got["distinct"] > 10
     assert got["results"] == got["listed"] > 0
     assert got["decisions"] >= 1 and got["states"] == 1
+
+
+def test_theta_backfill_dag_runs_an_equi_join_with_the_mcf_prefilter(airflow_env, replayed):
+    spark_python = Path(os.environ["OOO_SPARK_VENV"]) / "bin" / "python"
+    assert airflow(airflow_env, "db", "migrate").returncode == 0
+    conf = {"source": replayed, "column": "x", "predicates": "=", "prefilter": "mcf", "partitions": 4}
+    run = airflow(
+        airflow_env, "dags", "test", "theta_backfill", "1970-01-01T03:00:00+00:00", "-c", json.dumps(conf)
+    )
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-5000:]
+    assert "kept by the mcf pre-filter" in out
+    # the stored rows equal DuckDB's count of the unfiltered join on the sampled windows
+    assert "theta_completeness: PASSED" in out and "theta_results: PASSED" in out
+    got = run_probe(str(spark_python), THETA, "THETA", airflow_env)
+    assert got["rows"] == got["reported"]  # both θ jobs of this module: every window's rows stored
