@@ -205,7 +205,7 @@ def run_interval(
     seqs, tss, scores = rows["seq"].tolist(), rows["ts"].tolist(), rows["score"].tolist()
     windows: list[tuple[Any, ...]] = []
     results: list[tuple[int, int, int]] = []
-    late: list[tuple[int, int]] = []
+    late: list[tuple[int, int, int, float]] = []
     trace: list[tuple[Any, ...]] = []
     unscored = 0
     w = job.windows()
@@ -218,7 +218,7 @@ def run_interval(
         for e in step.emitted:
             windows.append((e.window_id, w.bounds(e.window_id)[1], len(e.tids), int(seq), e.cache_us))
             results += [(e.window_id, r, t) for r, t in enumerate(e.tids, start=1)]
-        late += [(int(seq), wid) for wid in step.late]
+        late += [(int(seq), wid, int(ts), float(score)) for wid in step.late]
         for d in op.decisions[decided:]:
             trace.append(
                 (source, jid, int(seq), int(op.progress), d.k_min_us, d.k_down_us, d.k_up_us, d.move,
@@ -237,15 +237,20 @@ def run_interval(
             F.lit(now_us).cast("long").alias("written_at_us"),
         )
         delta.merge_new(wdf, TOPK_WINDOWS, settings.lake_root, ("source", "job", "window_id"))
-    bronze = delta.read(spark, BRONZE, settings.lake_root).where(F.col("source") == source)
-    tuples = _tuples(bronze, job)
     if results:
-        rdf = spark.createDataFrame(results, "window_id long, rank long, seq long").join(tuples, "seq")
+        # a list may hold tuples of earlier intervals: look their ts and score up in bronze, reading
+        # only the seq range the lists span (Delta skips the other files by their statistics)
+        seqs_needed = [t for _, _, t in results]
+        lo_seq, hi_seq = min(seqs_needed), max(seqs_needed) + 1
+        known = _tuples(
+            delta.read_arrivals(spark, BRONZE, settings.lake_root, source=source, seq_range=(lo_seq, hi_seq)),
+            job,
+        )
+        rdf = spark.createDataFrame(results, "window_id long, rank long, seq long").join(known, "seq")
         rdf = rdf.select(*(v.alias(k) for k, v in lit.items()), "window_id", "rank", "seq", "ts", "score")
         delta.merge_new(rdf, TOPK_RESULTS, settings.lake_root, ("source", "job", "window_id", "rank"))
-    if late:
-        ldf = spark.createDataFrame(late, "seq long, window_id long").join(tuples, "seq")
-        ldf = ldf.select(
+    if late:  # late tuples are this interval's own arrivals: their ts and score are at hand
+        ldf = spark.createDataFrame(late, "seq long, window_id long, ts long, score double").select(
             *(v.alias(k) for k, v in lit.items()),
             "seq",
             "window_id",

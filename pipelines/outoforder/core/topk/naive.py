@@ -45,7 +45,7 @@ class RecomputeTopK:
     def _emit_due(self, last_due: int | None = None) -> list[tuple[int, list[int]]]:
         w = self.windows
         if last_due is None:
-            last_due = math.floor((self.progress - self.cache_us - w.size_us) / w.slide_us)
+            last_due = w.last_closed(self.progress - self.cache_us)
         out = []
         for wid in sorted(x for x in self.seen_windows if x <= last_due):
             lo, hi = w.bounds(wid)

@@ -231,7 +231,7 @@ class ContinuousTopK:
             self._next_record = nxt
         k_now = self.cache.k_min_us
         # every window with end + K <= progress is due, with or without tuples
-        last_due = math.floor((self.progress - k_now - w.size_us) / w.slide_us)
+        last_due = w.last_closed(self.progress - k_now)
         if last_due < self.next_emit:
             return []
         out = [self._emit(wid, k_now) for wid in sorted(self.open) if wid <= last_due]

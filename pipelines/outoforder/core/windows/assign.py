@@ -14,6 +14,7 @@ whatever data is seen first. A tuple at ``ts`` belongs to every window whose sta
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,6 +56,14 @@ class Windows:
         """``[start, end)`` of a window."""
         start = window_id * self.slide_us
         return start, start + self.size_us
+
+    def last_closed(self, progress_us: float) -> int:
+        """The newest window whose end is at or before ``progress_us`` (scalar, no numpy).
+
+        >>> Windows(size_us=10, slide_us=5).last_closed(24.5)
+        2
+        """
+        return math.floor((progress_us - self.size_us) / self.slide_us)
 
     def end_of(self, window_id: IntArray | int) -> IntArray:
         """Window ends (exclusive), vectorised."""
