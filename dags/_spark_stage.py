@@ -1,46 +1,12 @@
-"""What every DAG of the project shares: how a pipeline stage is submitted to Spark.
+"""What several DAGs share: the Params that define a job, and the stage options they become.
 
 Not a DAG (Airflow skips files without a DAG). Standard library and Airflow only at parse time.
+How a stage is submitted to Spark is the plugin's ``StageOperator`` (plugins/outoforder_airflow).
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
-
-from outoforder.config import REPO_ROOT, load_settings
-
-APP = str(REPO_ROOT / "pipelines" / "outoforder" / "stages" / "spark_entry.py")
-
-
-def delta_jars() -> str:
-    """Delta's jars, resolved when a task runs (a missing jar cache fails the task, not the parse)."""
-    return ",".join(load_settings().spark.jar_paths())
-
-
-def submit_kwargs() -> dict[str, Any]:
-    """SparkSubmitOperator arguments of every stage (the DAG registers ``delta_jars`` as a macro)."""
-    return {
-        "application": APP,
-        "conn_id": "spark_default",  # master local[2] by default (README)
-        "conf": load_settings().spark.to_conf(with_jars=False),
-        "jars": "{{ delta_jars() }}",
-        "env_vars": {"OOO_CONFIG": "{{ params.config }}"},
-        "verbose": False,
-    }
-
-
-def interval_args(interval: timedelta) -> list[str]:
-    """``--start``/``--end`` of the run's data interval.
-
-    A manual run (UI, ``dags test``) has an empty data interval: it covers the ``interval`` before
-    its logical date instead.
-    """
-    start = (
-        "{{ data_interval_start if data_interval_start < data_interval_end "
-        f"else data_interval_end - macros.timedelta(seconds={interval.total_seconds():g}) }}}}"
-    )
-    return ["--start", start, "--end", "{{ data_interval_end }}"]
 
 
 def join_params() -> dict[str, Any]:

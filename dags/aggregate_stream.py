@@ -11,12 +11,10 @@ import json
 from datetime import timedelta
 
 import pendulum
-from _spark_stage import AGG_ARGS, LEDGER_DUE_URI, agg_params, delta_jars, interval_args, submit_kwargs
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from _spark_stage import AGG_ARGS, LEDGER_DUE_URI, agg_params
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import Asset, dag, task
-
-_SUBMIT = submit_kwargs()  # the settings are read once per parse
+from outoforder_airflow.operators import StageOperator
 
 INTERVAL = timedelta(minutes=1)
 
@@ -64,7 +62,6 @@ def gamma_rule(params: dict[str, object] | None = None) -> bool:
     max_active_runs=1,
     tags=["outoforder", "aggregate", "gold"],
     doc_md=DOC,
-    user_defined_macros={"delta_jars": delta_jars},
     default_args={
         "retries": 2,
         "retry_delay": timedelta(seconds=30),
@@ -75,22 +72,25 @@ def gamma_rule(params: dict[str, object] | None = None) -> bool:
 )
 def aggregate_stream() -> None:
     """Aggregate one interval; trigger a repair when due; check the quality so far."""
-    interval = interval_args(INTERVAL)
-    aggregate_interval = SparkSubmitOperator(
+    aggregate_interval = StageOperator(
         task_id="aggregate_interval",
-        name="outoforder-aggregate-stream",
-        application_args=["aggregate-stream", *AGG_ARGS, *interval],
-        **_SUBMIT,
+        stage="aggregate-stream",
+        stage_args=AGG_ARGS,
+        interval=INTERVAL,
     )
     ledger_due = EmptyOperator(task_id="ledger_due", outlets=[Asset(LEDGER_DUE_URI)])
-    validate_aggregate = SparkSubmitOperator(
+    validate_aggregate = StageOperator(
         task_id="validate_aggregate",
-        name="outoforder-validate-aggregate",
-        application_args=["validate-aggregate", *AGG_ARGS, "--on-violation", "{{ params.on_violation }}"],
-        **_SUBMIT,
+        stage="validate-aggregate",
+        stage_args=AGG_ARGS,
+        validation=True,
     )
     aggregate_interval >> gamma_rule() >> ledger_due
     aggregate_interval >> validate_aggregate
+    report = StageOperator(
+        task_id="quality_report", stage="report", report=True, interval=INTERVAL, trigger_rule="all_done"
+    )
+    validate_aggregate >> report
 
 
 aggregate_stream()

@@ -9,11 +9,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pendulum
-from _spark_stage import delta_jars, submit_kwargs
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Param, dag, task
-
-_SUBMIT = submit_kwargs()
+from outoforder_airflow.operators import StageOperator
 
 DOC = """
 ### Ingest raw files into bronze
@@ -40,10 +37,10 @@ Params: `datasets` -- built-in dataset ids or prefixes (`all`, `ooo`, `debs2013/
     max_active_runs=1,
     tags=["outoforder", "bronze", "ingest"],
     doc_md=DOC,
-    user_defined_macros={"delta_jars": delta_jars},
     default_args={"retries": 2, "retry_delay": timedelta(seconds=30), "owner": "outoforder"},
     params={
         "datasets": Param("all", type="string", description="dataset ids/prefixes, comma-separated"),
+        "on_violation": Param("fail", enum=["fail", "warn"], description="a failed check fails the run"),
         "config": Param("", type="string", description="path of a TOML config override"),
     },
 )
@@ -60,19 +57,18 @@ def ingest() -> None:
         print(f"ingesting {len(chosen)} datasets: {', '.join(chosen)}")
         return " ".join(chosen)
 
-    ingest = SparkSubmitOperator(
+    ingest = StageOperator(
         task_id="ingest",
-        name="outoforder-ingest",
-        application_args=["ingest", "--datasets", "{{ ti.xcom_pull(task_ids='plan') }}"],
-        **_SUBMIT,
+        stage="ingest",
+        stage_args=["--datasets", "{{ ti.xcom_pull(task_ids='plan') }}"],
     )
-    validate_bronze = SparkSubmitOperator(
+    validate_bronze = StageOperator(
         task_id="validate_bronze",
-        name="outoforder-validate-bronze",
-        application_args=["validate-bronze"],
-        **_SUBMIT,
+        stage="validate-bronze",
+        validation=True,
     )
-    plan("{{ params.datasets }}") >> ingest >> validate_bronze
+    report = StageOperator(task_id="quality_report", stage="report", report=True, trigger_rule="all_done")
+    plan("{{ params.datasets }}") >> ingest >> validate_bronze >> report
 
 
 ingest()

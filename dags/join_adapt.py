@@ -10,11 +10,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pendulum
-from _spark_stage import JOIN_ARGS, delta_jars, join_params, submit_kwargs
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from _spark_stage import JOIN_ARGS, join_params
 from airflow.sdk import dag
-
-_SUBMIT = submit_kwargs()  # the settings are read once per parse
+from outoforder_airflow.operators import INTERVAL_END, StageOperator
 
 DOC = """
 ### Adapt the stream join's retention
@@ -40,17 +38,15 @@ Use the same job parameters as the `join_stream` runs it serves (they identify t
     max_active_runs=1,
     tags=["outoforder", "join", "adaptation"],
     doc_md=DOC,
-    user_defined_macros={"delta_jars": delta_jars},
     default_args={"retries": 2, "retry_delay": timedelta(seconds=30), "owner": "outoforder"},
     params=join_params(),
 )
 def join_adapt() -> None:
     """Adapt the retention from the history."""
-    SparkSubmitOperator(
+    StageOperator(
         task_id="adapt",
-        name="outoforder-join-adapt",
-        application_args=["join-adapt", *JOIN_ARGS, "--until", "{{ data_interval_end }}"],
-        **_SUBMIT,
+        stage="join-adapt",
+        stage_args=[*JOIN_ARGS, "--until", INTERVAL_END],
     )
 
 

@@ -10,11 +10,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pendulum
-from _spark_stage import JOIN_ARGS, delta_jars, interval_args, join_params, submit_kwargs
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from _spark_stage import JOIN_ARGS, join_params
 from airflow.sdk import dag
-
-_SUBMIT = submit_kwargs()  # the settings are read once per parse
+from outoforder_airflow.operators import INTERVAL_END, StageOperator
 
 INTERVAL = timedelta(minutes=1)
 
@@ -46,7 +44,6 @@ replay's arrival times) use `airflow backfill create --dag-id join_stream --from
     max_active_runs=1,
     tags=["outoforder", "join", "gold"],
     doc_md=DOC,
-    user_defined_macros={"delta_jars": delta_jars},
     default_args={
         "retries": 2,
         "retry_delay": timedelta(seconds=30),
@@ -57,24 +54,22 @@ replay's arrival times) use `airflow backfill create --dag-id join_stream --from
 )
 def join_stream() -> None:
     """Join one interval, then check the quality so far."""
-    interval = interval_args(INTERVAL)
-    join_interval = SparkSubmitOperator(
+    join_interval = StageOperator(
         task_id="join_interval",
-        name="outoforder-join-stream",
-        application_args=["join-stream", *JOIN_ARGS, *interval],
-        **_SUBMIT,
+        stage="join-stream",
+        stage_args=JOIN_ARGS,
+        interval=INTERVAL,
     )
-    validate_join = SparkSubmitOperator(
+    validate_join = StageOperator(
         task_id="validate_join",
-        name="outoforder-validate-join",
-        application_args=[
-            "validate-join",
-            *JOIN_ARGS,
-            *("--until", "{{ data_interval_end }}", "--on-violation", "{{ params.on_violation }}"),
-        ],
-        **_SUBMIT,
+        stage="validate-join",
+        stage_args=[*JOIN_ARGS, "--until", INTERVAL_END],
+        validation=True,
     )
-    join_interval >> validate_join
+    report = StageOperator(
+        task_id="quality_report", stage="report", report=True, interval=INTERVAL, trigger_rule="all_done"
+    )
+    join_interval >> validate_join >> report
 
 
 join_stream()

@@ -9,11 +9,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pendulum
-from _spark_stage import AGG_ARGS, LEDGER_DUE_URI, agg_params, delta_jars, submit_kwargs
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from _spark_stage import AGG_ARGS, LEDGER_DUE_URI, agg_params
 from airflow.sdk import Asset, dag
-
-_SUBMIT = submit_kwargs()  # the settings are read once per parse
+from outoforder_airflow.operators import StageOperator
 
 DOC = """
 ### Repair late tuples: make the aggregates exact
@@ -41,25 +39,24 @@ Use the same job parameters as the `aggregate_stream` runs it serves (they ident
     max_active_runs=1,
     tags=["outoforder", "aggregate", "repair"],
     doc_md=DOC,
-    user_defined_macros={"delta_jars": delta_jars},
     default_args={"retries": 2, "retry_delay": timedelta(seconds=30), "owner": "outoforder"},
     params={**agg_params(), "force": False},
 )
 def late_repair() -> None:
     """Repair, then check."""
-    repair = SparkSubmitOperator(
+    repair = StageOperator(
         task_id="repair",
-        name="outoforder-aggregate-repair",
-        application_args=["aggregate-repair", *AGG_ARGS, "--force", "{{ params.force }}"],
-        **_SUBMIT,
+        stage="aggregate-repair",
+        stage_args=[*AGG_ARGS, "--force", "{{ params.force }}"],
     )
-    validate_aggregate = SparkSubmitOperator(
+    validate_aggregate = StageOperator(
         task_id="validate_aggregate",
-        name="outoforder-validate-aggregate",
-        application_args=["validate-aggregate", *AGG_ARGS, "--on-violation", "{{ params.on_violation }}"],
-        **_SUBMIT,
+        stage="validate-aggregate",
+        stage_args=AGG_ARGS,
+        validation=True,
     )
-    repair >> validate_aggregate
+    report = StageOperator(task_id="quality_report", stage="report", report=True, trigger_rule="all_done")
+    repair >> validate_aggregate >> report
 
 
 late_repair()

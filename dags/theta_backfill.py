@@ -9,11 +9,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pendulum
-from _spark_stage import THETA_ARGS, delta_jars, interval_args, submit_kwargs, theta_params
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from _spark_stage import THETA_ARGS, theta_params
 from airflow.sdk import dag
-
-_SUBMIT = submit_kwargs()  # the settings are read once per parse
+from outoforder_airflow.operators import StageOperator
 
 INTERVAL = timedelta(minutes=1)
 
@@ -46,31 +44,28 @@ DOC = """
     max_active_runs=1,
     tags=["outoforder", "theta-join", "backfill", "gold"],
     doc_md=DOC,
-    user_defined_macros={"delta_jars": delta_jars},
     default_args={"retries": 2, "retry_delay": timedelta(seconds=30), "owner": "outoforder"},
     params=theta_params(),
 )
 def theta_backfill() -> None:
     """Join the interval's windows, then check completeness."""
-    interval = interval_args(INTERVAL)
-    theta_join = SparkSubmitOperator(
+    theta_join = StageOperator(
         task_id="theta_join",
-        name="outoforder-theta-join",
-        application_args=["theta-join", *THETA_ARGS, *interval],
-        **_SUBMIT,
+        stage="theta-join",
+        stage_args=THETA_ARGS,
+        interval=INTERVAL,
     )
-    validate_theta = SparkSubmitOperator(
+    validate_theta = StageOperator(
         task_id="validate_theta",
-        name="outoforder-validate-theta",
-        application_args=[
-            "validate-theta",
-            *THETA_ARGS,
-            *interval,
-            *("--sample", "{{ params.sample }}", "--on-violation", "{{ params.on_violation }}"),
-        ],
-        **_SUBMIT,
+        stage="validate-theta",
+        stage_args=[*THETA_ARGS, "--sample", "{{ params.sample }}"],
+        interval=INTERVAL,
+        validation=True,
     )
-    theta_join >> validate_theta
+    report = StageOperator(
+        task_id="quality_report", stage="report", report=True, interval=INTERVAL, trigger_rule="all_done"
+    )
+    theta_join >> validate_theta >> report
 
 
 theta_backfill()

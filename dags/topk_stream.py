@@ -9,11 +9,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pendulum
-from _spark_stage import TOPK_ARGS, delta_jars, interval_args, submit_kwargs, topk_params
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from _spark_stage import TOPK_ARGS, topk_params
 from airflow.sdk import dag
-
-_SUBMIT = submit_kwargs()  # the settings are read once per parse
+from outoforder_airflow.operators import StageOperator
 
 INTERVAL = timedelta(minutes=1)
 
@@ -46,7 +44,6 @@ depend on the previous one).
     max_active_runs=1,
     tags=["outoforder", "topk", "gold"],
     doc_md=DOC,
-    user_defined_macros={"delta_jars": delta_jars},
     default_args={
         "retries": 2,
         "retry_delay": timedelta(seconds=30),
@@ -57,19 +54,22 @@ depend on the previous one).
 )
 def topk_stream() -> None:
     """Rank one interval's arrivals; check the accuracy so far."""
-    topk_interval = SparkSubmitOperator(
+    topk_interval = StageOperator(
         task_id="topk_interval",
-        name="outoforder-topk-stream",
-        application_args=["topk-stream", *TOPK_ARGS, *interval_args(INTERVAL)],
-        **_SUBMIT,
+        stage="topk-stream",
+        stage_args=TOPK_ARGS,
+        interval=INTERVAL,
     )
-    validate_topk = SparkSubmitOperator(
+    validate_topk = StageOperator(
         task_id="validate_topk",
-        name="outoforder-validate-topk",
-        application_args=["validate-topk", *TOPK_ARGS, "--on-violation", "{{ params.on_violation }}"],
-        **_SUBMIT,
+        stage="validate-topk",
+        stage_args=TOPK_ARGS,
+        validation=True,
     )
-    topk_interval >> validate_topk
+    report = StageOperator(
+        task_id="quality_report", stage="report", report=True, interval=INTERVAL, trigger_rule="all_done"
+    )
+    topk_interval >> validate_topk >> report
 
 
 topk_stream()

@@ -1,10 +1,55 @@
 #!/usr/bin/env bash
-# Set everything up (idempotent) and run the main job on the embedded default:
-# local Spark (local[2]), Delta tables under .local/lake, the real datasets from ../shared/data.
-# Extra arguments go to the demo stage (e.g. --preset qjoin_d1).
+# Set everything up (idempotent) and run the main job on the embedded default through Airflow:
+# the DAG `pipeline` (ingest -> stream join -> aggregates and repair -> θ-join -> top-k -> quality
+# report), each step a Spark stage on local Spark (local[2]) over Delta tables under .local/lake,
+# with the real datasets from ../shared/data. Ends with the report's location and the headline tables.
+#
+#   bash infra/main.sh                   the whole pipeline through Airflow (`airflow dags test pipeline`)
+#   bash infra/main.sh --preset qjoin_d1 another disorder preset for the replay
+#   bash infra/main.sh --direct          the same steps in one process, without Airflow (faster)
+#
+# The full Airflow output goes to .local/main-job.log; the terminal shows each step's progress.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 bash "$here/setup.sh"
 source "$here/env.sh"
 cd "$OOO_REPO"
-exec "$OOO_SPARK_VENV/bin/python" -m outoforder.stages demo "$@"
+py="$OOO_SPARK_VENV/bin/python"
+
+preset=""
+direct=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --preset) preset="$2"; shift 2 ;;
+    --preset=*) preset="${1#--preset=}"; shift ;;
+    --direct) direct=1; shift ;;
+    *) echo "usage: bash infra/main.sh [--preset NAME] [--direct]" >&2; exit 64 ;;
+  esac
+done
+
+if [ "$direct" -eq 1 ]; then
+  "$py" -m outoforder.stages demo ${preset:+--preset "$preset"}
+  exec "$py" -m outoforder.stages report --headline
+fi
+
+eval "$(bash "$here/airflow.sh" env)"
+mkdir -p "$AIRFLOW_HOME"
+log="$OOO_LOCAL/main-job.log"
+t0=$SECONDS
+echo "[main] Airflow home $AIRFLOW_HOME (SQLite); full log in $log"
+airflow db migrate >"$AIRFLOW_HOME/migrate.log" 2>&1 || { tail -20 "$AIRFLOW_HOME/migrate.log" >&2; exit 1; }
+conf="{\"preset\": \"$preset\"}"
+echo "[main] airflow dags test pipeline -c '$conf'"
+# progress: the stages' own lines and Airflow's task transitions; everything else only in the log
+set +e
+airflow dags test pipeline -c "$conf" 2>&1 | tee "$log" \
+  | sed -nE -e 's/.*(\[(demo|ingest|inject|stats|quality|join[a-z-]*|validate-[a-z]+|aggregate-[a-z]+|theta|topk-stream|report)\].*)/\1/p' \
+            -e 's/.*Marking task as ([A-Z_]+).*task_id=([a-z_]+).*/[main] task \2: \1/p' \
+  | sed -E 's/", *"(run_id|dag_id|task_id|logger|map_index|ti_id|try_number|filename|lineno)".*$//; s/ \[airflow[^]]*\].*$//'
+set -e
+if ! grep -q 'state=success' "$log"; then
+  echo "[main] the pipeline did not succeed: see $log (the failed task's lines are there)" >&2
+  exit 1
+fi
+echo "[main] pipeline done through Airflow in $((SECONDS - t0)) s"
+"$py" -m outoforder.stages report --headline

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent set-up of everything the project needs on this machine:
-#   1. system tools (Python 3.11, a JDK 17, Maven) -- installed with apt-get only if missing;
+#   1. system tools (Python 3.11, a JDK 17, Maven, chromium and its driver for the browser test) --
+#      installed with apt-get only if missing;
 #   2. the Spark venv and the Airflow venv from the locked requirements (cached under OOO_HOME,
 #      keyed by the lock file's hash, so a warm machine skips straight past them);
 #   3. Delta's JVM jars from infra/maven/pom.xml into a jar cache (checked against Spark's own jars);
@@ -20,6 +21,8 @@ if ! command -v java >/dev/null || [ "$(java_major)" -lt 17 ] 2>/dev/null; then
   need_apt+=(openjdk-17-jre-headless)
 fi
 command -v mvn >/dev/null || need_apt+=(maven)
+# the browser test drives Debian's chromium through its chromedriver (no browser downloads)
+{ command -v chromium >/dev/null && command -v chromedriver >/dev/null; } || need_apt+=(chromium chromium-driver)
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "installing system packages: ${need_apt[*]}"
   command -v apt-get >/dev/null || { echo "[setup] missing ${need_apt[*]} and no apt-get: install them first" >&2; exit 1; }

@@ -29,9 +29,11 @@ def base_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     s = load_settings()
     spark = dataclasses.replace(s.spark, shuffle_partitions=2, driver_memory="3g")
     ingest = dataclasses.replace(s.ingest, batch_rows=5_000)
-    return dataclasses.replace(
-        s, spark=spark, ingest=ingest, lake_root=tmp_path_factory.mktemp("lake-session") / "lake"
+    root = tmp_path_factory.mktemp("lake-session")
+    quality = dataclasses.replace(
+        s.quality, reports_dir=root / "reports", docs_dir=root / "reports" / "data_docs"
     )
+    return dataclasses.replace(s, spark=spark, ingest=ingest, lake_root=root / "lake", quality=quality)
 
 
 @pytest.fixture(scope="session")
@@ -45,8 +47,10 @@ def spark(base_settings: Settings) -> Iterator[object]:
 
 @pytest.fixture
 def settings(base_settings: Settings, tmp_path: Path) -> Settings:
-    """Settings with a fresh, empty lake for one test."""
-    return dataclasses.replace(base_settings, lake_root=tmp_path / "lake")
+    """Settings with a fresh, empty lake (and reports folder) for one test."""
+    reports = tmp_path / "reports"
+    quality = dataclasses.replace(base_settings.quality, reports_dir=reports, docs_dir=reports / "data_docs")
+    return dataclasses.replace(base_settings, lake_root=tmp_path / "lake", quality=quality)
 
 
 @pytest.fixture

@@ -115,6 +115,26 @@ class DemoSettings:
 
 
 @dataclass(frozen=True)
+class QualitySettings:
+    """Where quality results go, and what a violated target does to the task."""
+
+    on_violation: str = "fail"  # "fail": the stage raises QualityError; "warn": it only reports
+    reports_dir: Path = Path(".local/reports")
+    docs_dir: Path = Path(".local/reports/data_docs")  # the published Great Expectations Data Docs
+    build_docs: bool = True
+
+    def __post_init__(self) -> None:
+        if self.on_violation not in ("fail", "warn"):
+            msg = f"quality.on_violation must be 'fail' or 'warn', got {self.on_violation!r}"
+            raise ConfigError(msg)
+
+    @property
+    def fail(self) -> bool:
+        """Whether a violated target fails the stage."""
+        return self.on_violation == "fail"
+
+
+@dataclass(frozen=True)
 class Settings:
     """All settings; build with :func:`load_settings`."""
 
@@ -123,6 +143,7 @@ class Settings:
     spark: SparkSettings
     ingest: IngestSettings
     demo: DemoSettings
+    quality: QualitySettings = field(default_factory=QualitySettings)
 
 
 def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
@@ -152,6 +173,18 @@ def _path(value: str) -> Path:
     return p if p.is_absolute() else (REPO_ROOT / p).resolve()
 
 
+def _flag(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    msg = f"expected a boolean, got {value!r}"
+    raise ValueError(msg)
+
+
 def load_settings(
     config_file: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
@@ -163,12 +196,13 @@ def load_settings(
     if user_file:
         raw = _merge(raw, _read_toml(Path(user_file)))
     try:
-        lake, data, spark, ingest, demo = (
+        lake, data, spark, ingest, demo, quality = (
             raw.get("lake", {}),
             raw.get("data", {}),
             dict(raw.get("spark", {})),
             raw.get("ingest", {}),
             raw.get("demo", {}),
+            raw.get("quality", {}),
         )
         spark_conf = {str(k): str(v) for k, v in spark.pop("conf", {}).items()}
         spark_settings = SparkSettings(
@@ -179,9 +213,15 @@ def load_settings(
             log_level=str(spark.get("log_level", "WARN")),
             conf=spark_conf,
         )
+        lake_root = _path(env.get("OOO_LAKE_ROOT", lake.get("root", ".local/lake")))
+        # next to the lake by default, so a lake of its own (tests, a second job) keeps its reports
+        reports = env.get("OOO_REPORTS_DIR", quality.get("reports_dir", "")) or str(
+            lake_root.parent / "reports"
+        )
+        docs = env.get("OOO_DOCS_DIR", quality.get("docs_dir", "")) or str(Path(reports) / "data_docs")
         bounds = {str(k): (int(v[0]), int(v[1])) for k, v in ingest.get("plausible_event_us", {}).items()}
         return Settings(
-            lake_root=_path(env.get("OOO_LAKE_ROOT", lake.get("root", ".local/lake"))),
+            lake_root=lake_root,
             data_dir=_path(env.get("OOO_DATA_DIR", data.get("shared_dir", "../shared/data"))),
             spark=spark_settings,
             ingest=IngestSettings(
@@ -194,6 +234,12 @@ def load_settings(
                 synthetic_seconds=float(demo.get("synthetic_seconds", 20.0)),
                 seed=int(demo.get("seed", 7)),
                 stream_interval_s=float(demo.get("stream_interval_s", 4.0)),
+            ),
+            quality=QualitySettings(
+                on_violation=str(env.get("OOO_ON_VIOLATION", quality.get("on_violation", "fail"))),
+                reports_dir=_path(reports),
+                docs_dir=_path(docs),
+                build_docs=_flag(env.get("OOO_BUILD_DOCS", quality.get("build_docs", True))),
             ),
         )
     except (TypeError, ValueError, IndexError) as e:

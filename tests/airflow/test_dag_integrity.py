@@ -11,18 +11,52 @@ from tests.airflow.conftest import REPO, run_probe
 pytestmark = pytest.mark.airflow
 
 EXPECTED_STRUCTURE = {
-    "ingest": {"plan": {"ingest"}, "ingest": {"validate_bronze"}, "validate_bronze": set()},
-    "join_stream": {"join_interval": {"validate_join"}, "validate_join": set()},
+    "ingest": {
+        "plan": {"ingest"},
+        "ingest": {"validate_bronze"},
+        "validate_bronze": {"quality_report"},
+        "quality_report": set(),
+    },
+    "join_stream": {
+        "join_interval": {"validate_join"},
+        "validate_join": {"quality_report"},
+        "quality_report": set(),
+    },
     "join_adapt": {"adapt": set()},
     "aggregate_stream": {
         "aggregate_interval": {"gamma_rule", "validate_aggregate"},
         "gamma_rule": {"ledger_due"},
         "ledger_due": set(),
-        "validate_aggregate": set(),
+        "validate_aggregate": {"quality_report"},
+        "quality_report": set(),
     },
-    "late_repair": {"repair": {"validate_aggregate"}, "validate_aggregate": set()},
-    "theta_backfill": {"theta_join": {"validate_theta"}, "validate_theta": set()},
-    "topk_stream": {"topk_interval": {"validate_topk"}, "validate_topk": set()},
+    "late_repair": {
+        "repair": {"validate_aggregate"},
+        "validate_aggregate": {"quality_report"},
+        "quality_report": set(),
+    },
+    "theta_backfill": {
+        "theta_join": {"validate_theta"},
+        "validate_theta": {"quality_report"},
+        "quality_report": set(),
+    },
+    "pipeline": {
+        "ingest": {"replay"},
+        "replay": {"stats"},
+        "stats": {"bronze"},
+        "bronze": {"join"},
+        "join": {"stream_join"},
+        "stream_join": {"aggregates"},
+        "aggregates": {"theta"},
+        "theta": {"topk"},
+        "topk": {"quality_report"},
+        "quality_report": set(),
+    },
+    "topk_stream": {
+        "topk_interval": {"validate_topk"},
+        "validate_topk": {"quality_report"},
+        "quality_report": set(),
+    },
 }
 
 PROBE = r"""

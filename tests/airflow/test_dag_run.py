@@ -49,6 +49,15 @@ def test_ingest_dag_runs_end_to_end(airflow_env):
     spark_python = Path(os.environ["OOO_SPARK_VENV"]) / "bin" / "python"
     counts = run_probe(str(spark_python), COUNT, "COUNTS", airflow_env)
     assert counts == {"bronze": 9600, "quarantine": 0, "log": [["ooo/d-1", 9600, 9600, 0]]}
+    # the validation is named after the run, lands in Data Docs, and the run's report page links it
+    reports = Path(airflow_env["OOO_LAKE_ROOT"]).parent / "reports"
+    assert (reports / "data_docs" / "index.html").is_file()
+    pages = list((reports / "quality" / "runs").glob("ingest__manual__*.html"))
+    assert len(pages) == 1, pages
+    page = pages[0].read_text()
+    assert "bronze_accounting" in page and "PASSED" in page and "Quarantine by reason" in page
+    assert "../../data_docs/validations/bronze_accounting/ingest__manual__" in page
+    assert (reports / "quality" / "index.html").is_file()
 
 
 def test_unknown_dataset_fails_in_plan_before_spark_starts(airflow_env):

@@ -1,8 +1,11 @@
 """The main job (demo stage) end to end, in-process on the session's Spark, and its idempotence."""
 
+import ast
+from pathlib import Path
+
 import pytest
 
-from outoforder.stages.cli import main
+from outoforder.stages.cli import DEMO_STEPS, main
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta, pytest.mark.integration]
 
@@ -48,3 +51,18 @@ def test_cli_errors_are_one_line_and_exit_2(capsys):
     assert "needs --reader and --source" in capsys.readouterr().err
     assert main(["replay", "--model", "gamma:k=1"]) == 2
     assert "unknown delay model" in capsys.readouterr().err
+
+
+def test_the_pipeline_dag_runs_every_demo_step_in_order():
+    # dags/pipeline.py must not import the CLI at parse time, so it spells the steps out
+    tree = ast.parse((Path(__file__).parents[2] / "dags" / "pipeline.py").read_text())
+    steps = next(
+        node.value for node in tree.body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "STEPS"
+    )  # fmt: skip
+    assert tuple(ast.literal_eval(steps)) == DEMO_STEPS
+
+
+def test_demo_refuses_unknown_steps(capsys):
+    assert main(["demo", "--steps", "ingest,nope"]) == 2
+    assert "unknown demo step nope" in capsys.readouterr().err

@@ -360,23 +360,6 @@ AGG_STATE = Table("silver/agg_state", AGG_STATE_SCHEMA, ("source",))
 AGG_BUFFER = Table("silver/agg_buffer", AGG_BUFFER_SCHEMA, ("source",))
 AGG_WATCH = Table("silver/agg_watch", AGG_WATCH_SCHEMA, ("source",))
 AGG_CONTROL = Table("silver/agg_control", AGG_CONTROL_SCHEMA, ("source",))
-ALL_TABLES = (
-    BRONZE,
-    QUARANTINE,
-    INGEST_LOG,
-    JOIN_METRICS,
-    JOIN_RESULTS,
-    JOIN_STATE,
-    JOIN_BUFFER,
-    JOIN_PARAMS,
-    AGG_RESULTS,
-    AGG_REPAIRS,
-    AGG_LEDGER,
-    AGG_STATE,
-    AGG_BUFFER,
-    AGG_WATCH,
-    AGG_CONTROL,
-)
 THETA_RESULTS = Table("gold/theta_results", THETA_RESULTS_SCHEMA, ("source",))
 THETA_WINDOWS = Table("gold/theta_windows", THETA_WINDOWS_SCHEMA, ("source",))
 TOPK_STATE = Table("silver/topk_state", TOPK_STATE_SCHEMA, ("source",))
@@ -384,3 +367,41 @@ TOPK_WINDOWS = Table("gold/topk_windows", TOPK_WINDOWS_SCHEMA, ("source",))
 TOPK_RESULTS = Table("gold/topk_results", TOPK_RESULTS_SCHEMA, ("source",))
 TOPK_LATE = Table("silver/topk_late", TOPK_LATE_SCHEMA, ("source",))
 TOPK_CACHE = Table("silver/topk_cache", TOPK_CACHE_SCHEMA, ("source",))
+
+QUALITY_MEASURES_SCHEMA = _s(  # what each validation judged, per period or window (the report's curves)
+    ("source", StringType(), False),
+    ("job", StringType(), False),
+    ("measure", StringType(), False),  # join_recall | agg_error | topk_hit_rate
+    ("item", LongType(), False),  # period or window id
+    ("start_us", LongType(), False),  # event time
+    ("end_us", LongType(), False),
+    ("value", DoubleType(), True),  # null: not measurable (e.g. a window never emitted)
+    ("target", DoubleType(), False),
+    ("met", BooleanType(), False),
+    ("validated_at_us", LongType(), False),
+)
+QUALITY_RUNS_SCHEMA = _s(  # one row per suite per validation run
+    ("checkpoint", StringType(), False),
+    ("suite", StringType(), False),
+    ("source", StringType(), False),
+    ("job", StringType(), False),
+    ("run_name", StringType(), False),
+    ("success", BooleanType(), False),
+    ("checks_passed", LongType(), False),
+    ("checks_total", LongType(), False),
+    ("failed_checks", ArrayType(StringType()), False),
+    ("on_violation", StringType(), False),
+    ("docs_page", StringType(), True),  # the Data Docs page, relative to the docs folder
+    ("validated_at_us", LongType(), False),
+)
+QUALITY_MEASURES = Table("gold/quality_measures", QUALITY_MEASURES_SCHEMA, ("source",))
+QUALITY_RUNS = Table("gold/quality_runs", QUALITY_RUNS_SCHEMA)
+
+ALL_TABLES = (
+    BRONZE, QUARANTINE, INGEST_LOG,
+    JOIN_METRICS, JOIN_RESULTS, JOIN_STATE, JOIN_BUFFER, JOIN_PARAMS,
+    AGG_RESULTS, AGG_REPAIRS, AGG_LEDGER, AGG_STATE, AGG_BUFFER, AGG_WATCH, AGG_CONTROL,
+    THETA_RESULTS, THETA_WINDOWS,
+    TOPK_STATE, TOPK_WINDOWS, TOPK_RESULTS, TOPK_LATE, TOPK_CACHE,
+    QUALITY_MEASURES, QUALITY_RUNS,
+)  # fmt: skip

@@ -8,8 +8,8 @@ Two suites:
   and the rows actually present in bronze and quarantine equal what the ingest log recorded.
 
 A failed expectation raises :class:`~outoforder.errors.QualityError` (so the Airflow task fails)
-unless ``fail=False``. GX is called directly: its Airflow provider stopped failing tasks on failed
-expectations (USER_NEEDS.md #13).
+unless ``quality.on_violation`` is ``warn`` (or ``fail=False``). The suites themselves are in
+:mod:`outoforder.quality.suites`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from outoforder.config import Settings
 from outoforder.io import delta
 from outoforder.io.tables import BRONZE, INGEST_LOG, QUARANTINE
-from outoforder.quality.suites import SuiteResult, report, run_suite
+from outoforder.quality.checkpoints import SuiteResult, conclude, run_checkpoint
 
 KNOWN_STREAMS = ("ball", "team_a", "team_b", "referee", "devices", "taxi")
 
@@ -49,41 +49,28 @@ def accounting_frame(spark: SparkSession, settings: Settings) -> DataFrame:
     )
 
 
-def validate_bronze(spark: SparkSession, settings: Settings, fail: bool = True) -> list[SuiteResult]:
-    """Run both bronze suites; raise :class:`QualityError` on failure when ``fail``."""
-    import great_expectations.expectations as gxe
+def validate_bronze(
+    spark: SparkSession, settings: Settings, fail: bool | None = None, run_name: str | None = None
+) -> list[SuiteResult]:
+    """Run both bronze suites; raise :class:`QualityError` on failure when ``fail``.
 
+    ``fail`` None follows ``quality.on_violation``.
+    """
     bounds = list(settings.ingest.plausible_event_us.values())
     lo = min((b[0] for b in bounds), default=-(2**63))
     hi = max((b[1] for b in bounds), default=2**63 - 1)
     arrivals = delta.read(spark, BRONZE, settings.lake_root)
-    results = [
-        run_suite(
-            "bronze_arrivals",
-            arrivals,
-            [
-                gxe.ExpectTableColumnsToMatchSet(column_set=BRONZE.schema.fieldNames(), exact_match=True),
-                *[
-                    gxe.ExpectColumnValuesToNotBeNull(column=c)
-                    for c in ("source", "stream", "key", "event_ts", "arrival_seq", "row_hash", "ingest_id")
-                ],
-                gxe.ExpectColumnValuesToBeUnique(column="arrival_seq"),
-                gxe.ExpectCompoundColumnsToBeUnique(column_list=["source", "row_hash"]),
-                gxe.ExpectColumnValuesToBeBetween(column="event_ts", min_value=lo, max_value=hi),
-                gxe.ExpectColumnValuesToBeInSet(column="stream", value_set=list(KNOWN_STREAMS)),
-            ],
-        ),
-        run_suite(
-            "bronze_accounting",
-            accounting_frame(spark, settings),
-            [
-                # every physical line is a header, a blank, an accepted or a quarantined row
-                gxe.ExpectColumnPairValuesToBeEqual(column_A="lines", column_B="lines_accounted"),
-                gxe.ExpectColumnPairValuesToBeEqual(column_A="rows_accepted", column_B="bronze_rows"),
-                gxe.ExpectColumnPairValuesToBeEqual(column_A="rows_quarantined", column_B="quarantine_rows"),
-                gxe.ExpectColumnValuesToBeUnique(column="ingest_id"),
-            ],
-        ),
-    ]
-    report(results, "bronze", fail)
+    results = run_checkpoint(
+        settings,
+        "bronze",
+        {"bronze_arrivals": arrivals, "bronze_accounting": accounting_frame(spark, settings)},
+        source="all",
+        job="bronze",
+        run_name=run_name,
+        columns=BRONZE.schema.fieldNames(),
+        event_lo=lo,
+        event_hi=hi,
+        streams=KNOWN_STREAMS,
+    )
+    conclude(results, "bronze", settings.quality.fail if fail is None else fail)
     return results

@@ -1,70 +1,215 @@
-"""Running Great Expectations suites on Spark DataFrames, and what every suite reports.
+"""Every Great Expectations suite of the project, in one place, grouped into checkpoints.
 
-GX is called directly (an ephemeral context per suite): its Airflow provider stopped failing tasks
-on failed expectations (USER_NEEDS.md #13), so the stage decides: raise
-:class:`~outoforder.errors.QualityError` (the task fails) or only report (``warn``).
+A suite is a named list of expectations over one frame that a stage prepares (the stage computes
+*what* is judged, e.g. the recall of every closed period; the suite says *what must hold*). A
+checkpoint is the set of suites one validation task runs together. The targets come in as
+parameters (the job's Q_user, ε, ε_min…), never as constants here.
+
+>>> [s.name for s in CHECKPOINTS["join"]]
+['join_results', 'join_recall']
+>>> [type(e).__name__ for e in expectations("join_recall", q_user=0.9)]
+['ExpectColumnValuesToBeBetween']
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import DataFrame
-
-from outoforder.errors import QualityError
+from outoforder.errors import ConfigError
 
 
 @dataclass(frozen=True)
-class SuiteResult:
-    """Outcome of one suite: overall success and one line per expectation."""
+class Suite:
+    """One suite: its checkpoint, what it means in plain words, and how to build its expectations."""
 
-    suite: str
-    success: bool
-    checks: list[tuple[str, bool, str]]
-
-    def lines(self) -> list[str]:
-        """A summary line, then one line per failed check (every check when ``verbose``)."""
-        passed = sum(ok for _, ok, _ in self.checks)
-        verdict = "PASSED" if self.success else "FAILED"
-        head = f"[quality] {self.suite}: {verdict} ({passed}/{len(self.checks)} checks passed)"
-        return [head, *(f"    FAIL {name} {detail}" for name, ok, detail in self.checks if not ok)]
+    name: str
+    checkpoint: str
+    meaning: str
+    build: Callable[[Mapping[str, Any]], list[Any]]
 
 
-def run_suite(name: str, df: DataFrame, expectations: list[Any]) -> SuiteResult:
-    """Validate ``df`` against ``expectations`` in an ephemeral GX context."""
-    import great_expectations as gx
-    from great_expectations.data_context.types.base import ProgressBarsConfig
+def _gxe() -> Any:
+    # imported when a suite is built: GX takes seconds to import and DAG files never need it
+    import great_expectations.expectations as gxe
 
-    context = gx.get_context(mode="ephemeral")
-    context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
-    source = context.data_sources.add_spark(name=f"{name}_source")
-    asset = source.add_dataframe_asset(name=name)
-    batch_def = asset.add_batch_definition_whole_dataframe(f"{name}_all")
-    suite = context.suites.add(gx.ExpectationSuite(name=name, expectations=expectations))
-    validation = context.validation_definitions.add(
-        gx.ValidationDefinition(data=batch_def, suite=suite, name=f"{name}_validation")
+    return gxe
+
+
+def _not_null(*cols: str) -> list[Any]:
+    return [_gxe().ExpectColumnValuesToNotBeNull(column=c) for c in cols]
+
+
+def _in_set(column: str, values: list[Any], **kw: Any) -> Any:
+    return _gxe().ExpectColumnValuesToBeInSet(column=column, value_set=values, **kw)
+
+
+def _equal(a: str, b: str, **kw: Any) -> Any:
+    return _gxe().ExpectColumnPairValuesToBeEqual(column_A=a, column_B=b, **kw)
+
+
+def _bronze_arrivals(p: Mapping[str, Any]) -> list[Any]:
+    g = _gxe()
+    return [
+        g.ExpectTableColumnsToMatchSet(column_set=list(p["columns"]), exact_match=True),
+        *_not_null("source", "stream", "key", "event_ts", "arrival_seq", "row_hash", "ingest_id"),
+        g.ExpectColumnValuesToBeUnique(column="arrival_seq"),
+        g.ExpectCompoundColumnsToBeUnique(column_list=["source", "row_hash"]),
+        g.ExpectColumnValuesToBeBetween(column="event_ts", min_value=p["event_lo"], max_value=p["event_hi"]),
+        _in_set("stream", list(p["streams"])),
+    ]
+
+
+def _bronze_accounting(_: Mapping[str, Any]) -> list[Any]:
+    return [
+        # every physical line is a header, a blank, an accepted or a quarantined row
+        _equal("lines", "lines_accounted"),
+        _equal("rows_accepted", "bronze_rows"),
+        _equal("rows_quarantined", "quarantine_rows"),
+        _gxe().ExpectColumnValuesToBeUnique(column="ingest_id"),
+    ]
+
+
+def _join_results(_: Mapping[str, Any]) -> list[Any]:
+    return [
+        _gxe().ExpectCompoundColumnsToBeUnique(column_list=["r_seq", "s_seq"]),
+        *_not_null("r_seq", "s_seq", "d_r_us", "d_s_us"),
+    ]
+
+
+def _join_recall(p: Mapping[str, Any]) -> list[Any]:
+    return [_gxe().ExpectColumnValuesToBeBetween(column="recall", min_value=p["q_user"], max_value=1.0)]
+
+
+def _agg_results(_: Mapping[str, Any]) -> list[Any]:
+    return [
+        _gxe().ExpectColumnValuesToBeUnique(column="window_id"),
+        *_not_null("window_id", "value", "version", "produced_by"),
+    ]
+
+
+def _agg_quality(p: Mapping[str, Any]) -> list[Any]:
+    return [
+        # (ε, δ): at most a share δ of the windows may miss ε at emission
+        _in_set("met_at_emission", [True], mostly=1.0 - float(p["delta"])),
+        _in_set("exact_if_settled", [True]),
+        # no gaps: a window missing from the results must be waiting for a repair
+        _in_set("present_if_settled", [True]),
+    ]
+
+
+def _topk_completeness(_: Mapping[str, Any]) -> list[Any]:
+    return [
+        _in_set("accounted", [True]),
+        _gxe().ExpectColumnValuesToBeBetween(column="emissions", min_value=0, max_value=1),
+    ]
+
+
+def _topk_accuracy(p: Mapping[str, Any]) -> list[Any]:
+    return [_gxe().ExpectColumnMeanToBeBetween(column="hit_rate", min_value=p["eps_min"], max_value=1.0)]
+
+
+def _theta_completeness(_: Mapping[str, Any]) -> list[Any]:
+    return [
+        _in_set("ran", [True]),
+        _equal("stored", "reported"),
+        # only the sampled windows have a DuckDB count
+        _equal("stored", "independent", ignore_row_if="either_value_is_missing"),
+    ]
+
+
+def _theta_results(_: Mapping[str, Any]) -> list[Any]:
+    return [_gxe().ExpectColumnValuesToBeUnique(column="result_key")]
+
+
+SUITES: dict[str, Suite] = {
+    s.name: s
+    for s in (
+        Suite(
+            "bronze_arrivals",
+            "bronze",
+            "Stored arrivals have the bronze schema, no missing fields, one row per arrival sequence "
+            "and per raw line, plausible event times and known stream names.",
+            _bronze_arrivals,
+        ),
+        Suite(
+            "bronze_accounting",
+            "bronze",
+            "Every line of every ingested file is accounted for: header, blank, accepted (found in "
+            "bronze) or quarantined (found in the quarantine); each file ingested once.",
+            _bronze_accounting,
+        ),
+        Suite(
+            "join_results",
+            "join",
+            "The stream join never emitted the same pair twice, and every pair records the buffer "
+            "sizes (retentions) in force when it was produced.",
+            _join_results,
+        ),
+        Suite(
+            "join_recall",
+            "join",
+            "In every closed period the stream join found at least the share Q_user of the pairs the "
+            "exact join finds (recall ≥ Q_user).",
+            _join_recall,
+        ),
+        Suite(
+            "agg_results",
+            "aggregate",
+            "Each window's aggregate is stored once, with its value, version and producer.",
+            _agg_results,
+        ),
+        Suite(
+            "agg_quality",
+            "aggregate",
+            "At emission, at least a share 1 − δ of the windows were within relative error ε of the "
+            "exact value; windows with no late tuple pending are exact; no window is missing.",
+            _agg_quality,
+        ),
+        Suite(
+            "topk_completeness",
+            "topk",
+            "Every sliding window was emitted exactly once (or all its tuples arrived late).",
+            _topk_completeness,
+        ),
+        Suite(
+            "topk_accuracy",
+            "topk",
+            "Over the closed windows, the emitted top-k lists contain on average at least the share "
+            "ε_min of the exact top-k.",
+            _topk_accuracy,
+        ),
+        Suite(
+            "theta_completeness",
+            "theta",
+            "Every window of the backfill ran; the rows stored equal the rows the run reported and, "
+            "for sampled windows, DuckDB's independent count.",
+            _theta_completeness,
+        ),
+        Suite(
+            "theta_results",
+            "theta",
+            "No θ-join result row is stored twice.",
+            _theta_results,
+        ),
     )
-    result = validation.run(batch_parameters={"dataframe": df})
-    checks = []
-    for r in result.results:
-        cfg = r.expectation_config
-        label = "unnamed expectation"
-        if cfg is not None:
-            kwargs = {k: v for k, v in cfg.kwargs.items() if k != "batch_id"}
-            label = f"{cfg.type}({kwargs})"
-        observed = r.result.get("observed_value", r.result.get("unexpected_count", ""))
-        checks.append((label, bool(r.success), f"observed={observed}"))
-    return SuiteResult(name, bool(result.success), checks)
+}
+
+CHECKPOINTS: dict[str, list[Suite]] = {}
+for _suite in SUITES.values():
+    CHECKPOINTS.setdefault(_suite.checkpoint, []).append(_suite)
 
 
-def report(results: Sequence[SuiteResult], what: str, fail: bool) -> None:
-    """Print every suite's lines; raise :class:`QualityError` when one failed and ``fail``."""
-    for r in results:
-        for line in r.lines():
-            print(line, flush=True)
-    failed = [r.suite for r in results if not r.success]
-    if failed and fail:
-        msg = f"{what} data quality failed: {', '.join(failed)}"
-        raise QualityError(msg)
+def expectations(name: str, **params: Any) -> list[Any]:
+    """The expectations of suite ``name`` with the job's targets filled in."""
+    try:
+        suite = SUITES[name]
+    except KeyError:
+        msg = f"unknown quality suite {name!r} (known: {', '.join(SUITES)})"
+        raise ConfigError(msg) from None
+    try:
+        return suite.build(params)
+    except KeyError as e:
+        msg = f"suite {name!r} needs the parameter {e.args[0]!r}"
+        raise ConfigError(msg) from e

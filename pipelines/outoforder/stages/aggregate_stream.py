@@ -745,15 +745,23 @@ def _errors(spark: SparkSession, tuples: DataFrame, job: AggJob, frame: pd.DataF
 
 
 def validate(
-    spark: SparkSession, settings: Settings, source: str, job: AggJob, fail: bool = True
+    spark: SparkSession,
+    settings: Settings,
+    source: str,
+    job: AggJob,
+    fail: bool | None = None,
+    run_name: str | None = None,
 ) -> list[Any]:
-    """GX: windows unique; (ε, δ) at emission; windows without pending late tuples exact; no gaps."""
-    import great_expectations.expectations as gxe
+    """GX: windows unique; (ε, δ) at emission; windows without pending late tuples exact; no gaps.
+
+    ``fail`` None follows ``quality.on_violation``.
+    """
     import pandas as pd
 
     from outoforder.io import delta
     from outoforder.io.tables import AGG_RESULTS
-    from outoforder.quality.suites import report, run_suite
+    from outoforder.quality.checkpoints import conclude, run_checkpoint
+    from outoforder.quality.measures import record_measures
 
     jid = job_id(job)
     frame = window_quality(spark, settings, source, job)
@@ -770,32 +778,21 @@ def validate(
         )
     )
     met_share = float(frame["met_at_emission"].mean()) if len(frame) else 1.0
-    suites = [
-        run_suite(
-            "agg_results",
-            results,
-            [
-                gxe.ExpectColumnValuesToBeUnique(column="window_id"),
-                *[
-                    gxe.ExpectColumnValuesToNotBeNull(column=c)
-                    for c in ("window_id", "value", "version", "produced_by")
-                ],
-            ],
-        ),
-        run_suite(
-            "agg_quality",
-            judged,
-            [
-                # (ε, δ): at most a share δ of the windows may miss ε at emission
-                gxe.ExpectColumnValuesToBeInSet(
-                    column="met_at_emission", value_set=[True], mostly=1.0 - job.delta
-                ),
-                gxe.ExpectColumnValuesToBeInSet(column="exact_if_settled", value_set=[True]),
-                # no gaps: a window missing from the results must be waiting for a repair
-                gxe.ExpectColumnValuesToBeInSet(column="present_if_settled", value_set=[True]),
-            ],
-        ),
-    ]
+    wids = frame["wid"].to_numpy(dtype="int64")
+    starts = wids * job.slide_us  # window i covers [i·slide, i·slide + size)
+    errors = frame["stream_error"].to_numpy(dtype=float)
+    record_measures(
+        spark, settings, source, jid, "agg_error",
+        [
+            (int(w), int(s), int(s) + job.size_us, None if not np.isfinite(e) else float(e), float(job.eps),
+             bool(m))
+            for w, s, e, m in zip(wids, starts, errors, frame["met_at_emission"], strict=True)
+        ],
+    )  # fmt: skip
+    suites = run_checkpoint(
+        settings, "aggregate", {"agg_results": results, "agg_quality": judged},
+        source=source, job=jid, run_name=run_name, delta=job.delta,
+    )  # fmt: skip
     print(
         f"[validate-aggregate] {source} ({jid}): {len(frame):,} closed windows; "
         f"{met_share:.2%} met ε = {job.eps} at emission (target >= {1 - job.delta:.0%}); "
@@ -803,5 +800,5 @@ def validate(
         f"{int(settled['exact_now'].sum()):,} of them exact; {int(frame['value'].isna().sum()):,} missing",
         flush=True,
     )
-    report(suites, "aggregates", fail)
+    conclude(suites, "aggregates", settings.quality.fail if fail is None else fail)
     return suites

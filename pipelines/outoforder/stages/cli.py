@@ -19,6 +19,7 @@ Stages::
     topk-stream     continuous top-k with the adaptive cache duration over arrival intervals (DAG topk_stream)
     validate-topk   every window emitted once, accuracy of the closed windows >= ε_min (GX)
     demo            the main job: ingest, one injected preset, statistics, checks, join, aggregates, θ, top-k
+    report          the data-quality report: static HTML, cumulative and per run
     presets         list the disorder presets (or re-run their calibration)
 
 Every stage prints progress and ends with a summary; errors of ours exit with status 2 and a
@@ -31,6 +32,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -109,12 +111,17 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _fail(args: argparse.Namespace) -> bool | None:
+    """``--on-violation`` as the stages take it (None: the configured ``quality.on_violation``)."""
+    return None if args.on_violation is None else args.on_violation == "fail"
+
+
 def cmd_validate(args: argparse.Namespace, settings: Settings) -> int:
     """Great Expectations over bronze."""
     from outoforder.quality.bronze import validate_bronze
 
     spark = _spark(settings, "validate")
-    validate_bronze(spark, settings, fail=not args.warn_only)
+    validate_bronze(spark, settings, fail=False if args.warn_only else _fail(args), run_name=args.run_name)
     return 0
 
 
@@ -154,7 +161,7 @@ def cmd_join(args: argparse.Namespace, settings: Settings) -> int:
         result = run_join_on_source(_spark(settings, "join"), settings, args.source, job, methods)
         name = args.source.replace("/", "_")
     print(format_summary(result), flush=True)
-    out = Path(args.out) if args.out else settings.lake_root.parent / "reports" / f"join_{name}.json"
+    out = Path(args.out) if args.out else settings.quality.reports_dir / f"join_{name}.json"
     print(f"[join] quality summary written to {write_summary(result, out)}", flush=True)
     return 0
 
@@ -231,7 +238,7 @@ def cmd_validate_aggregate(args: argparse.Namespace, settings: Settings) -> int:
     from outoforder.stages.aggregate_stream import validate
 
     spark = _spark(settings, "validate-aggregate")
-    validate(spark, settings, args.source, _agg_job(args), fail=args.on_violation == "fail")
+    validate(spark, settings, args.source, _agg_job(args), fail=_fail(args), run_name=args.run_name)
     return 0
 
 
@@ -290,22 +297,57 @@ def cmd_validate_join(args: argparse.Namespace, settings: Settings) -> int:
     from outoforder.stages.join_stream import validate
 
     spark = _spark(settings, "validate-join")
-    fail = args.on_violation == "fail"
-    validate(spark, settings, args.source, _join_job(args), _instant(args.until), args.estimator, fail=fail)
+    validate(
+        spark, settings, args.source, _join_job(args), _instant(args.until), args.estimator,
+        fail=_fail(args), run_name=args.run_name,
+    )  # fmt: skip
     return 0
 
 
-def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
-    """The main job on the embedded default."""
-    from outoforder.quality.bronze import validate_bronze
-    from outoforder.sources import catalog
-    from outoforder.stages.ingest import ingest_file
-    from outoforder.stages.replay import format_report, make_replay
-    from outoforder.stages.stats import format_table, source_stats
+DEMO_STEPS = ("ingest", "replay", "stats", "bronze", "join", "stream-join", "aggregates", "theta", "topk")
 
+
+def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    """The main job on the embedded default (every step, or those of ``--steps``)."""
+    from outoforder.stages.replay import replay_source
+
+    chosen = [s.strip() for s in args.steps.split(",") if s.strip()] if args.steps else list(DEMO_STEPS)
+    unknown = [s for s in chosen if s not in DEMO_STEPS]
+    if unknown:
+        msg = f"unknown demo step {', '.join(unknown)} (steps: {', '.join(DEMO_STEPS)})"
+        raise ConfigError(msg)
     t0 = time.monotonic()
     spark = _spark(settings, "demo")
-    sources: list[str] = []
+    preset = args.preset or settings.demo.preset
+    source = replay_source(preset, settings.demo.synthetic_seconds, settings.demo.seed)
+    run = args.run_name
+    steps: dict[str, Callable[[], None]] = {
+        "ingest": lambda: _demo_ingest(spark, settings),
+        "replay": lambda: _demo_replay(spark, settings, preset),
+        "stats": lambda: _demo_stats(spark, settings, source),
+        "bronze": lambda: _demo_bronze(spark, settings, run),
+        "join": lambda: _demo_join(spark, settings, source, JoinJob()),
+        "stream-join": lambda: _demo_stream_join(spark, settings, source, JoinJob(), run),
+        "aggregates": lambda: _demo_aggregates(spark, settings, source, run),
+        "theta": lambda: _demo_theta(spark, settings, source, run),
+        "topk": lambda: _demo_topk(spark, settings, source, run),
+    }
+    for step in DEMO_STEPS:
+        if step in chosen:
+            steps[step]()
+    print(
+        f"[demo] done in {time.monotonic() - t0:.0f} s; lake at {settings.lake_root}; statistics and the "
+        f"join quality summary in {settings.quality.reports_dir}",
+        flush=True,
+    )
+    return 0
+
+
+def _demo_ingest(spark: Any, settings: Settings) -> None:
+    """Step 1: the real datasets of the shared data folder into bronze."""
+    from outoforder.sources import catalog
+    from outoforder.stages.ingest import ingest_file
+
     missing = [
         str(d.path(settings.data_dir)) for d in catalog.BUILTIN if not d.path(settings.data_dir).exists()
     ]
@@ -317,10 +359,14 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
         raise InputError(msg)
     print(f"[demo] 1/9 ingesting the real datasets from {settings.data_dir}", flush=True)
     for d in catalog.BUILTIN:
-        path = d.path(settings.data_dir)
-        print(ingest_file(spark, settings, path, d.reader, d.source).line(), flush=True)
-        sources.append(d.source)
-    preset = args.preset or settings.demo.preset
+        print(ingest_file(spark, settings, d.path(settings.data_dir), d.reader, d.source).line(), flush=True)
+
+
+def _demo_replay(spark: Any, settings: Settings, preset: str) -> None:
+    """Step 2: synthetic play with the preset's injected disorder, ingested."""
+    from outoforder.stages.ingest import ingest_file
+    from outoforder.stages.replay import format_report, make_replay
+
     print(
         f"[demo] 2/9 synthetic soccer play ({settings.demo.synthetic_seconds:g} s) with the "
         f"'{preset}' disorder preset",
@@ -331,40 +377,48 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     )
     print(format_report(replay.report), flush=True)
     print(ingest_file(spark, settings, replay.path, "soccer_synthetic", replay.source).line(), flush=True)
-    sources.append(replay.source)
+
+
+def _demo_stats(spark: Any, settings: Settings, source: str) -> None:
+    """Step 3: disorder statistics of every real dataset and the replay."""
+    from outoforder.sources import catalog
+    from outoforder.stages.stats import format_table, source_stats
+
     print("[demo] 3/9 disorder statistics (arrival order = arrival_seq)", flush=True)
-    results = [source_stats(spark, settings, s) for s in sources]
-    out = settings.lake_root.parent / "reports" / "disorder_stats.json"
+    results = [source_stats(spark, settings, s) for s in [*(d.source for d in catalog.BUILTIN), source]]
+    out = settings.quality.reports_dir / "disorder_stats.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1))
     print(format_table(results), flush=True)
-    print("[demo] 4/9 data quality of bronze (Great Expectations)", flush=True)
-    validate_bronze(spark, settings)
-    from outoforder.stages.join import JoinJob, format_summary, run_join_on_source, write_summary
 
-    job = JoinJob()
+
+def _demo_bronze(spark: Any, settings: Settings, run_name: str | None) -> None:
+    """Step 4: Great Expectations over bronze."""
+    from outoforder.quality.bronze import validate_bronze
+
+    print("[demo] 4/9 data quality of bronze (Great Expectations)", flush=True)
+    validate_bronze(spark, settings, run_name=run_name)
+
+
+def _demo_join(spark: Any, settings: Settings, source: str, job: JoinJob) -> None:
+    """Step 5: QJoin and the K-slack baselines side by side against the exact join."""
+    from outoforder.stages.join import format_summary, run_join_on_source, write_summary
+
     print(
-        f"[demo] 5/9 stream join on {replay.source}: ball vs players, w = {job.window_us / 1e6:g} s, "
+        f"[demo] 5/9 stream join on {source}: ball vs players, w = {job.window_us / 1e6:g} s, "
         f"theta = {job.theta:g} m, Q_user = {job.q_user}, P = {job.period_us / 1e6:g} s, "
         f"L = {job.interval_us / 1e6:g} s",
         flush=True,
     )
-    result = run_join_on_source(spark, settings, replay.source, job, JOIN_METHODS)
+    result = run_join_on_source(spark, settings, source, job, JOIN_METHODS)
     print(format_summary(result), flush=True)
-    join_out = write_summary(result, out.parent / f"join_{replay.source.replace('/', '_')}.json")
-    _demo_stream_join(spark, settings, replay.source, job)
-    _demo_aggregates(spark, settings, replay.source)
-    _demo_theta(spark, settings, replay.source)
-    _demo_topk(spark, settings, replay.source)
-    print(
-        f"[demo] done in {time.monotonic() - t0:.0f} s; lake at {settings.lake_root}; statistics in {out}; "
-        f"join quality summary in {join_out}",
-        flush=True,
-    )
-    return 0
+    out = write_summary(result, settings.quality.reports_dir / f"join_{source.replace('/', '_')}.json")
+    print(f"[demo] join quality summary in {out}", flush=True)
 
 
-def _demo_stream_join(spark: Any, settings: Settings, source: str, job: JoinJob) -> None:
+def _demo_stream_join(
+    spark: Any, settings: Settings, source: str, job: JoinJob, run_name: str | None
+) -> None:
     """Step 6: the production path -- interval runs with state in Delta, adaptation, GX checks."""
     from outoforder.stages.join_stream import adapt, last_processed, pending_span, run_interval, validate
 
@@ -376,7 +430,7 @@ def _demo_stream_join(spark: Any, settings: Settings, source: str, job: JoinJob)
         if done is None:
             msg = f"the stream join of {source} has no state to check"
             raise InputError(msg)
-        validate(spark, settings, source, job, done, fail=False)
+        validate(spark, settings, source, job, done, fail=False, run_name=run_name)
         return
     start, end = span
     print(
@@ -390,10 +444,10 @@ def _demo_stream_join(spark: Any, settings: Settings, source: str, job: JoinJob)
         if hi < end:
             adapt(spark, settings, source, job, hi)
     # a missed target is reported here, not fatal: the demo shows the verdict; the DAG fails on it
-    validate(spark, settings, source, job, end, fail=False)
+    validate(spark, settings, source, job, end, fail=False, run_name=run_name)
 
 
-def _demo_aggregates(spark: Any, settings: Settings, source: str) -> None:
+def _demo_aggregates(spark: Any, settings: Settings, source: str, run_name: str | None) -> None:
     """Step 7: sliding-window SUMs with HPM over the same intervals, Γ-rule repairs, a final repair."""
     from outoforder.stages.aggregate_stream import AggJob, pending_span, repair, run_interval, validate
 
@@ -414,10 +468,10 @@ def _demo_aggregates(spark: Any, settings: Settings, source: str) -> None:
             print(repair(spark, settings, source, job).line(), flush=True)
     # the stream is over: repair what is still pending, so every window is exact
     print(repair(spark, settings, source, job, force=True).line(), flush=True)
-    validate(spark, settings, source, job, fail=False)
+    validate(spark, settings, source, job, fail=False, run_name=run_name)
 
 
-def _demo_theta(spark: Any, settings: Settings, source: str) -> None:
+def _demo_theta(spark: Any, settings: Settings, source: str, run_name: str | None) -> None:
     """Step 8: a θ-join backfill over the replay's whole event-time range, and its completeness check."""
     from pyspark.sql import functions as F
 
@@ -447,10 +501,10 @@ def _demo_theta(spark: Any, settings: Settings, source: str) -> None:
         flush=True,
     )
     print(run_interval(spark, settings, source, job, start, end).line(), flush=True)
-    validate(spark, settings, source, job, start, end, sample=2)
+    validate(spark, settings, source, job, start, end, sample=2, run_name=run_name)
 
 
-def _demo_topk(spark: Any, settings: Settings, source: str) -> None:
+def _demo_topk(spark: Any, settings: Settings, source: str, run_name: str | None) -> None:
     """Step 9: continuous top-k of the players' speeds with the adaptive cache duration."""
     from outoforder.stages.topk_stream import TopKJob, pending_span, run_interval, validate
 
@@ -471,7 +525,7 @@ def _demo_topk(spark: Any, settings: Settings, source: str) -> None:
         print(f"{head}: {-(-(span[1] - span[0]) // step)} arrival intervals", flush=True)
         for lo, hi in _steps(span[0], span[1], step):
             print(run_interval(spark, settings, source, job, lo, hi).line(), flush=True)
-    validate(spark, settings, source, job, fail=False)
+    validate(spark, settings, source, job, fail=False, run_name=run_name)
 
 
 def _theta_job(args: argparse.Namespace) -> Any:
@@ -553,7 +607,7 @@ def cmd_validate_theta(args: argparse.Namespace, settings: Settings) -> int:
     spark = _spark(settings, "validate-theta")
     validate(
         spark, settings, args.source, _theta_job(args), _instant(args.start), _instant(args.end),
-        sample=args.sample, fail=args.on_violation == "fail",
+        sample=args.sample, fail=_fail(args), run_name=args.run_name,
     )  # fmt: skip
     return 0
 
@@ -602,7 +656,23 @@ def cmd_validate_topk(args: argparse.Namespace, settings: Settings) -> int:
     from outoforder.stages.topk_stream import validate
 
     spark = _spark(settings, "validate-topk")
-    validate(spark, settings, args.source, _topk_job(args), fail=args.on_violation == "fail")
+    validate(spark, settings, args.source, _topk_job(args), fail=_fail(args), run_name=args.run_name)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
+    """The data-quality report: the cumulative page, and a run's page given --run-name."""
+    from outoforder.quality.report import build_reports
+
+    start = _instant(args.start) if args.start is not None else None
+    end = _instant(args.end) if args.end is not None else None
+    spark = _spark(settings, "report")
+    for path in build_reports(spark, settings, args.run_name, start, end):
+        print(f"[report] written {path}", flush=True)
+    if args.headline:
+        from outoforder.quality.report import headline_text
+
+        print(headline_text(spark, settings), flush=True)
     return 0
 
 
@@ -653,11 +723,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--detail", action="store_true", help="also print per stream and per key")
     s.add_argument("--json", help="also write the full figures (per stream, per key) here")
     s.set_defaults(func=cmd_stats)
-    v = sub.add_parser("validate-bronze", parents=[common], help="Great Expectations over bronze")
-    v.add_argument("--warn-only", action="store_true", help="report failures without failing")
+    checks = argparse.ArgumentParser(add_help=False)
+    checks.add_argument(
+        "--on-violation",
+        choices=["fail", "warn"],
+        help="a violated target fails the command, or is only reported (default: quality.on_violation)",
+    )
+    checks.add_argument("--run-name", help="names this validation in Data Docs and the quality report")
+    v = sub.add_parser("validate-bronze", parents=[common, checks], help="Great Expectations over bronze")
+    v.add_argument("--warn-only", action="store_true", help="the same as --on-violation warn")
     v.set_defaults(func=cmd_validate)
     d = sub.add_parser("demo", parents=[common], help="the main job")
     d.add_argument("--preset", help="disorder preset for the synthetic replay")
+    d.add_argument("--steps", help=f"only these steps, comma-separated ({', '.join(DEMO_STEPS)})")
+    d.add_argument("--run-name", help="names the steps' validations (Data Docs, the quality report)")
     d.set_defaults(func=cmd_demo)
     query = argparse.ArgumentParser(add_help=False)
     query.add_argument("--r-streams", default="ball", help="streams forming R (comma-separated)")
@@ -696,9 +775,10 @@ def build_parser() -> argparse.ArgumentParser:
     jr.add_argument("--until", required=True, help="repair the history before this arrival time")
     jr.add_argument("--span-s", type=float, help="only the last this many seconds of arrivals (default: all)")
     jr.set_defaults(func=cmd_join_repair)
-    vj = sub.add_parser("validate-join", parents=[common, query, stream], help="GX checks of the stream join")
+    vj = sub.add_parser(
+        "validate-join", parents=[common, query, stream, checks], help="GX checks of the stream join"
+    )
     vj.add_argument("--until", required=True, help="check the history before this arrival time")
-    vj.add_argument("--on-violation", choices=["fail", "warn"], default="fail")
     vj.set_defaults(func=cmd_validate_join)
     agg = argparse.ArgumentParser(add_help=False)
     agg.add_argument("--source", required=True, help="the bronze source id")
@@ -738,8 +818,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="repair whatever is pending, Γ or not",
     )
     agr.set_defaults(func=cmd_aggregate_repair)
-    agv = sub.add_parser("validate-aggregate", parents=[common, agg], help="GX checks of the aggregates")
-    agv.add_argument("--on-violation", choices=["fail", "warn"], default="fail")
+    agv = sub.add_parser(
+        "validate-aggregate", parents=[common, agg, checks], help="GX checks of the aggregates"
+    )
     agv.set_defaults(func=cmd_validate_aggregate)
     th = argparse.ArgumentParser(add_help=False)
     th.add_argument("--streams", default="ball,team_a", help="streams S0,S1,… of the source (in chain order)")
@@ -761,12 +842,13 @@ def build_parser() -> argparse.ArgumentParser:
     tj.add_argument("--file", action="append", help="a stream of your own (CSV or Parquet); give two or more")
     tj.add_argument("--out", help="with --file: write the result rows here (Parquet)")
     tj.set_defaults(func=cmd_theta_join)
-    tv = sub.add_parser("validate-theta", parents=[common, th], help="GX completeness of a θ backfill")
+    tv = sub.add_parser(
+        "validate-theta", parents=[common, th, checks], help="GX completeness of a θ backfill"
+    )
     tv.add_argument("--source", required=True, help="the bronze source id")
     tv.add_argument("--start", required=True, help="event-time interval start")
     tv.add_argument("--end", required=True, help="interval end, exclusive")
     tv.add_argument("--sample", type=int, default=3, help="windows checked against DuckDB")
-    tv.add_argument("--on-violation", choices=["fail", "warn"], default="fail")
     tv.set_defaults(func=cmd_validate_theta)
     tk = argparse.ArgumentParser(add_help=False)
     tk.add_argument("--source", required=True, help="the bronze source id")
@@ -788,9 +870,14 @@ def build_parser() -> argparse.ArgumentParser:
     tks.add_argument("--end", help="interval end, exclusive (default: after the newest arrival in bronze)")
     tks.add_argument("--every-s", type=float, help="split [start, end) into intervals of this many seconds")
     tks.set_defaults(func=cmd_topk_stream)
-    tkv = sub.add_parser("validate-topk", parents=[common, tk], help="GX checks of the top-k stream")
-    tkv.add_argument("--on-violation", choices=["fail", "warn"], default="fail")
+    tkv = sub.add_parser("validate-topk", parents=[common, tk, checks], help="GX checks of the top-k stream")
     tkv.set_defaults(func=cmd_validate_topk)
+    rp = sub.add_parser("report", parents=[common], help="the data-quality report (static HTML)")
+    rp.add_argument("--run-name", help="also write this run's page (its validations and interval)")
+    rp.add_argument("--start", help="the run's arrival-time interval start (µs or ISO 8601)")
+    rp.add_argument("--end", help="the run's interval end, exclusive")
+    rp.add_argument("--headline", action="store_true", help="also print the targets and baselines tables")
+    rp.set_defaults(func=cmd_report)
     pr = sub.add_parser("presets", parents=[common], help="list disorder presets")
     pr.add_argument("--calibrate", action="store_true", help="re-run the calibration (slow)")
     pr.set_defaults(func=cmd_presets)

@@ -524,14 +524,17 @@ def validate(
     job: JoinJob,
     until_us: int,
     estimator: str = "learned",
-    fail: bool = True,
+    fail: bool | None = None,
+    run_name: str | None = None,
 ) -> list[Any]:
-    """Store per-period recall and run the GX checks (duplicates, recall per closed period)."""
-    import great_expectations.expectations as gxe
+    """Store per-period recall and run the GX checks (duplicates, recall per closed period).
 
+    ``fail`` None follows ``quality.on_violation``.
+    """
     from outoforder.io import delta
     from outoforder.io.tables import JOIN_METRICS, JOIN_RESULTS
-    from outoforder.quality.suites import report, run_suite
+    from outoforder.quality.checkpoints import conclude, run_checkpoint
+    from outoforder.quality.measures import record_measures
 
     jid = job_id(job, estimator)
     quality = period_quality(spark, settings, source, job, until_us, estimator)
@@ -553,27 +556,19 @@ def validate(
     ]
     metrics = spark.createDataFrame(rows, JOIN_METRICS.schema)
     delta.replace_where(metrics, JOIN_METRICS, settings.lake_root, {"source": source, "method": method})
+    record_measures(
+        spark, settings, source, jid, "join_recall",
+        [
+            (int(r["period"]), int(r["start_us"]), int(r["start_us"]) + job.period_us, float(r["recall"]),
+             float(job.q_user), bool(r["met"]))
+            for r in quality.to_dict("records")
+        ],
+    )  # fmt: skip
     results = delta.read(spark, JOIN_RESULTS, settings.lake_root).where(where_job(source, jid))
-    suites = [
-        run_suite(
-            "join_results",
-            results,
-            [
-                gxe.ExpectCompoundColumnsToBeUnique(column_list=["r_seq", "s_seq"]),
-                *[
-                    gxe.ExpectColumnValuesToNotBeNull(column=c)
-                    for c in ("r_seq", "s_seq", "d_r_us", "d_s_us")
-                ],
-            ],
-        ),
-        run_suite(
-            "join_recall",
-            metrics,
-            [
-                gxe.ExpectColumnValuesToBeBetween(column="recall", min_value=job.q_user, max_value=1.0),
-            ],
-        ),
-    ]
+    suites = run_checkpoint(
+        settings, "join", {"join_results": results, "join_recall": metrics},
+        source=source, job=jid, run_name=run_name, q_user=job.q_user,
+    )  # fmt: skip
     met = int(quality["met"].sum()) if len(quality) else 0
     print(
         f"[validate-join] {source} ({jid}): {len(quality)} closed periods, {met} meet Q_user = {job.q_user}"
@@ -584,5 +579,5 @@ def validate(
         ),
         flush=True,
     )
-    report(suites, "stream join", fail)
+    conclude(suites, "stream join", settings.quality.fail if fail is None else fail)
     return suites

@@ -32,7 +32,7 @@ def make_replay(landing: Path, model: str, seconds: float, seed: int) -> Replay:
     injection = inject(event_us, model, seed, streams=play.stream_of())
     # arrival in ps, keeping the sub-µs digits of the event time
     arrival_ps = play.ts_ps + (injection.arrival_us - event_us) * 1_000_000
-    name = model.replace(":", "_").replace(",", "_").replace("=", "")
+    name = _name(model)
     path = landing / f"soccer_{name}_{seconds:g}s_seed{seed}.csv.gz"
     write_debs2013(path, play.lines(injection.order, arrival_ps))
     report = injection.report()
@@ -41,7 +41,20 @@ def make_replay(landing: Path, model: str, seconds: float, seed: int) -> Replay:
     report["expected_max_delay_at_this_size"] = round(
         _expected_max(model, int(np.count_nonzero(injection.arrival_us - event_us))), 3
     )
-    return Replay(path, f"synthetic/{name}-{seconds:g}s-seed{seed}", report)
+    return Replay(path, replay_source(model, seconds, seed), report)
+
+
+def _name(model: str) -> str:
+    return model.replace(":", "_").replace(",", "_").replace("=", "")
+
+
+def replay_source(model: str, seconds: float, seed: int) -> str:
+    """The bronze source id of a replay (without generating it).
+
+    >>> replay_source("hpm_game1", 20.0, 7)
+    'synthetic/hpm_game1-20s-seed7'
+    """
+    return f"synthetic/{_name(model)}-{seconds:g}s-seed{seed}"
 
 
 def _expected_max(model: str, n_late: int) -> float:

@@ -260,19 +260,20 @@ def validate(
     start_us: int,
     end_us: int,
     sample: int = 3,
-    fail: bool = True,
+    fail: bool | None = None,
+    run_name: str | None = None,
 ) -> list[Any]:
     """GX completeness of ``[start, end)``: every window was run, no result row repeats.
 
     Every window's stored rows equal the count its run reported; for ``sample`` windows, evenly
-    spread, they also equal DuckDB's count of the same θ-join over the same bronze rows.
+    spread, they also equal DuckDB's count of the same θ-join over the same bronze rows. ``fail``
+    None follows ``quality.on_violation``.
     """
-    import great_expectations.expectations as gxe
     from pyspark.sql import functions as F
 
     from outoforder.io import delta
     from outoforder.io.tables import BRONZE, THETA_RESULTS, THETA_WINDOWS
-    from outoforder.quality.suites import report, run_suite
+    from outoforder.quality.checkpoints import conclude, run_checkpoint
 
     starts = windows(job, start_us, end_us)
     jid = job_id(job)
@@ -297,23 +298,14 @@ def validate(
         "window_start_us long, ran boolean, stored long, reported long, independent long",
     )
     keyed = results.select(F.concat_ws(",", "window_start_us", F.concat_ws(",", "seqs")).alias("result_key"))
-    sampled = "either_value_is_missing"  # only the sampled windows have a DuckDB count
-    suites = [
-        run_suite(
-            "theta_completeness",
-            judged,
-            [
-                gxe.ExpectColumnValuesToBeInSet(column="ran", value_set=[True]),
-                gxe.ExpectColumnPairValuesToBeEqual(column_A="stored", column_B="reported"),
-                gxe.ExpectColumnPairValuesToBeEqual(
-                    column_A="stored", column_B="independent", ignore_row_if=sampled
-                ),
-            ],
-        ),
-        run_suite("theta_results", keyed, [gxe.ExpectColumnValuesToBeUnique(column="result_key")]),
-    ]
-    report(
-        suites, f"θ-join {jid} of {source}: {len(starts)} windows, {len(picks)} checked against DuckDB", fail
+    suites = run_checkpoint(
+        settings, "theta", {"theta_completeness": judged, "theta_results": keyed},
+        source=source, job=jid, run_name=run_name,
+    )  # fmt: skip
+    conclude(
+        suites,
+        f"θ-join {jid} of {source}: {len(starts)} windows, {len(picks)} checked against DuckDB",
+        settings.quality.fail if fail is None else fail,
     )
     return suites
 

@@ -43,7 +43,7 @@ from outoforder.stages.intervals import prune_snapshots, snapshot_before, where_
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from outoforder.quality.suites import SuiteResult
+    from outoforder.quality.checkpoints import SuiteResult
 
 SCORE_COLUMNS = ("value", "x", "y", "z")
 
@@ -386,17 +386,22 @@ def window_accuracy(spark: SparkSession, settings: Settings, source: str, job: T
 
 
 def validate(
-    spark: SparkSession, settings: Settings, source: str, job: TopKJob, fail: bool = True
+    spark: SparkSession,
+    settings: Settings,
+    source: str,
+    job: TopKJob,
+    fail: bool | None = None,
+    run_name: str | None = None,
 ) -> list[SuiteResult]:
     """GX: every window emitted once (or all its tuples late); closed windows' accuracy >= ε_min.
 
     Before the first emission there is nothing to check, and no accuracy verdict before the first
-    window closes: both are reported, neither fails.
+    window closes: both are reported, neither fails. ``fail`` None follows ``quality.on_violation``.
     """
-    import great_expectations.expectations as gxe
     from pyspark.sql import functions as F
 
-    from outoforder.quality.suites import report, run_suite
+    from outoforder.quality.checkpoints import conclude, run_checkpoint
+    from outoforder.quality.measures import record_measures
 
     try:
         judged = window_accuracy(spark, settings, source, job).localCheckpoint()
@@ -405,27 +410,25 @@ def validate(
         return []
     closed = judged.where("closed")
     n_all, n_closed = judged.count(), closed.count()
-    suites = [
-        run_suite(
-            "topk_completeness",
-            judged,
-            [
-                gxe.ExpectColumnValuesToBeInSet(column="accounted", value_set=[True]),
-                gxe.ExpectColumnValuesToBeBetween(column="emissions", min_value=0, max_value=1),
-            ],
-        ),
-    ]
+    frames = {"topk_completeness": judged}
     if n_closed:  # the mean of no window is undefined; before the first closes there is no verdict
-        suites.append(
-            run_suite(
-                "topk_accuracy",
-                closed,
-                [gxe.ExpectColumnMeanToBeBetween(column="hit_rate", min_value=job.eps_min, max_value=1.0)],
-            )
-        )
+        frames["topk_accuracy"] = closed
+    jid = job_id(job)
+    record_measures(
+        spark, settings, source, jid, "topk_hit_rate",
+        [
+            (int(r[0]), int(r[0]) * job.slide_us, int(r[0]) * job.slide_us + job.window_us,
+             None if r[1] is None else float(r[1]), float(job.eps_min),
+             r[1] is not None and float(r[1]) >= job.eps_min)
+            for r in closed.select("window_id", "hit_rate").collect()
+        ],
+    )  # fmt: skip
+    suites = run_checkpoint(
+        settings, "topk", frames, source=source, job=jid, run_name=run_name, eps_min=job.eps_min
+    )
     mean = closed.agg(F.avg("hit_rate")).first()
     acc = "no closed window" if mean is None or mean[0] is None else f"accuracy {mean[0]:.4f}"
     what = f"top-{job.k} {job_id(job)} of {source}: {n_all} windows, {n_closed} closed, {acc}"
     print(f"[validate-topk] {what} (ε_min {job.eps_min})", flush=True)
-    report(suites, what, fail)
+    conclude(suites, what, settings.quality.fail if fail is None else fail)
     return suites

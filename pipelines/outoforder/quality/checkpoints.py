@@ -1,0 +1,216 @@
+"""Running a checkpoint: the suites of :mod:`~outoforder.quality.suites` over frames a stage prepared.
+
+GX is called directly: its Airflow provider stopped failing tasks on failed expectations
+(USER_NEEDS.md #13), so :func:`conclude` decides, from ``quality.on_violation``: raise
+:class:`~outoforder.errors.QualityError` (the task fails) or only report (``warn``).
+
+Every result is kept: GX stores it as JSON under ``<reports_dir>/gx/validations`` and renders it
+into the Data Docs site at ``quality.docs_dir`` (the index lists every run so far); one row per
+suite goes to the Delta table ``gold/quality_runs`` for the quality report. Each suite runs as a
+GX checkpoint of its own, because a checkpoint passes one set of batch parameters (one frame) to
+all its validation definitions and every suite here judges a different frame.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from outoforder.config import Settings
+from outoforder.errors import ConfigError, QualityError
+from outoforder.quality.suites import CHECKPOINTS, expectations
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+
+@dataclass(frozen=True)
+class SuiteResult:
+    """Outcome of one suite: overall success, one line per expectation, its Data Docs page."""
+
+    suite: str
+    success: bool
+    checks: list[tuple[str, bool, str]]
+    docs_page: str | None = field(default=None, compare=False)
+
+    def lines(self) -> list[str]:
+        """A summary line, then one line per failed check."""
+        passed = sum(ok for _, ok, _ in self.checks)
+        verdict = "PASSED" if self.success else "FAILED"
+        head = f"[quality] {self.suite}: {verdict} ({passed}/{len(self.checks)} checks passed)"
+        return [head, *(f"    FAIL {name} {detail}" for name, ok, detail in self.checks if not ok)]
+
+
+def safe_run_name(name: str) -> str:
+    """A run name usable as a folder of the Data Docs site (Airflow run ids hold ``:`` and ``+``)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "run"
+
+
+def _context(settings: Settings, results_dir: Path) -> Any:
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import (
+        DataContextConfig,
+        InMemoryStoreBackendDefaults,
+        ProgressBarsConfig,
+    )
+
+    def on_disk(folder: Path) -> dict[str, str]:
+        return {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(folder)}
+
+    config = DataContextConfig(
+        store_backend_defaults=InMemoryStoreBackendDefaults(init_temp_docs_sites=False),
+        data_docs_sites={
+            "local_site": {
+                "class_name": "SiteBuilder",
+                "show_how_to_buttons": False,
+                "store_backend": on_disk(settings.quality.docs_dir),
+                "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+            }
+        },
+    )
+    # an ephemeral context with its results on disk: no great_expectations.yml is written, so
+    # tasks validating at the same time cannot corrupt a shared project file
+    config.stores["validation_results_store"] = {
+        "class_name": "ValidationResultsStore",
+        "store_backend": on_disk(results_dir),
+    }
+    context = gx.get_context(project_config=config, mode="ephemeral")
+    context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
+    return context
+
+
+def _checks(result: Any) -> list[tuple[str, bool, str]]:
+    checks = []
+    for r in result.results:
+        cfg = r.expectation_config
+        label = "unnamed expectation"
+        if cfg is not None:
+            kwargs = {k: v for k, v in cfg.kwargs.items() if k != "batch_id"}
+            label = f"{cfg.type}({kwargs})"
+        observed = r.result.get("observed_value", r.result.get("unexpected_count", ""))
+        checks.append((label, bool(r.success), f"observed={observed}"))
+    return checks
+
+
+def run_checkpoint(
+    settings: Settings,
+    checkpoint: str,
+    frames: Mapping[str, DataFrame],
+    *,
+    source: str,
+    job: str,
+    run_name: str | None = None,
+    **params: Any,
+) -> list[SuiteResult]:
+    """Validate each frame against its suite of ``checkpoint``; store results, docs and run rows.
+
+    ``frames`` maps suite names to the frames they judge; a suite of the checkpoint left out is not
+    run (e.g. no accuracy verdict before the first window closes). ``params`` carry the targets.
+    """
+    import great_expectations as gx
+    from great_expectations.core.run_identifier import RunIdentifier
+
+    suites = {s.name for s in CHECKPOINTS.get(checkpoint, [])}
+    if not suites:
+        msg = f"unknown checkpoint {checkpoint!r} (known: {', '.join(CHECKPOINTS)})"
+        raise ConfigError(msg)
+    unknown = sorted(set(frames) - suites)
+    if unknown:
+        have = ", ".join(sorted(suites))
+        msg = f"checkpoint {checkpoint!r} has no suite {', '.join(unknown)} (it has {have})"
+        raise ConfigError(msg)
+    now = datetime.now(UTC)
+    name = safe_run_name(run_name or f"{job}-{now:%Y%m%dT%H%M%S}")
+    results_dir = settings.quality.reports_dir / "gx" / "validations"
+    try:
+        context = _context(settings, results_dir)
+        run_id = RunIdentifier(run_name=name, run_time=now)
+        out = []
+        for suite_name, frame in frames.items():
+            source_ = context.data_sources.add_spark(name=f"{suite_name}_source")
+            batch = source_.add_dataframe_asset(name=suite_name).add_batch_definition_whole_dataframe("all")
+            suite = context.suites.add(
+                gx.ExpectationSuite(name=suite_name, expectations=expectations(suite_name, **params))
+            )
+            definition = context.validation_definitions.add(
+                gx.ValidationDefinition(data=batch, suite=suite, name=f"{suite_name}_validation")
+            )
+            actions = (
+                [gx.checkpoint.UpdateDataDocsAction(name="data_docs")] if settings.quality.build_docs else []
+            )
+            cp = context.checkpoints.add(
+                gx.Checkpoint(
+                    name=f"{checkpoint}.{suite_name}", validation_definitions=[definition], actions=actions
+                )
+            )
+            result = cp.run(batch_parameters={"dataframe": frame}, run_id=run_id)
+            ((result_id, validation),) = result.run_results.items()
+            page = None
+            if settings.quality.build_docs:
+                page = "/".join(["validations", *result_id.to_tuple()]) + ".html"
+            out.append(SuiteResult(suite_name, bool(validation.success), _checks(validation), page))
+    except (ConfigError, QualityError):
+        raise
+    except Exception as e:  # GX raises many unrelated types; the context is what helps
+        msg = f"Great Expectations failed while running checkpoint {checkpoint!r} for {source} ({job}): {e}"
+        raise QualityError(msg) from e
+    _record(settings, checkpoint, source, job, name, out, next(iter(frames.values()), None))
+    return out
+
+
+def _record(
+    settings: Settings,
+    checkpoint: str,
+    source: str,
+    job: str,
+    run_name: str,
+    results: Sequence[SuiteResult],
+    any_frame: DataFrame | None,
+) -> None:
+    from outoforder.io import delta
+    from outoforder.io.tables import QUALITY_RUNS
+
+    if any_frame is None:
+        return
+    at = int(time.time() * 1e6)
+    rows = [
+        (
+            checkpoint,
+            r.suite,
+            source,
+            job,
+            run_name,
+            r.success,
+            sum(ok for _, ok, _ in r.checks),
+            len(r.checks),
+            [f"{label} {detail}" for label, ok, detail in r.checks if not ok],
+            settings.quality.on_violation,
+            r.docs_page,
+            at,
+        )
+        for r in results
+    ]
+    frame = any_frame.sparkSession.createDataFrame(rows, QUALITY_RUNS.schema)
+    # a re-run of the same run replaces its rows (idempotent); other runs are history
+    delta.replace_where(
+        frame,
+        QUALITY_RUNS,
+        settings.lake_root,
+        {"checkpoint": checkpoint, "source": source, "job": job, "run_name": run_name},
+    )
+
+
+def conclude(results: Sequence[SuiteResult], what: str, fail: bool) -> None:
+    """Print every suite's lines; raise :class:`QualityError` when one failed and ``fail``."""
+    for r in results:
+        for line in r.lines():
+            print(line, flush=True)
+    failed = [r.suite for r in results if not r.success]
+    if failed and fail:
+        msg = f"{what} data quality failed: {', '.join(failed)}"
+        raise QualityError(msg)

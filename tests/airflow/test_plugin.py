@@ -1,0 +1,99 @@
+"""The Airflow plugin: registered by Airflow itself, its operator, its links and its web app."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from tests.airflow.conftest import REPO
+
+pytestmark = pytest.mark.airflow
+
+
+def test_airflow_loads_the_plugin_with_its_links_app_and_views(airflow_env):
+    exe = Path(sys.executable).parent / "airflow"
+    run = subprocess.run(
+        [str(exe), "plugins", "--output", "json"],
+        env=airflow_env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    plugins = {p["name"]: p for p in json.loads(run.stdout[run.stdout.index("[") :])}
+    mine = plugins["outoforder"]
+    text = json.dumps(mine)
+    assert "QualityReportLink" in text and "DataDocsLink" in text
+    assert "/outoforder" in text  # the web app's prefix
+    assert "Quality report" in text and "Data Docs" in text
+
+
+@pytest.fixture
+def plugin_path(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "plugins"))
+
+
+def test_stage_operator_fills_in_the_stage_interval_and_validation(plugin_path, airflow_env, monkeypatch):
+    for k in ("OOO_LAKE_ROOT", "PATH"):
+        monkeypatch.setenv(k, airflow_env[k])
+    from outoforder_airflow.operators import StageOperator
+
+    op = StageOperator(
+        task_id="v",
+        stage="validate-topk",
+        stage_args=["--k", "5"],
+        interval=timedelta(minutes=1),
+        validation=True,
+    )
+    args = op.application_args
+    assert args[:3] == ["validate-topk", "--k", "5"]
+    assert args[args.index("--on-violation") + 1] == "{{ params.on_violation }}"
+    assert args[args.index("--run-name") + 1] == "{{ dag.dag_id }}__{{ run_id }}"
+    assert "--start" in args and "--end" in args
+    assert op.application.endswith("spark_entry.py")
+    assert op.conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
+    assert {type(link).__name__ for link in op.operator_extra_links} == {"QualityReportLink", "DataDocsLink"}
+    plain = StageOperator(task_id="s", stage="topk-stream")
+    assert plain.application_args == ["topk-stream"]
+
+
+def test_links_point_at_the_run_report_and_data_docs(plugin_path):
+    from outoforder_airflow.links import DataDocsLink, QualityReportLink
+
+    class Key:
+        dag_id, run_id = "topk_stream", "manual__2026-01-01T00:00:00+00:00"
+
+    assert QualityReportLink().get_link(None, ti_key=Key()) == (
+        "/outoforder/run/topk_stream/manual__2026-01-01T00%3A00%3A00%2B00%3A00"
+    )
+    assert DataDocsLink().get_link(None, ti_key=Key()) == "/outoforder/docs/index.html"
+
+
+def test_web_app_serves_reports_docs_and_redirects_runs(plugin_path, tmp_path, monkeypatch):
+    from fastapi.testclient import TestClient
+
+    reports = tmp_path / "reports"
+    monkeypatch.setenv("OOO_REPORTS_DIR", str(reports))
+    monkeypatch.delenv("OOO_DOCS_DIR", raising=False)
+    (reports / "quality" / "runs").mkdir(parents=True)
+    (reports / "quality" / "index.html").write_text("<h1>cumulative</h1>")
+    (reports / "quality" / "runs" / "topk_stream__manual__2026-01-01T00_00_00_00_00.html").write_text(
+        "<h1>run</h1>"
+    )
+    (reports / "data_docs").mkdir()
+    (reports / "data_docs" / "index.html").write_text("<h1>docs</h1>")
+    from outoforder_airflow.web import create_app
+
+    client = TestClient(create_app())
+    assert client.get("/reports/quality/index.html").text == "<h1>cumulative</h1>"
+    assert client.get("/docs/index.html").text == "<h1>docs</h1>"
+    run = client.get("/run/topk_stream/manual__2026-01-01T00:00:00+00:00", follow_redirects=False)
+    assert (
+        run.headers["location"]
+        == "/outoforder/reports/quality/runs/topk_stream__manual__2026-01-01T00_00_00_00_00.html"
+    )
+    other = client.get("/run/topk_stream/scheduled__1970", follow_redirects=False)
+    assert other.headers["location"] == "/outoforder/reports/quality/index.html"  # no page of its own yet
+    assert client.get("/reports/../../etc/passwd").status_code == 404

@@ -1,0 +1,284 @@
+"""The pipeline on a real scheduler: Airflow standalone started by infra/airflow.sh, then a browser.
+
+One Airflow (scheduler, DAG processor, API server, triggerer; SQLite; LocalExecutor) serves the
+module. The stream DAG ``topk_stream`` is unpaused and triggered over three arrival intervals of a
+short replay, ``airflow backfill create`` runs ``theta_backfill`` over a past range, and the Delta
+outputs must have no duplicates and equal a direct run of the same stages. Then headless Chromium
+(Debian's, through its chromedriver) logs into the UI, finds the DAGs and a successful run, and opens
+the quality report and the Data Docs; screenshots go to ``$OOO_TEST_ARTIFACTS`` (default
+``.local/test-artifacts``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.airflow.conftest import REPO, run_probe
+
+# the module's Airflow and its pipeline run inside the first test's set-up
+pytestmark = [pytest.mark.airflow, pytest.mark.integration, pytest.mark.timeout(2400)]
+
+SECONDS = 3  # the replay: 3 s of play from 1970-01-01 02:59:13 (the DEBS game clock)
+SOURCE = f"synthetic/hpm_game1-{SECONDS}s-seed7"
+CONF = {"source": SOURCE, "on_violation": "warn"}  # a 3 s replay closes no top-k window: no verdict
+TOPK_DATES = ["1970-01-01T02:59:00+00:00", "1970-01-01T03:00:00+00:00", "1970-01-01T03:01:00+00:00"]
+# manual runs cover the minute before their logical date (dags/_spark_stage.py, interval_args)
+TOPK_SPAN = ("1970-01-01T02:58:00", "1970-01-01T03:01:00")
+# a run covers the minute before its logical date: one run, [02:59, 03:00)
+THETA_FROM, THETA_TO = "1970-01-01T03:00:00", "1970-01-01T03:00:00"
+TOPK_DEFAULTS = [
+    *("--streams", "team_a,team_b", "--score", "value", "--k", "5", "--window-s", "4", "--slide-s", "0.5"),
+    *("--eps-min", "0.95", "--cache-s", "2", "--m", "10", "--n", "10", "--horizon-s", "2"),
+]  # the DAG's Params (dags/_spark_stage.py, topk_params)
+THETA_DEFAULTS = [
+    *("--streams", "ball,team_a", "--column", "x", "--predicates", "band:0.01", "--window-s", "10"),
+    *("--method", "fast", "--partitions", "16", "--prefilter", "none"),
+]  # the DAG's Params (theta_params)
+
+OUTPUTS = r"""
+import json, sys
+from outoforder.config import load_settings
+from outoforder.spark.session import get_spark
+from outoforder.io import delta
+from outoforder.io.tables import THETA_RESULTS, TOPK_RESULTS, TOPK_WINDOWS
+s = load_settings(); spark = get_spark(s)
+def rows(table, cols):
+    df = delta.read(spark, table, s.lake_root).select(*cols)
+    return sorted([list(r) for r in df.collect()], key=repr)
+print("OUT" + json.dumps({
+    "topk_results": rows(TOPK_RESULTS, ["job", "window_id", "rank", "seq", "ts", "score"]),
+    "topk_windows": rows(
+        TOPK_WINDOWS, ["job", "window_id", "window_end_us", "size", "emitted_at_seq", "cache_us"]
+    ),
+    "theta_results": rows(THETA_RESULTS, ["job", "window_start_us", "seqs"]),
+}))
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _run(cmd: list[str], env: dict[str, str], timeout: int = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def _stage(env: dict[str, str], *args: str) -> None:
+    python = str(Path(env["OOO_SPARK_VENV"]) / "bin" / "python")
+    done = _run([python, "-m", "outoforder.stages", *args], env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory: pytest.TempPathFactory):
+    home = tmp_path_factory.mktemp("standalone")
+    env = dict(os.environ)
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home / "airflow"),
+            "OOO_LAKE_ROOT": str(home / "lake"),
+            "OOO_AIRFLOW_PORT": str(_free_port()),
+            "OOO_AIRFLOW_LOG_PORT": str(_free_port()),
+            "OOO_AIRFLOW_TRIGGER_LOG_PORT": str(_free_port()),
+            # only the runs this test creates: no run for the current minute of the wall clock
+            "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
+        }
+    )
+    _stage(env, "replay", "--seconds", str(SECONDS))
+    # the direct runs get a copy of the same bronze (same arrival sequence numbers)
+    shutil.copytree(home / "lake", home / "direct-lake")
+    start = _run(["bash", str(REPO / "infra" / "airflow.sh"), "start"], env, timeout=600)
+    try:
+        assert start.returncode == 0, start.stdout[-3000:] + start.stderr[-3000:]
+        ready = next(ln for ln in start.stdout.splitlines() if "ready: UI at" in ln)
+        password = ready.split("password ")[1].split(")")[0]
+        yield {
+            "env": env,
+            "home": home,
+            "url": f"http://127.0.0.1:{env['OOO_AIRFLOW_PORT']}",
+            "password": password,
+        }
+    finally:
+        _run(["bash", str(REPO / "infra" / "airflow.sh"), "stop"], env, timeout=120)
+
+
+def _airflow(env: dict[str, str], *args: str) -> str:
+    exe = Path(sys.executable).parent / "airflow"
+    done = _run([str(exe), *args], env, timeout=300)
+    assert done.returncode == 0, f"airflow {' '.join(args)}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+    return done.stdout
+
+
+def _token(standalone: dict[str, Any]) -> str:
+    body = json.dumps({"username": "admin", "password": standalone["password"]}).encode()
+    req = urllib.request.Request(
+        f"{standalone['url']}/auth/token", body, {"Content-Type": "application/json"}, method="POST"
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return str(json.load(resp)["access_token"])
+
+
+def _runs(standalone: dict[str, Any], dag_id: str) -> list[dict[str, Any]]:
+    # the REST API, not the CLI: polling with a fresh CLI process costs a core-second each time
+    req = urllib.request.Request(
+        f"{standalone['url']}/api/v2/dags/{dag_id}/dagRuns?limit=100",
+        headers={"Authorization": f"Bearer {_token(standalone)}"},
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        runs = json.load(resp)["dag_runs"]
+    return [
+        {
+            "run_id": r["dag_run_id"],
+            "state": r["state"],
+            "logical_date": datetime.fromisoformat(r["logical_date"].replace("Z", "+00:00")).isoformat(),
+        }
+        for r in runs
+    ]
+
+
+def _wait(standalone: dict[str, Any], dag_id: str, count: int, timeout_s: int = 1800) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout_s
+    runs: list[dict[str, Any]] = []
+    last = None
+    while time.monotonic() < deadline:
+        runs = _runs(standalone, dag_id)
+        states = sorted(r["state"] for r in runs)
+        if states != last:
+            print(f"[test] {dag_id}: {states}", flush=True)
+            last = states
+        assert "failed" not in states, runs
+        if len(runs) >= count and all(s == "success" for s in states):
+            return runs
+        time.sleep(5)
+    pytest.fail(f"{dag_id}: runs not successful after {timeout_s} s: {runs}")
+
+
+@pytest.fixture(scope="module")
+def pipeline(standalone):
+    env = standalone["env"]
+    for dag_id in ("topk_stream", "theta_backfill"):
+        _airflow(env, "dags", "unpause", dag_id)
+    for date in TOPK_DATES:  # in order: each run depends on the previous one (state)
+        _airflow(env, "dags", "trigger", "topk_stream", "--logical-date", date, "-c", json.dumps(CONF))
+    _airflow(
+        env, "backfill", "create", "--dag-id", "theta_backfill",
+        "--from-date", THETA_FROM, "--to-date", THETA_TO, "--dag-run-conf", json.dumps(CONF),
+    )  # fmt: skip
+    topk = _wait(standalone, "topk_stream", len(TOPK_DATES))
+    theta = _wait(standalone, "theta_backfill", 1)
+    return {"topk": topk, "theta": theta}
+
+
+def test_scheduler_runs_the_pipeline_and_a_backfill_like_a_direct_run(standalone, pipeline):
+    env, home = standalone["env"], standalone["home"]
+    assert sorted(r["logical_date"] for r in pipeline["topk"]) == TOPK_DATES
+    assert [r["state"] for r in pipeline["theta"]] == ["success"]
+    spark_python = str(Path(env["OOO_SPARK_VENV"]) / "bin" / "python")
+    through_airflow = run_probe(spark_python, OUTPUTS, "OUT", env)
+
+    direct = dict(env, OOO_LAKE_ROOT=str(home / "direct-lake"))
+    _stage(direct, "topk-stream", "--source", SOURCE, *TOPK_DEFAULTS,
+           "--start", TOPK_SPAN[0], "--end", TOPK_SPAN[1], "--every-s", "60")  # fmt: skip
+    _stage(direct, "theta-join", "--source", SOURCE, *THETA_DEFAULTS, "--start", "1970-01-01T02:59:00",
+           "--end", "1970-01-01T03:00:00")  # fmt: skip
+    expected = run_probe(spark_python, OUTPUTS, "OUT", direct)
+
+    assert through_airflow["topk_results"], "the replay produced no top-k result"
+    assert through_airflow["theta_results"], "the backfill produced no θ-join row"
+    for table, rows in through_airflow.items():
+        keys = [json.dumps(r[:4]) for r in rows]
+        assert len(keys) == len(set(keys)), f"duplicates in {table}"
+        assert rows == expected[table], table
+
+    # every run ended with its own quality report page and Data Docs entries
+    reports = home / "reports"
+    for run in pipeline["topk"]:
+        safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in f"topk_stream__{run['run_id']}")
+        assert (reports / "quality" / "runs" / f"{safe.strip('_')}.html").is_file(), run["run_id"]
+    assert "topk_completeness" in (reports / "data_docs" / "index.html").read_text()
+
+
+def _browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    assert chromium and driver, "chromium and chromium-driver are installed by infra/setup.sh"
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1000",
+    ):
+        opts.add_argument(arg)
+    return webdriver.Chrome(service=Service(driver), options=opts)
+
+
+def test_browser_logs_in_finds_a_successful_run_and_opens_the_reports(standalone, pipeline):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    shots = Path(os.environ.get("OOO_TEST_ARTIFACTS", REPO / ".local" / "test-artifacts")) / "browser"
+    shots.mkdir(parents=True, exist_ok=True)
+    url = standalone["url"]
+    browser = _browser()
+    wait = WebDriverWait(browser, 60)
+
+    def page_has(text: str) -> None:
+        wait.until(lambda b: text in b.find_element(By.TAG_NAME, "body").text)
+
+    try:
+        browser.get(f"{url}/")
+        wait.until(ec.presence_of_element_located((By.NAME, "username")))
+        browser.save_screenshot(str(shots / "01-login.png"))
+        browser.find_element(By.NAME, "username").send_keys("admin")
+        browser.find_element(By.NAME, "password").send_keys(standalone["password"])
+        browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        wait.until(lambda b: "/auth/login" not in b.current_url)
+
+        browser.get(f"{url}/dags")
+        page_has("topk_stream")
+        page_has("theta_backfill")
+        browser.save_screenshot(str(shots / "02-dags.png"))
+
+        run = next(r for r in pipeline["topk"] if r["logical_date"] == TOPK_DATES[1])
+        browser.get(f"{url}/dags/topk_stream/runs/{run['run_id']}")
+        page_has(run["run_id"])
+        page_has("success")
+        browser.save_screenshot(str(shots / "03-run.png"))
+
+        # the plugin's page for this run, as its "Quality report" tab and extra link open it
+        browser.get(f"{url}/outoforder/run/topk_stream/{run['run_id']}")
+        page_has("Data quality: run topk_stream__")
+        page_has("Continuous top-k")
+        browser.save_screenshot(str(shots / "04-run-report.png"))
+        browser.find_element(By.LINK_TEXT, "Cumulative report").click()
+        page_has("Data quality: cumulative")
+        page_has("θ-join backfills")
+        browser.save_screenshot(str(shots / "05-report.png"))
+
+        browser.find_element(By.LINK_TEXT, "Great Expectations Data Docs").click()
+        page_has("topk_completeness")
+        browser.save_screenshot(str(shots / "06-data-docs.png"))
+    finally:
+        browser.quit()
+    print(f"[test] screenshots in {shots}", flush=True)
+    assert len(list(shots.glob("0*.png"))) == 6

@@ -1,0 +1,138 @@
+"""Checkpoints (GX results, Data Docs, the run log) and the quality report, on a real lake."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pandas as pd
+import pytest
+
+from outoforder.errors import ConfigError, QualityError
+from outoforder.io import delta
+from outoforder.io.tables import QUALITY_MEASURES, QUALITY_RUNS
+from outoforder.quality.checkpoints import conclude, run_checkpoint
+from outoforder.quality.measures import record_measures
+from outoforder.quality.report import build_reports
+
+pytestmark = [pytest.mark.spark, pytest.mark.delta]
+
+
+def _frames(spark, recall):
+    results = spark.createDataFrame(
+        pd.DataFrame({"r_seq": [1, 2], "s_seq": [1, 1], "d_r_us": [5, 5], "d_s_us": [7, 7]})
+    )
+    return {"join_results": results, "join_recall": spark.createDataFrame(pd.DataFrame({"recall": recall}))}
+
+
+def test_checkpoint_keeps_results_docs_and_one_row_per_suite_per_run(spark, settings):
+    first = run_checkpoint(
+        settings,
+        "join",
+        _frames(spark, [0.99, 0.8]),
+        source="s",
+        job="qj-1",
+        run_name="join_stream__r1",
+        q_user=0.9,
+    )
+    verdicts = {r.suite: r.success for r in first}
+    assert verdicts == {"join_results": True, "join_recall": False}
+    docs = settings.quality.docs_dir
+    assert (docs / "index.html").is_file()
+    for r in first:
+        assert r.docs_page is not None and (docs / r.docs_page).is_file()
+        assert "join_stream__r1" in r.docs_page
+    with pytest.raises(QualityError, match="join_recall"):
+        conclude(first, "stream join", fail=True)
+    conclude(first, "stream join", fail=False)  # warn: reported, not raised
+    # the same run again replaces its rows; another run adds its own
+    run_checkpoint(
+        settings,
+        "join",
+        _frames(spark, [0.99]),
+        source="s",
+        job="qj-1",
+        run_name="join_stream__r1",
+        q_user=0.9,
+    )
+    run_checkpoint(
+        settings,
+        "join",
+        _frames(spark, [0.95]),
+        source="s",
+        job="qj-1",
+        run_name="join_stream__r2",
+        q_user=0.9,
+    )
+    runs = delta.read(spark, QUALITY_RUNS, settings.lake_root).toPandas()
+    assert sorted(runs["run_name"]) == ["join_stream__r1"] * 2 + ["join_stream__r2"] * 2
+    assert runs["success"].all()  # the re-run of r1 passed and replaced the failed verdict
+    index = (docs / "index.html").read_text()
+    assert index.count("join_recall") >= 3  # every validation so far is listed in Data Docs
+
+
+def test_checkpoint_refuses_unknown_names(spark, settings):
+    frame = spark.createDataFrame(pd.DataFrame({"recall": [1.0]}))
+    with pytest.raises(ConfigError, match="unknown checkpoint 'nope'"):
+        run_checkpoint(settings, "nope", {"x": frame}, source="s", job="j")
+    with pytest.raises(ConfigError, match="checkpoint 'join' has no suite topk_accuracy"):
+        run_checkpoint(settings, "join", {"topk_accuracy": frame}, source="s", job="j")
+
+
+def test_docs_can_be_switched_off(spark, settings):
+    quiet = dataclasses.replace(settings, quality=dataclasses.replace(settings.quality, build_docs=False))
+    (r,) = run_checkpoint(
+        quiet, "join", {"join_recall": _frames(spark, [1.0])["join_recall"]}, source="s", job="j", q_user=0.5
+    )
+    assert r.success and r.docs_page is None
+    assert not (quiet.quality.docs_dir / "index.html").exists()
+
+
+def test_report_shows_targets_measures_and_validations_cumulative_and_per_run(spark, settings):
+    period = 5_000_000
+    t0 = 10_000_000_000
+    record_measures(
+        spark, settings, "src", "qj-1", "join_recall",
+        [(i, t0 + i * period, t0 + (i + 1) * period, r, 0.9, r >= 0.9)
+         for i, r in enumerate([0.95, 0.85, 1.0])],
+    )  # fmt: skip
+    record_measures(
+        spark, settings, "src", "tk-1", "topk_hit_rate",
+        [(i, t0 + i * period, t0 + (i + 1) * period, 1.0, 0.95, True) for i in range(4)],
+    )  # fmt: skip
+    run_checkpoint(
+        settings,
+        "join",
+        _frames(spark, [0.95, 0.85, 1.0]),
+        source="src",
+        job="qj-1",
+        run_name="a",
+        q_user=0.9,
+    )
+    run_checkpoint(
+        settings, "join", _frames(spark, [1.0]), source="src", job="qj-1", run_name="b", q_user=0.9
+    )
+    # re-recording replaces the job's measure rows (validations recompute the whole history)
+    record_measures(
+        spark, settings, "src", "tk-1", "topk_hit_rate",
+        [(i, t0 + i * period, t0 + (i + 1) * period, 1.0, 0.95, True) for i in range(4)],
+    )  # fmt: skip
+    assert delta.read(spark, QUALITY_MEASURES, settings.lake_root).count() == 7
+
+    cumulative, run_page = build_reports(spark, settings, run_name="b", start_us=t0, end_us=t0 + 2 * period)
+    assert cumulative == settings.quality.reports_dir / "quality" / "index.html"
+    page = cumulative.read_text()
+    assert "<svg" in page and "<script" not in page  # self-contained, static
+    assert "recall ≥ 0.9 per period" in page and "mean 0.9333, 66.7% of 3 met" in page
+    assert "mean accuracy ≥ 0.95" in page
+    assert "Stream join (QJoin)" in page and "Continuous top-k" in page
+    assert "Sliding-window aggregates" not in page  # nothing of it in this lake
+    links = re.findall(r'href="(\.\./data_docs/validations/[^"]+)"', page)
+    assert links and all((cumulative.parent / link).resolve().is_file() for link in links)
+    assert page.count(">FAILED<") == 0  # the latest verdict per suite is b's (passed)
+
+    one = run_page.read_text()
+    assert run_page.parent == cumulative.parent / "runs"
+    assert "of 2 met" in one  # only the periods ending inside the run's interval
+    assert ">b<" in one and ">a<" not in one  # only this run's validations
+    assert 'href="../index.html"' in one
