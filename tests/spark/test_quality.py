@@ -119,7 +119,7 @@ def test_report_shows_targets_measures_and_validations_cumulative_and_per_run(sp
     )  # fmt: skip
     assert delta.read(spark, QUALITY_MEASURES, settings.lake_root).count() == 7
 
-    cumulative, run_page = build_reports(spark, settings, run_name="b", start_us=t0, end_us=t0 + 2 * period)
+    cumulative, run_page = build_reports(spark, settings, run_name="b", start_us=t0, end_us=t0 + 2 * period + 1)
     assert cumulative == settings.quality.reports_dir / "quality" / "index.html"
     page = cumulative.read_text()
     assert "<svg" in page and "<script" not in page  # self-contained, static
@@ -133,6 +133,6 @@ def test_report_shows_targets_measures_and_validations_cumulative_and_per_run(sp
 
     one = run_page.read_text()
     assert run_page.parent == cumulative.parent / "runs"
-    assert "of 2 met" in one  # only the periods ending inside the run's interval
+    assert "mean 0.9000, 50.0% of 2 met" in one  # only the periods ending inside the run's interval
     assert ">b<" in one and ">a<" not in one  # only this run's validations
     assert 'href="../index.html"' in one
