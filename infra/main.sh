@@ -43,13 +43,14 @@ echo "[main] airflow dags test pipeline -c '$conf'"
 # progress: the stages' own lines and Airflow's task transitions; everything else only in the log
 set +e
 airflow dags test pipeline -c "$conf" 2>&1 | tee "$log" \
-  | sed -nE -e 's/.*(\[(demo|ingest|inject|stats|quality|join[a-z-]*|validate-[a-z]+|aggregate-[a-z]+|theta|topk-stream|report)\].*)/\1/p' \
-            -e 's/.*Marking task as ([A-Z_]+).*task_id=([a-z_]+).*/[main] task \2: \1/p' \
-  | sed -E 's/", *"(run_id|dag_id|task_id|logger|map_index|ti_id|try_number|filename|lineno)".*$//; s/ \[airflow[^]]*\].*$//'
+  | sed -unE -e 's/.*(\[(demo|ingest|inject|stats|quality|join[a-z-]*|validate-[a-z]+|aggregate-[a-z]+|theta|topk-stream|report)\].*)/\1/p' \
+            -e 's/.*\[DAG TEST\] starting task_id=([a-z_]+).*/[main] task \1 started/p' \
+            -e 's/.*\[DAG TEST\] end task task_id=([a-z_]+).*/[main] task \1 ended/p' \
+  | sed -uE 's/", *"(run_id|dag_id|task_id|logger|map_index|ti_id|try_number|filename|lineno)".*$//; s/ \[airflow[^]]*\].*$//'
 set -e
 if ! grep -q 'state=success' "$log"; then
   echo "[main] the pipeline did not succeed: see $log (the failed task's lines are there)" >&2
   exit 1
 fi
 echo "[main] pipeline done through Airflow in $((SECONDS - t0)) s"
-"$py" -m outoforder.stages report --headline
+"$py" -m outoforder.stages report --headline 2>>"$log"

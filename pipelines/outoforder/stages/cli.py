@@ -335,9 +335,10 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     for step in DEMO_STEPS:
         if step in chosen:
             steps[step]()
+    what = "done" if args.steps is None else f"{', '.join(chosen)} done"
     print(
-        f"[demo] done in {time.monotonic() - t0:.0f} s; lake at {settings.lake_root}; statistics and the "
-        f"join quality summary in {settings.quality.reports_dir}",
+        f"[demo] {what} in {time.monotonic() - t0:.0f} s; lake at {settings.lake_root}; reports in "
+        f"{settings.quality.reports_dir}",
         flush=True,
     )
     return 0
