@@ -119,7 +119,8 @@ def test_report_shows_targets_measures_and_validations_cumulative_and_per_run(sp
     )  # fmt: skip
     assert delta.read(spark, QUALITY_MEASURES, settings.lake_root).count() == 7
 
-    cumulative, run_page = build_reports(spark, settings, run_name="b", start_us=t0, end_us=t0 + 2 * period + 1)
+    end = t0 + 2 * period + 1
+    cumulative, run_page = build_reports(spark, settings, run_name="b", start_us=t0, end_us=end)
     assert cumulative == settings.quality.reports_dir / "quality" / "index.html"
     page = cumulative.read_text()
     assert "<svg" in page and "<script" not in page  # self-contained, static
