@@ -66,7 +66,9 @@ def test_unknown_dataset_fails_in_plan_before_spark_starts(airflow_env):
     out = run.stdout + run.stderr
     assert "unknown dataset 'nope'" in out
     assert "state=failed" in out
-    assert "SparkSubmitHook" not in out  # ingest never started: upstream failed
+    # ingest and its check never started (upstream failed); the run's report still ran (all_done)
+    assert "starting task_id=ingest " not in out and "starting task_id=validate_bronze " not in out
+    assert "starting task_id=quality_report " in out
 
 
 RESULTS = r"""
