@@ -133,6 +133,10 @@ class QualitySettings:
         """Whether a violated target fails the stage."""
         return self.on_violation == "fail"
 
+    def fails(self, override: bool | None) -> bool:
+        """A caller's explicit choice, else the configured :attr:`fail`."""
+        return self.fail if override is None else override
+
 
 @dataclass(frozen=True)
 class Settings:

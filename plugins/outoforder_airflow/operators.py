@@ -89,5 +89,4 @@ class StageOperator(SparkSubmitOperator):
         """Resolve Delta's jars, then submit as ``SparkSubmitOperator`` does."""
         # resolved here, not at parse: a DAG file must parse where the jar cache is not set up
         self.jars = ",".join(load_settings().spark.jar_paths())
-        self._hook = None  # the hook is built from the attributes above
         super().execute(context)

@@ -10,13 +10,9 @@ reports may be read.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-
-def safe_run_name(name: str) -> str:
-    """As :func:`outoforder.quality.checkpoints.safe_run_name` (kept free of GX imports here)."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "run"
+from outoforder.quality.checkpoints import safe_run_name  # stdlib-only at import (GX is imported lazily)
 
 
 def create_app() -> Any:

@@ -72,5 +72,5 @@ def validate_bronze(
         event_hi=hi,
         streams=KNOWN_STREAMS,
     )
-    conclude(results, "bronze", settings.quality.fail if fail is None else fail)
+    conclude(results, "bronze", settings.quality.fails(fail))
     return results

@@ -11,7 +11,6 @@ replays share one clock for event and arrival time), validations by run name.
 
 from __future__ import annotations
 
-import html
 import io
 import os
 from collections.abc import Callable, Iterator, Mapping
@@ -112,14 +111,18 @@ def _clock(us: int) -> str:
     return datetime.fromtimestamp(us / 1e6, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
 
 
-class _Lake:
-    """Reads tables once each, as pandas frames (empty when a table does not exist yet)."""
+class LakeTables:
+    """Reads tables once each, as pandas frames (empty when a table does not exist yet).
+
+    One instance serves every page and the headline of one report run.
+    """
 
     def __init__(self, spark: SparkSession, settings: Settings) -> None:
         self.spark, self.settings = spark, settings
         self._cache: dict[str, pd.DataFrame] = {}
 
     def get(self, table: Any, columns: list[str] | None = None) -> pd.DataFrame:
+        """The table (only ``columns`` when given) as read the first time it was asked for."""
         import pandas as pd
 
         from outoforder.io import delta
@@ -182,7 +185,7 @@ def _steps_panel(
     return Panel(title, explain, svg=_svg(fig))
 
 
-def _join_section(lake: _Lake, w: Window) -> Section | None:
+def _join_section(lake: LakeTables, w: Window) -> Section | None:
     from outoforder.io.tables import JOIN_BUFFER, JOIN_PARAMS, JOIN_RESULTS, QUALITY_MEASURES
 
     measures = w.keep(lake.get(QUALITY_MEASURES), "end_us")
@@ -237,7 +240,7 @@ def _join_section(lake: _Lake, w: Window) -> Section | None:
     return s
 
 
-def _aggregate_section(lake: _Lake, w: Window) -> Section | None:
+def _aggregate_section(lake: LakeTables, w: Window) -> Section | None:
     from outoforder.io.tables import (
         AGG_BUFFER,
         AGG_CONTROL,
@@ -280,7 +283,7 @@ def _aggregate_section(lake: _Lake, w: Window) -> Section | None:
         s.panels.append(
             _measure_panel(part, f"{source} · {job}: windows", "relative error at emission", False, True)
         )
-    emitted = results.dropna(subset=["slack_us"]) if not results.empty else results
+    emitted = results.dropna(subset=["slack_us"])
     for source, job, part in _jobs(emitted):
         fig, ax = _figure(
             "slack K at emission (ms)", "event time of the window's end (seconds from the first)"
@@ -362,7 +365,9 @@ def _aggregate_section(lake: _Lake, w: Window) -> Section | None:
     return s
 
 
-def _topk_section(lake: _Lake, w: Window) -> Section | None:
+def _topk_section(lake: LakeTables, w: Window) -> Section | None:
+    import pandas as pd
+
     from outoforder.io.tables import QUALITY_MEASURES, TOPK_CACHE, TOPK_LATE, TOPK_WINDOWS
 
     measures = w.keep(lake.get(QUALITY_MEASURES), "end_us")
@@ -400,8 +405,6 @@ def _topk_section(lake: _Lake, w: Window) -> Section | None:
             "late memberships": int(rows["late"].sum()),
             "windows with late tuples": int((rows["late"] > 0).sum()),
         }
-        import pandas as pd
-
         s.panels.append(
             Panel(
                 f"{source} · {job}: emissions",
@@ -413,7 +416,7 @@ def _topk_section(lake: _Lake, w: Window) -> Section | None:
     return s
 
 
-def _theta_section(lake: _Lake, w: Window) -> Section | None:
+def _theta_section(lake: LakeTables, w: Window) -> Section | None:
     from outoforder.io.tables import THETA_WINDOWS
 
     wins = w.keep(lake.get(THETA_WINDOWS), "window_end_us")
@@ -439,7 +442,7 @@ def _theta_section(lake: _Lake, w: Window) -> Section | None:
     return s
 
 
-def _inputs_section(lake: _Lake, w: Window) -> Section | None:
+def _inputs_section(lake: LakeTables, w: Window) -> Section | None:
     from outoforder.io.tables import INGEST_LOG, QUARANTINE
 
     log = lake.get(INGEST_LOG)
@@ -477,7 +480,7 @@ def _inputs_section(lake: _Lake, w: Window) -> Section | None:
     return s
 
 
-def _validations(lake: _Lake, w: Window, docs_rel: str) -> tuple[list[dict[str, Any]], str]:
+def _validations(lake: LakeTables, w: Window, docs_rel: str) -> tuple[list[dict[str, Any]], str]:
     from outoforder.io.tables import QUALITY_RUNS
 
     runs = lake.get(QUALITY_RUNS)
@@ -510,7 +513,7 @@ def _validations(lake: _Lake, w: Window, docs_rel: str) -> tuple[list[dict[str, 
     return rows, _table(history.reset_index())
 
 
-def _headline(lake: _Lake, w: Window) -> list[dict[str, Any]]:
+def _headline(lake: LakeTables, w: Window) -> list[dict[str, Any]]:
     from outoforder.io.tables import QUALITY_MEASURES
 
     measures = w.keep(lake.get(QUALITY_MEASURES), "end_us")
@@ -533,7 +536,7 @@ def _headline(lake: _Lake, w: Window) -> list[dict[str, Any]]:
     return rows
 
 
-def _baselines(lake: _Lake) -> list[dict[str, Any]]:
+def _baselines(lake: LakeTables) -> list[dict[str, Any]]:
     """The join evaluation's candidates side by side: recall and memory against QJoin's."""
     from outoforder.io.tables import JOIN_METRICS
 
@@ -565,9 +568,8 @@ def _baselines(lake: _Lake) -> list[dict[str, Any]]:
     return rows
 
 
-def headline_text(spark: SparkSession, settings: Settings) -> str:
+def headline_text(lake: LakeTables) -> str:
     """The headline tables as plain text (what the main job prints at its end)."""
-    lake = _Lake(spark, settings)
     lines = ["Targets and what was achieved (against exact recomputation):"]
     head = _headline(lake, Window())
     if not head:
@@ -590,11 +592,11 @@ def headline_text(spark: SparkSession, settings: Settings) -> str:
     return "\n".join(lines)
 
 
-def render(spark: SparkSession, settings: Settings, out: Path, window: Window, title: str) -> Path:
+def render(lake: LakeTables, out: Path, window: Window, title: str) -> Path:
     """Write one report page to ``out``."""
     import jinja2
 
-    lake = _Lake(spark, settings)
+    settings = lake.settings
     out.parent.mkdir(parents=True, exist_ok=True)
     docs_rel = Path(os.path.relpath(settings.quality.docs_dir, out.parent)).as_posix()
     sections = [
@@ -630,7 +632,6 @@ def render(spark: SparkSession, settings: Settings, out: Path, window: Window, t
         history=history,
         docs_index=f"{docs_rel}/index.html" if settings.quality.build_docs else "",
         cumulative="../index.html" if window.run_name else "",
-        escape=html.escape,
     )
     out.write_text(page, encoding="utf-8")
     return out
@@ -648,14 +649,17 @@ def build_reports(
     run_name: str | None = None,
     start_us: int | None = None,
     end_us: int | None = None,
+    tables: LakeTables | None = None,
 ) -> list[Path]:
-    """Write the cumulative report and, given a run name, the run's own page; return their paths."""
+    """Write the cumulative report and, given a run name, the run's own page; return their paths.
+
+    ``tables`` shares the tables read with a caller that also wants :func:`headline_text`.
+    """
+    lake = tables if tables is not None else LakeTables(spark, settings)
     cumulative, per_run = report_paths(settings, run_name)
-    written = [render(spark, settings, cumulative, Window(), "Data quality: cumulative")]
+    written = [render(lake, cumulative, Window(), "Data quality: cumulative")]
     if per_run is not None:
         written.append(
-            render(
-                spark, settings, per_run, Window(start_us, end_us, run_name), f"Data quality: run {run_name}"
-            )
+            render(lake, per_run, Window(start_us, end_us, run_name), f"Data quality: run {run_name}")
         )
     return written

@@ -800,5 +800,5 @@ def validate(
         f"{int(settled['exact_now'].sum()):,} of them exact; {int(frame['value'].isna().sum()):,} missing",
         flush=True,
     )
-    conclude(suites, "aggregates", settings.quality.fail if fail is None else fail)
+    conclude(suites, "aggregates", settings.quality.fails(fail))
     return suites

@@ -663,17 +663,16 @@ def cmd_validate_topk(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
     """The data-quality report: the cumulative page, and a run's page given --run-name."""
-    from outoforder.quality.report import build_reports
+    from outoforder.quality.report import LakeTables, build_reports, headline_text
 
     start = _instant(args.start) if args.start is not None else None
     end = _instant(args.end) if args.end is not None else None
     spark = _spark(settings, "report")
-    for path in build_reports(spark, settings, args.run_name, start, end):
+    tables = LakeTables(spark, settings)
+    for path in build_reports(spark, settings, args.run_name, start, end, tables=tables):
         print(f"[report] written {path}", flush=True)
     if args.headline:
-        from outoforder.quality.report import headline_text
-
-        print(headline_text(spark, settings), flush=True)
+        print(headline_text(tables), flush=True)
     return 0
 
 

@@ -579,5 +579,5 @@ def validate(
         ),
         flush=True,
     )
-    conclude(suites, "stream join", settings.quality.fail if fail is None else fail)
+    conclude(suites, "stream join", settings.quality.fails(fail))
     return suites

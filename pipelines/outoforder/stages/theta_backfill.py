@@ -305,7 +305,7 @@ def validate(
     conclude(
         suites,
         f"θ-join {jid} of {source}: {len(starts)} windows, {len(picks)} checked against DuckDB",
-        settings.quality.fail if fail is None else fail,
+        settings.quality.fails(fail),
     )
     return suites
 

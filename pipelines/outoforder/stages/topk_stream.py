@@ -430,5 +430,5 @@ def validate(
     acc = "no closed window" if mean is None or mean[0] is None else f"accuracy {mean[0]:.4f}"
     what = f"top-{job.k} {job_id(job)} of {source}: {n_all} windows, {n_closed} closed, {acc}"
     print(f"[validate-topk] {what} (ε_min {job.eps_min})", flush=True)
-    conclude(suites, what, settings.quality.fail if fail is None else fail)
+    conclude(suites, what, settings.quality.fails(fail))
     return suites
