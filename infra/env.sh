@@ -19,3 +19,5 @@ export PYSPARK_DRIVER_PYTHON="$OOO_SPARK_VENV/bin/python"
 
 export OOO_LOCAL="${OOO_LOCAL:-$OOO_REPO/.local}"
 export AIRFLOW_HOME="${AIRFLOW_HOME:-$OOO_LOCAL/airflow}"
+# hadoop-aws + the AWS SDK bundle, for a lake on s3a:// (fetched by setup.sh, ~650 MB, never committed)
+export OOO_S3A_JARS_DIR="$OOO_HOME/jars/s3a-$(_ooo_hash "$OOO_REPO/infra/maven/s3a/pom.xml")"

@@ -8,14 +8,15 @@ def test_defaults_are_the_embedded_local_setup():
     s = load_settings(env={})
     assert s.spark.master == "local[2]"
     assert 2 <= s.spark.shuffle_partitions <= 8
-    assert s.lake_root == REPO_ROOT / ".local" / "lake"
+    assert s.lake_root == str(REPO_ROOT / ".local" / "lake")
+    assert s.work_dir == REPO_ROOT / ".local"
     assert s.ingest.plausible_range("ooo")[0] < s.ingest.plausible_range("ooo")[1]
 
 
 def test_environment_overrides_the_file(tmp_path):
     s = load_settings(env={"OOO_SPARK_MASTER": "spark://h:7077", "OOO_LAKE_ROOT": str(tmp_path)})
     assert s.spark.master == "spark://h:7077"
-    assert s.lake_root == tmp_path
+    assert s.lake_root == str(tmp_path)
 
 
 def test_a_user_file_overrides_only_what_it_names(tmp_path):
@@ -47,6 +48,35 @@ def test_bad_settings_fail_with_a_clear_message(tmp_path, text, match):
 def test_missing_jars_explain_how_to_fix_it(tmp_path):
     s = load_settings(env={"OOO_SPARK_JARS_DIR": str(tmp_path)})
     with pytest.raises(ConfigError, match=r"infra/setup\.sh"):
-        s.spark.to_conf()
+        s.spark_conf()
     with pytest.raises(ConfigError, match="not found"):
         load_settings(tmp_path / "nope.toml", env={})
+
+
+def test_an_s3a_lake_adds_the_s3a_settings_and_jars_and_keeps_local_files_local(tmp_path):
+    delta, s3a = tmp_path / "delta", tmp_path / "s3a"
+    for folder, jar in ((delta, "delta-spark.jar"), (s3a, "hadoop-aws.jar")):
+        folder.mkdir()
+        (folder / jar).write_bytes(b"")
+    env = {
+        "OOO_LAKE_ROOT": "s3a://lake/prefix/",
+        "OOO_SPARK_JARS_DIR": str(delta),
+        "OOO_S3A_JARS_DIR": str(s3a),
+        "OOO_S3_ACCESS_KEY": "k",
+        "OOO_S3_SECRET_KEY": "s",
+    }
+    s = load_settings(env=env)
+    assert s.lake_is_remote and s.lake_root == "s3a://lake/prefix"
+    assert s.work_dir == REPO_ROOT / ".local"
+    conf = s.spark_conf()
+    assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:9000"
+    assert conf["spark.hadoop.fs.s3a.input.stream.type"] == "classic"
+    assert conf["spark.executor.extraClassPath"] == f"{delta / 'delta-spark.jar'}:{s3a / 'hadoop-aws.jar'}"
+    assert "spark.jars" not in conf
+    local = load_settings(env={"OOO_SPARK_JARS_DIR": str(delta)}).spark_conf()
+    assert not any(k.startswith("spark.hadoop.fs.s3a") for k in local)
+    assert local["spark.driver.extraClassPath"] == str(delta / "delta-spark.jar")
+    with pytest.raises(ConfigError, match="OOO_S3_ACCESS_KEY"):
+        load_settings(env={**env, "OOO_S3_ACCESS_KEY": ""}).spark_conf()
+    with pytest.raises(ConfigError, match="only local folders and s3a"):
+        load_settings(env={"OOO_LAKE_ROOT": "gs://x"})

@@ -40,25 +40,15 @@ class SparkSettings:
             raise ConfigError(msg)
 
     def jar_paths(self) -> list[str]:
-        """The Delta jars to pass as ``spark.jars``; fails clearly when setup has not fetched them."""
-        if not self.jars_dir:
-            msg = "no Delta jar folder configured: run infra/setup.sh, or set OOO_SPARK_JARS_DIR"
-            raise ConfigError(msg)
-        folder = Path(self.jars_dir)
-        jars = sorted(str(p) for p in folder.glob("*.jar"))
-        if not jars:
-            msg = f"no jars in {folder}: run infra/setup.sh to fetch Delta's jars with Maven"
-            raise ConfigError(msg)
-        return jars
+        """Delta's jars from the Maven cache; fails clearly when setup has not fetched them."""
+        return _jars(self.jars_dir, "Delta", "OOO_SPARK_JARS_DIR")
 
-    def to_conf(self, with_jars: bool = True) -> dict[str, str]:
-        """Every Spark setting the project relies on, as strings (session builder and spark-submit).
+    def to_conf(self) -> dict[str, str]:
+        """The Spark settings the project relies on, as strings, without the jars.
 
-        ``with_jars=False`` leaves out ``spark.jars`` (Airflow resolves it when a task runs, so a
-        DAG file parses even where the jar cache is not set up).
+        :meth:`Settings.spark_conf` adds the jars, the storage settings and ``conf``.
         """
-        conf = {"spark.jars": ",".join(self.jar_paths())} if with_jars else {}
-        conf |= {
+        conf = {
             "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
             "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
             "spark.sql.shuffle.partitions": str(self.shuffle_partitions),
@@ -78,8 +68,74 @@ class SparkSettings:
             # (30 min) lets a long-lived session fill the driver heap with dead blocks.
             "spark.cleaner.periodicGC.interval": "2min",
         }
-        conf.update(self.conf)
         return conf
+
+
+def _jars(folder_name: str, what: str, env_var: str) -> list[str]:
+    if not folder_name:
+        msg = f"no {what} jar folder configured: run infra/setup.sh, or set {env_var}"
+        raise ConfigError(msg)
+    folder = Path(folder_name)
+    jars = sorted(str(p) for p in folder.glob("*.jar"))
+    if not jars:
+        msg = f"no jars in {folder}: run infra/setup.sh to fetch the {what} jars with Maven"
+        raise ConfigError(msg)
+    return jars
+
+
+def is_remote(root: str | os.PathLike[str]) -> bool:
+    """Whether a lake root is an object-store URI (``s3a://bucket/prefix``) rather than a folder.
+
+    >>> is_remote("s3a://lake/prefix"), is_remote("/tmp/lake")
+    (True, False)
+    """
+    return "://" in str(root)
+
+
+@dataclass(frozen=True)
+class StorageSettings:
+    """The S3-compatible object store under an ``s3a://`` lake (MinIO on loopback by default).
+
+    Only used when the lake root is an ``s3a://`` URI; a local lake needs none of it.
+    """
+
+    endpoint: str = "http://127.0.0.1:9000"
+    access_key: str = ""
+    secret_key: str = ""
+    region: str = "us-east-1"
+    path_style: bool = True  # MinIO and most S3-compatible servers want path-style addressing
+    jars_dir: str = ""  # hadoop-aws and the AWS SDK bundle, fetched by infra/setup.sh
+    landing_uri: str = "s3a://landing"  # raw files dropped under <landing_uri>/incoming/
+    publish_uri: str = ""  # where the report stage uploads the reports and Data Docs ("" = nowhere)
+
+    def jar_paths(self) -> list[str]:
+        """hadoop-aws and the AWS SDK bundle from the Maven cache."""
+        return _jars(self.jars_dir, "s3a (hadoop-aws, AWS SDK)", "OOO_S3A_JARS_DIR")
+
+    def to_conf(self) -> dict[str, str]:
+        """The s3a filesystem's Spark settings (``spark.hadoop.fs.s3a.*``)."""
+        if not (self.access_key and self.secret_key):
+            msg = (
+                "an s3a:// lake needs storage.access_key and storage.secret_key "
+                "(OOO_S3_ACCESS_KEY, OOO_S3_SECRET_KEY)"
+            )
+            raise ConfigError(msg)
+        s3a = "spark.hadoop.fs.s3a."
+        return {
+            f"{s3a}endpoint": self.endpoint,
+            f"{s3a}endpoint.region": self.region,
+            f"{s3a}access.key": self.access_key,
+            f"{s3a}secret.key": self.secret_key,
+            f"{s3a}path.style.access": str(self.path_style).lower(),
+            f"{s3a}connection.ssl.enabled": str(self.endpoint.startswith("https://")).lower(),
+            f"{s3a}aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+            # Hadoop 3.5 reads through the analytics accelerator by default; the classic stream
+            # is the one tested against S3-compatible servers (STACK.md).
+            f"{s3a}input.stream.type": "classic",
+            # Delta's log on S3: one driver writes a table at a time (the DAGs never write one
+            # table from two tasks at once; see docs/deploy.md).
+            "spark.delta.logStore.s3a.impl": "io.delta.storage.S3SingleDriverLogStore",
+        }
 
 
 @dataclass(frozen=True)
@@ -140,14 +196,59 @@ class QualitySettings:
 
 @dataclass(frozen=True)
 class Settings:
-    """All settings; build with :func:`load_settings`."""
+    """All settings; build with :func:`load_settings`.
 
-    lake_root: Path
+    ``lake_root`` is a local folder (kept as an absolute path string) or an ``s3a://`` URI.
+    ``work_root`` is the local folder for the driver's own files (landing copies, the scheduler's
+    status files, benchmarks); by default the lake's parent folder, or ``.local`` for a remote lake.
+    """
+
+    lake_root: str
     data_dir: Path
     spark: SparkSettings
     ingest: IngestSettings
     demo: DemoSettings
     quality: QualitySettings = field(default_factory=QualitySettings)
+    storage: StorageSettings = field(default_factory=StorageSettings)
+    work_root: Path | None = None
+
+    def __post_init__(self) -> None:
+        # accept a Path (tests and callers build settings with dataclasses.replace)
+        object.__setattr__(self, "lake_root", _lake(str(self.lake_root)))
+
+    @property
+    def lake_is_remote(self) -> bool:
+        """Whether the lake is on object storage."""
+        return is_remote(self.lake_root)
+
+    @property
+    def work_dir(self) -> Path:
+        """Local folder for the driver's own files (see the class docstring)."""
+        return self.work_root or _default_work_dir(self.lake_root)
+
+    def jar_paths(self) -> list[str]:
+        """Every jar a session needs: Delta's, and s3a's when the lake is on object storage."""
+        jars = self.spark.jar_paths()
+        return jars + self.storage.jar_paths() if self.lake_is_remote else jars
+
+    def spark_conf(self, with_jars: bool = True) -> dict[str, str]:
+        """Every Spark setting, as strings, for the session builder and for spark-submit.
+
+        The jars go on the driver's and the executors' class path rather than ``spark.jars``:
+        ``spark.jars`` would copy them (650 MB with s3a) into every executor's folder for every
+        application. A cluster's workers therefore need the jar cache at the same path (true for
+        the loopback cluster of infra/spark-cluster.sh; docker-compose mounts it).
+        ``with_jars=False`` leaves them out (Airflow resolves them when a task runs, so a DAG file
+        parses even where the jar cache is not set up).
+        """
+        conf = self.spark.to_conf()
+        if self.lake_is_remote:
+            conf |= self.storage.to_conf()
+        if with_jars:
+            path = ":".join(self.jar_paths())
+            conf |= {"spark.driver.extraClassPath": path, "spark.executor.extraClassPath": path}
+        conf.update(self.spark.conf)
+        return conf
 
 
 def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
@@ -170,6 +271,20 @@ def _read_toml(path: Path) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as e:
         msg = f"config file {path} is not valid TOML: {e}"
         raise ConfigError(msg) from e
+
+
+def _lake(value: str) -> str:
+    if is_remote(value):
+        scheme = value.split("://", 1)[0]
+        if scheme != "s3a":
+            msg = f"lake.root: only local folders and s3a:// URIs are supported, got {value!r}"
+            raise ConfigError(msg)
+        return value.rstrip("/")
+    return str(_path(value))
+
+
+def _default_work_dir(lake_root: str) -> Path:
+    return REPO_ROOT / ".local" if is_remote(lake_root) else Path(lake_root).parent
 
 
 def _path(value: str) -> Path:
@@ -217,11 +332,23 @@ def load_settings(
             log_level=str(spark.get("log_level", "WARN")),
             conf=spark_conf,
         )
-        lake_root = _path(env.get("OOO_LAKE_ROOT", lake.get("root", ".local/lake")))
-        # next to the lake by default, so a lake of its own (tests, a second job) keeps its reports
-        reports = env.get("OOO_REPORTS_DIR", quality.get("reports_dir", "")) or str(
-            lake_root.parent / "reports"
+        lake_root = _lake(env.get("OOO_LAKE_ROOT", lake.get("root", ".local/lake")))
+        work = env.get("OOO_WORK_DIR", lake.get("work_dir", ""))
+        work_root = _path(work) if work else None
+        storage = raw.get("storage", {})
+        storage_settings = StorageSettings(
+            endpoint=env.get("OOO_S3_ENDPOINT", storage.get("endpoint", "http://127.0.0.1:9000")),
+            access_key=env.get("OOO_S3_ACCESS_KEY", storage.get("access_key", "")),
+            secret_key=env.get("OOO_S3_SECRET_KEY", storage.get("secret_key", "")),
+            region=str(storage.get("region", "us-east-1")),
+            path_style=_flag(storage.get("path_style", True)),
+            jars_dir=env.get("OOO_S3A_JARS_DIR", storage.get("jars_dir", "")),
+            landing_uri=env.get("OOO_LANDING_URI", storage.get("landing_uri", "s3a://landing")),
+            publish_uri=env.get("OOO_PUBLISH_URI", storage.get("publish_uri", "")),
         )
+        # next to the lake by default, so a lake of its own (tests, a second job) keeps its reports
+        work_dir = work_root or _default_work_dir(lake_root)
+        reports = env.get("OOO_REPORTS_DIR", quality.get("reports_dir", "")) or str(work_dir / "reports")
         docs = env.get("OOO_DOCS_DIR", quality.get("docs_dir", "")) or str(Path(reports) / "data_docs")
         bounds = {str(k): (int(v[0]), int(v[1])) for k, v in ingest.get("plausible_event_us", {}).items()}
         return Settings(
@@ -245,6 +372,8 @@ def load_settings(
                 docs_dir=_path(docs),
                 build_docs=_flag(env.get("OOO_BUILD_DOCS", quality.get("build_docs", True))),
             ),
+            storage=storage_settings,
+            work_root=work_root,
         )
     except (TypeError, ValueError, IndexError) as e:
         msg = f"invalid setting: {e}"

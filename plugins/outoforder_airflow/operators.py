@@ -79,14 +79,14 @@ class StageOperator(SparkSubmitOperator):
             application=APP,
             application_args=args,
             conn_id=conn_id,
-            conf=load_settings().spark.to_conf(with_jars=False),
+            conf=load_settings().spark_conf(with_jars=False),
             env_vars={"OOO_CONFIG": "{{ params.config }}"},
             **kwargs,
         )
         self.stage = stage
 
     def execute(self, context: Any) -> None:
-        """Resolve Delta's jars, then submit as ``SparkSubmitOperator`` does."""
+        """Resolve the jars (Delta's, and s3a's for a remote lake), then submit."""
         # resolved here, not at parse: a DAG file must parse where the jar cache is not set up
-        self.jars = ",".join(load_settings().spark.jar_paths())
+        self.conf = {**(self.conf or {}), **load_settings().spark_conf()}
         super().execute(context)

@@ -481,7 +481,7 @@ def main(
 
         spark = get_spark(settings, app_name="outoforder-bench-join")
     records: list[dict[str, Any]] = []
-    workdir = settings.lake_root.parent / "bench" / "join"
+    workdir = settings.work_dir / "bench" / "join"
     for c in cases:
         records += bench_case(spark, c, q_users, workdir)
     meta = {

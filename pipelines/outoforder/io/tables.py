@@ -91,7 +91,9 @@ class Table:
 
     def path(self, lake_root: Path | str) -> str:
         """Location of the table under ``lake_root``."""
-        return str(Path(lake_root) / self.name)
+        root = str(lake_root)
+        # a URI must keep its "//" (Path would fold s3a://b/p into s3a:/b/p)
+        return f"{root.rstrip('/')}/{self.name}" if "://" in root else str(Path(root) / self.name)
 
 
 JOIN_METRICS_SCHEMA = _s(

@@ -1,8 +1,9 @@
 """The one place a SparkSession is built: Delta-enabled, local[2] by default, settings from config.
 
-Delta's jars come from the Maven cache that infra/setup.sh fills and are passed as ``spark.jars``
-(never ``spark.jars.packages``, which resolves through Ivy on every start and dies offline). The
-same settings (:meth:`outoforder.config.SparkSettings.to_conf`) go to spark-submit from Airflow.
+Delta's jars (and s3a's, for a lake on object storage) come from the Maven cache that
+infra/setup.sh fills and go on the class path (never ``spark.jars.packages``, which resolves
+through Ivy on every start and dies offline). The same settings
+(:meth:`outoforder.config.Settings.spark_conf`) go to spark-submit from Airflow.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def get_spark(settings: Settings | None = None, app_name: str = "outoforder") ->
         # Not under spark-submit: we choose the master. Under spark-submit (Airflow), the
         # --master of the Spark connection wins, so local and cluster runs use one code path.
         builder = builder.master(settings.spark.master)
-    for key, value in settings.spark.to_conf().items():
+    for key, value in settings.spark_conf().items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.spark.log_level)

@@ -412,7 +412,7 @@ def status_path(settings: Settings, source: str, job: AggJob) -> Path:
     The ``aggregate_stream`` DAG reads it without Spark to decide whether to trigger ``late_repair``.
     """
     safe = source.replace("/", "__")
-    return Path(settings.lake_root) / "_status" / "aggregate" / f"{safe}__{job_id(job)}.json"
+    return settings.work_dir / "status" / "aggregate" / f"{safe}__{job_id(job)}.json"
 
 
 def ledger_status(spark: SparkSession, settings: Settings, source: str, job: AggJob) -> dict[str, Any]:

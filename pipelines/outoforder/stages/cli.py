@@ -19,7 +19,10 @@ Stages::
     topk-stream     continuous top-k with the adaptive cache duration over arrival intervals (DAG topk_stream)
     validate-topk   every window emitted once, accuracy of the closed windows >= ε_min (GX)
     demo            the main job: ingest, one injected preset, statistics, checks, join, aggregates, θ, top-k
-    report          the data-quality report: static HTML, cumulative and per run
+    report          the data-quality report: static HTML, cumulative and per run (and to storage.publish_uri)
+    landing         list the files waiting in the landing bucket (--json for the Airflow sensor)
+    buckets         create object-store buckets (infra/minio.sh start runs it)
+    publish         upload the reports and Data Docs to a bucket (--to s3a://bucket/prefix)
     presets         list the disorder presets (or re-run their calibration)
 
 Every stage prints progress and ends with a summary; errors of ours exit with status 2 and a
@@ -56,6 +59,13 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
     from outoforder.sources import catalog
     from outoforder.stages.ingest import ingest_file
 
+    if args.landing:
+        from outoforder.stages.landing import ingest_landing
+
+        outcomes = ingest_landing(_spark(settings, "ingest"), settings)
+        rejected = sum(o.summary is None for o in outcomes)
+        print(f"[landing] {len(outcomes) - rejected} ingested, {rejected} rejected", flush=True)
+        return 0
     jobs: list[tuple[Path, str, str]] = []
     if args.file:
         if not (args.reader and args.source):
@@ -88,7 +98,7 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
     from outoforder.stages.ingest import ingest_file
     from outoforder.stages.replay import format_report, make_replay
 
-    landing = settings.lake_root.parent / "landing"
+    landing = settings.work_dir / "landing"
     r = make_replay(landing, args.model, args.seconds, args.seed)
     print(format_report(r.report), flush=True)
     spark = _spark(settings, "replay")
@@ -374,7 +384,7 @@ def _demo_replay(spark: Any, settings: Settings, preset: str) -> None:
         flush=True,
     )
     replay = make_replay(
-        settings.lake_root.parent / "landing", preset, settings.demo.synthetic_seconds, settings.demo.seed
+        settings.work_dir / "landing", preset, settings.demo.synthetic_seconds, settings.demo.seed
     )
     print(format_report(replay.report), flush=True)
     print(ingest_file(spark, settings, replay.path, "soccer_synthetic", replay.source).line(), flush=True)
@@ -673,6 +683,51 @@ def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
         print(f"[report] written {path}", flush=True)
     if args.headline:
         print(headline_text(tables), flush=True)
+    if settings.storage.publish_uri:
+        _publish(settings, settings.storage.publish_uri)
+    return 0
+
+
+def _publish(settings: Settings, uri: str) -> None:
+    from outoforder.io import objectstore
+
+    q = settings.quality
+    n = objectstore.publish(settings.storage, q.reports_dir, uri)
+    if q.docs_dir.is_dir() and not q.docs_dir.is_relative_to(q.reports_dir):
+        n += objectstore.publish(settings.storage, q.docs_dir, f"{uri.rstrip('/')}/data_docs")
+    print(f"[publish] {n} files uploaded to {uri}", flush=True)
+
+
+def cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
+    """Upload the reports folder (and Data Docs) to a bucket."""
+    uri = args.to or settings.storage.publish_uri
+    if not uri:
+        print("publish needs --to s3a://bucket/prefix (or storage.publish_uri)", file=sys.stderr)
+        return 2
+    _publish(settings, uri)
+    return 0
+
+
+def cmd_landing(args: argparse.Namespace, settings: Settings) -> int:
+    """List the landing zone's waiting files."""
+    from outoforder.io import objectstore
+
+    items = objectstore.pending(settings.storage)
+    if args.json:
+        print(json.dumps([{"uri": i.uri, "size": i.size} for i in items]))
+    else:
+        for i in items:
+            print(f"{i.uri}\t{i.size:,} bytes")
+        print(f"[landing] {len(items)} files waiting under {settings.storage.landing_uri}/incoming/")
+    return 0
+
+
+def cmd_buckets(args: argparse.Namespace, settings: Settings) -> int:
+    """Create buckets that do not exist yet."""
+    from outoforder.io import objectstore
+
+    created = objectstore.ensure_buckets(settings.storage, args.names)
+    print(f"[buckets] {', '.join(args.names)} ready ({', '.join(created) or 'none'} created)", flush=True)
     return 0
 
 
@@ -710,6 +765,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--file", help="a file of your own (plain or gzip)")
     i.add_argument("--reader", help="its format: debs2013, soccer_synthetic, ooo, debs2015")
     i.add_argument("--source", help="the source id to store it under, e.g. debs2013/full-game")
+    i.add_argument("--landing", action="store_true", help="ingest the files waiting in the landing bucket")
     i.set_defaults(func=cmd_ingest)
     r = sub.add_parser(
         "replay", parents=[common], help="synthetic soccer play with injected disorder, ingested"
@@ -878,6 +934,15 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--end", help="the run's interval end, exclusive")
     rp.add_argument("--headline", action="store_true", help="also print the targets and baselines tables")
     rp.set_defaults(func=cmd_report)
+    la = sub.add_parser("landing", parents=[common], help="files waiting in the landing bucket")
+    la.add_argument("--json", action="store_true", help="one JSON list (the Airflow sensor reads it)")
+    la.set_defaults(func=cmd_landing)
+    bu = sub.add_parser("buckets", parents=[common], help="create object-store buckets")
+    bu.add_argument("names", nargs="+")
+    bu.set_defaults(func=cmd_buckets)
+    pu = sub.add_parser("publish", parents=[common], help="upload the reports and Data Docs to a bucket")
+    pu.add_argument("--to", help="s3a://bucket/prefix (default: storage.publish_uri)")
+    pu.set_defaults(func=cmd_publish)
     pr = sub.add_parser("presets", parents=[common], help="list disorder presets")
     pr.add_argument("--calibrate", action="store_true", help="re-run the calibration (slow)")
     pr.set_defaults(func=cmd_presets)

@@ -120,13 +120,19 @@ def ingest_file(
     reader_name: str,
     source: str,
     now_us: int | None = None,
+    origin: str | None = None,
 ) -> IngestSummary:
-    """Ingest one file into bronze; idempotent (see module docstring)."""
+    """Ingest one file into bronze; idempotent (see module docstring).
+
+    ``origin`` is what the ingest log records as the file's path when ``path`` is a local copy
+    (a landing-zone object's URI).
+    """
     t0 = time.monotonic()
     path = path.resolve()
     if not path.is_file():
         msg = f"no such file: {path}"
         raise InputError(msg)
+    shown = origin or str(path)
     reader = make_reader(reader_name)
     sha, size = file_sha256(path)
     ingest_id = f"{source}@{sha[:20]}"
@@ -135,9 +141,9 @@ def ingest_file(
     log = delta.read(spark, INGEST_LOG, settings.lake_root)
     done = log.where((F.col("ingest_id") == ingest_id) & (F.col("status") == "done"))
     if done.limit(1).count():
-        return IngestSummary(source, str(path), ingest_id, True, 0, 0, 0, 0, {}, 0.0)
+        return IngestSummary(source, shown, ingest_id, True, 0, 0, 0, 0, {}, 0.0)
     now = now_us if now_us is not None else int(datetime.now(UTC).timestamp() * 1_000_000)
-    claim_row = (source, str(path), sha, size, reader.name, 0, 0, 0, 0, 0, 0, None, None, now)
+    claim_row = (source, shown, sha, size, reader.name, 0, 0, 0, 0, 0, 0, None, None, now)
     base = _claim_ordinal(spark, settings, ingest_id, claim_row) * SEQ_PER_FILE
 
     bronze = delta.read(spark, BRONZE, settings.lake_root)
@@ -164,10 +170,8 @@ def ingest_file(
         acc = batch.accepted
         seqs = pa.compute.add(acc.column("line_no"), pa.scalar(base, pa.int64()))
         acc = acc.append_column("arrival_seq", seqs)
-        acc = _with_constants(acc, source=source, ingest_id=ingest_id, source_file=str(path))
-        rejects = _with_constants(
-            batch.quarantined, source=source, ingest_id=ingest_id, source_file=str(path)
-        )
+        acc = _with_constants(acc, source=source, ingest_id=ingest_id, source_file=shown)
+        rejects = _with_constants(batch.quarantined, source=source, ingest_id=ingest_id, source_file=shown)
         for r in batch.quarantined.column("reason").to_pylist():
             reasons[r] = reasons.get(r, 0) + 1
         staged = spark.createDataFrame(acc) if acc.num_rows else None
@@ -210,7 +214,7 @@ def ingest_file(
         "done",
         base // SEQ_PER_FILE,
         source,
-        str(path),
+        shown,
         sha,
         size,
         reader.name,
@@ -228,7 +232,7 @@ def ingest_file(
     delta.append_once(log_row, INGEST_LOG, settings.lake_root, ingest_id, 1)
     return IngestSummary(
         source,
-        str(path),
+        shown,
         ingest_id,
         False,
         counts.lines,
