@@ -10,7 +10,10 @@
 #
 # Defaults (override in the environment): AIRFLOW_HOME=.local/airflow, OOO_AIRFLOW_PORT=8080 (the UI
 # and API), OOO_AIRFLOW_LOG_PORT=8793 and OOO_AIRFLOW_TRIGGER_LOG_PORT=8794 (log servers),
-# SQLite metadata DB, LocalExecutor with 4 task slots, one API server worker, one parsing process.
+# SQLite metadata DB (PostgreSQL when AIRFLOW__DATABASE__SQL_ALCHEMY_CONN points at one: see
+# infra/postgres.sh), LocalExecutor with 4 task slots, one API server worker, one parsing process.
+# Spark: the connection spark_default follows spark.master (OOO_SPARK_MASTER), so
+# `eval "$(bash infra/spark-cluster.sh env)"` before start puts every stage on the cluster.
 # The lake, reports and data folders follow the usual OOO_* variables (README, Configuration).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -37,7 +40,12 @@ export AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES=1
 export AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="${AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL:-30}"
 export AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL="${AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL:-30}"
 export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="admin:admin"
-export AIRFLOW_CONN_SPARK_DEFAULT="${AIRFLOW_CONN_SPARK_DEFAULT:-{\"conn_type\":\"spark\",\"host\":\"${OOO_SPARK_MASTER:-local[2]}\"}}"
+# The Spark connection follows the configuration (spark.master, OOO_SPARK_MASTER): local[2] by
+# default, the standalone cluster of infra/spark-cluster.sh when pointed at it.
+if [ -z "${AIRFLOW_CONN_SPARK_DEFAULT:-}" ]; then
+  spark_master="$("$OOO_SPARK_VENV/bin/python" -c 'from outoforder.config import load_settings; print(load_settings().spark.master)' 2>/dev/null || echo 'local[2]')"
+  export AIRFLOW_CONN_SPARK_DEFAULT="{\"conn_type\":\"spark\",\"host\":\"$spark_master\"}"
+fi
 export PATH="$OOO_SPARK_VENV/bin:$OOO_AIRFLOW_VENV/bin:$PATH"
 pidfile="$AIRFLOW_HOME/standalone.pid"
 log="$AIRFLOW_HOME/standalone.log"
@@ -61,7 +69,8 @@ case "${1:-start}" in
       say "port $port is taken by another server: set OOO_AIRFLOW_PORT" >&2
       exit 1
     fi
-    say "migrating the metadata DB (SQLite under $AIRFLOW_HOME)"
+    db_kind="SQLite under $AIRFLOW_HOME"; [ -n "${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-}" ] && db_kind="${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN%%:*}"
+    say "migrating the metadata DB ($db_kind)"
     airflow db migrate >"$AIRFLOW_HOME/migrate.log" 2>&1 || { tail -20 "$AIRFLOW_HOME/migrate.log" >&2; exit 1; }
     say "starting airflow standalone (log: $log)"
     # a session of its own, so that stop can end every process standalone starts

@@ -4,7 +4,8 @@
 #      installed with apt-get only if missing;
 #   2. the Spark venv and the Airflow venv from the locked requirements (cached under OOO_HOME,
 #      keyed by the lock file's hash, so a warm machine skips straight past them);
-#   3. Delta's JVM jars from infra/maven/pom.xml into a jar cache (checked against Spark's own jars);
+#   3. Delta's JVM jars from infra/maven/pom.xml, and s3a's (hadoop-aws, AWS SDK) from
+#      infra/maven/s3a/pom.xml, into a jar cache (checked against Spark's own jars);
 #   4. the project itself, editable, into both venvs (Airflow's copy without dependencies: DAG files
 #      only import the stdlib-only config module).
 # Prints one line per step; exits non-zero with the reason if a step fails.
@@ -66,23 +67,29 @@ install_project spark "$OOO_SPARK_VENV" --no-deps
 make_venv airflow "$OOO_AIRFLOW_VENV" "$OOO_REPO/infra/requirements/airflow.lock"
 install_project airflow "$OOO_AIRFLOW_VENV" --no-deps
 
-if [ ! -f "$OOO_SPARK_JARS_DIR/.complete" ]; then
-  say "fetching Delta jars with Maven into $OOO_SPARK_JARS_DIR"
-  rm -rf "$OOO_SPARK_JARS_DIR"
-  mvn -q -B -Dmaven.repo.local="$OOO_HOME/m2" -f "$OOO_REPO/infra/maven/pom.xml" dependency:copy-dependencies \
-      -DincludeScope=runtime -DoutputDirectory="$OOO_SPARK_JARS_DIR"
-  spark_jars="$("$OOO_SPARK_VENV/bin/python" -c 'import pyspark, os; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')"
-  # artifact name = file name without the trailing -<version>.jar
-  dups="$(comm -12 \
-    <(ls "$spark_jars" | sed -E 's/-[0-9][^-]*\.jar$//' | sort -u) \
-    <(ls "$OOO_SPARK_JARS_DIR" | sed -E 's/-[0-9][^-]*\.jar$//' | sort -u))"
-  if [ -n "$dups" ]; then
-    echo "[setup] these fetched jars duplicate jars Spark ships; exclude them in infra/maven/pom.xml:" >&2
-    echo "$dups" >&2
-    exit 1
+spark_jars="$("$OOO_SPARK_VENV/bin/python" -c 'import pyspark, os; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')"
+fetch_jars() {  # what pom dir
+  local what=$1 pom=$2 dir=$3
+  if [ ! -f "$dir/.complete" ]; then
+    say "fetching $what jars with Maven into $dir"
+    rm -rf "$dir"
+    mvn -q -B -Dmaven.repo.local="$OOO_HOME/m2" -f "$pom" dependency:copy-dependencies \
+        -DincludeScope=runtime -DoutputDirectory="$dir"
+    # artifact name = file name without the trailing -<version>.jar
+    dups="$(comm -12 \
+      <(ls "$spark_jars" | sed -E 's/-[0-9][^-]*\.jar$//' | sort -u) \
+      <(ls "$dir" | sed -E 's/-[0-9][^-]*\.jar$//' | sort -u))"
+    if [ -n "$dups" ]; then
+      echo "[setup] these fetched jars duplicate jars Spark ships; exclude them in $pom:" >&2
+      echo "$dups" >&2
+      exit 1
+    fi
+    touch "$dir/.complete"
   fi
-  touch "$OOO_SPARK_JARS_DIR/.complete"
-fi
-say "Delta jars ready: $(ls "$OOO_SPARK_JARS_DIR"/*.jar | wc -l) jars in $OOO_SPARK_JARS_DIR"
+  say "$what jars ready: $(ls "$dir"/*.jar | wc -l) jars in $dir"
+}
+fetch_jars Delta "$OOO_REPO/infra/maven/pom.xml" "$OOO_SPARK_JARS_DIR"
+# for a lake on s3a:// (hadoop-aws + the AWS SDK bundle, ~650 MB: cached, never committed)
+fetch_jars s3a "$OOO_REPO/infra/maven/s3a/pom.xml" "$OOO_S3A_JARS_DIR"
 mkdir -p "$OOO_LOCAL"
 say "done in $((SECONDS - t0)) s"

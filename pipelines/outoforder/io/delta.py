@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from outoforder.errors import SchemaError
-from outoforder.io.tables import Table
+from outoforder.io.tables import VOLATILE_COLUMNS, Table
 
 
 def exists(spark: SparkSession, table: Table, lake_root: Path | str) -> bool:
@@ -150,3 +150,26 @@ def read_arrivals(
         lo, hi = arrival_ts_range
         df = df.where((F.col("arrival_ts") >= lo) & (F.col("arrival_ts") < hi))
     return df
+
+
+def content_digest(spark: SparkSession, table: Table, lake_root: Path | str) -> dict[str, object]:
+    """Rows and an order-independent digest of a table's content (``{"rows": 0}`` if it is absent).
+
+    The digest is the sum of a 64-bit hash of every row, over the columns that are not
+    :data:`~outoforder.io.tables.VOLATILE_COLUMNS`, with doubles printed to 12 significant digits
+    (a sum's last bits may depend on how rows were partitioned). Equal digests mean equal
+    multisets of rows, up to hash collisions.
+    """
+    if not exists(spark, table, lake_root):
+        return {"rows": 0, "digest": "0"}
+    kept = [f for f in table.schema.fields if f.name not in VOLATILE_COLUMNS]
+    cols = []
+    for f in kept:
+        c = F.col(f.name)
+        if f.dataType.typeName() in ("double", "float"):
+            c = F.format_string("%.12g", c)
+        cols.append(F.coalesce(c.cast("string"), F.lit("\u2205")).alias(f.name))
+    row_hash = F.xxhash64(*cols).cast("decimal(38,0)")
+    agg = read(spark, table, lake_root).select(row_hash.alias("h")).agg(F.count("*"), F.sum("h")).first()
+    rows, total = (0, None) if agg is None else (int(agg[0]), agg[1])
+    return {"rows": rows, "digest": str(total if total is not None else 0)}

@@ -81,6 +81,22 @@ INGEST_LOG_SCHEMA = _s(
 SEQ_PER_FILE = 10_000_000_000
 
 
+# Columns that record when, where or how fast a row was written (wall clock, local paths, timings)
+# rather than what it says: content checksums (delta.content_digest) leave them out, so two runs of
+# the same work on different machines, storage or Spark masters compare equal.
+VOLATILE_COLUMNS = frozenset(
+    {
+        "source_file",
+        "ingested_at_us",
+        "written_at_us",
+        "computed_at_us",
+        "validated_at_us",
+        "seconds",
+        "docs_page",
+    }
+)
+
+
 @dataclass(frozen=True)
 class Table:
     """A Delta table: name, schema, partition columns and its path under the lake root."""

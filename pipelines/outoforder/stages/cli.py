@@ -23,6 +23,7 @@ Stages::
     landing         list the files waiting in the landing bucket (--json for the Airflow sensor)
     buckets         create object-store buckets (infra/minio.sh start runs it)
     publish         upload the reports and Data Docs to a bucket (--to s3a://bucket/prefix)
+    checksum        rows and a content digest per table (compare two lakes, or a lake before and after a rerun)
     presets         list the disorder presets (or re-run their calibration)
 
 Every stage prints progress and ends with a summary; errors of ours exit with status 2 and a
@@ -708,6 +709,24 @@ def cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_checksum(args: argparse.Namespace, settings: Settings) -> int:
+    """Rows and a content digest of every table (see :func:`outoforder.io.delta.content_digest`)."""
+    from outoforder.io import delta
+    from outoforder.io.tables import ALL_TABLES
+
+    spark = _spark(settings, "checksum")
+    names = set(args.tables or [t.name for t in ALL_TABLES])
+    digests = {
+        t.name: delta.content_digest(spark, t, settings.lake_root) for t in ALL_TABLES if t.name in names
+    }
+    if args.json:
+        print("CHECKSUMS" + json.dumps(digests, sort_keys=True), flush=True)
+    else:
+        for name, d in digests.items():
+            print(f"{name:<24} {d['rows']:>12,} rows  {d['digest']}")
+    return 0
+
+
 def cmd_landing(args: argparse.Namespace, settings: Settings) -> int:
     """List the landing zone's waiting files."""
     from outoforder.io import objectstore
@@ -940,6 +959,10 @@ def build_parser() -> argparse.ArgumentParser:
     bu = sub.add_parser("buckets", parents=[common], help="create object-store buckets")
     bu.add_argument("names", nargs="+")
     bu.set_defaults(func=cmd_buckets)
+    ck = sub.add_parser("checksum", parents=[common], help="rows and a content digest per table")
+    ck.add_argument("--tables", nargs="*", help="table names, e.g. gold/join_results (default: all)")
+    ck.add_argument("--json", action="store_true", help="one line: CHECKSUMS{...}")
+    ck.set_defaults(func=cmd_checksum)
     pu = sub.add_parser("publish", parents=[common], help="upload the reports and Data Docs to a bucket")
     pu.add_argument("--to", help="s3a://bucket/prefix (default: storage.publish_uri)")
     pu.set_defaults(func=cmd_publish)
