@@ -23,7 +23,7 @@ Stages::
     landing         list the files waiting in the landing bucket (--json for the Airflow sensor)
     buckets         create object-store buckets (infra/minio.sh start runs it)
     publish         upload the reports and Data Docs to a bucket (--to s3a://bucket/prefix)
-    checksum        rows and a content digest per table (compare two lakes, or a lake before and after a rerun)
+    checksum        rows and a content digest per table (compare two lakes, or before and after a rerun)
     presets         list the disorder presets (or re-run their calibration)
 
 Every stage prints progress and ends with a summary; errors of ours exit with status 2 and a
