@@ -5,6 +5,7 @@
 #   bash infra/airflow.sh start     set up (idempotent), start, wait until healthy, print the UI address
 #   bash infra/airflow.sh stop      stop it (and every process it started)
 #   bash infra/airflow.sh status    running or not, and where
+#   bash infra/airflow.sh foreground  the same in the foreground (containers)
 #   bash infra/airflow.sh env       print the environment it runs with (eval "$(bash infra/airflow.sh env)"
 #                                   to use the airflow CLI against it)
 #
@@ -85,6 +86,12 @@ case "${1:-start}" in
     say "ready: UI at $url (user admin, password $(password)); reports at $url/outoforder/"
     say "stop with: bash infra/airflow.sh stop"
     ;;
+  foreground)
+    # for containers (infra/docker/docker-compose.yml): the same settings, in the foreground
+    mkdir -p "$AIRFLOW_HOME"
+    airflow db migrate >"$AIRFLOW_HOME/migrate.log" 2>&1 || { tail -20 "$AIRFLOW_HOME/migrate.log" >&2; exit 1; }
+    exec airflow standalone
+    ;;
   stop)
     if running; then
       pid="$(cat "$pidfile")"
@@ -104,7 +111,7 @@ case "${1:-start}" in
     env | grep -E '^(AIRFLOW_HOME|AIRFLOW__|AIRFLOW_CONN_|PATH=|PYSPARK_PYTHON|OOO_)' | sed -E "s/^([^=]+)=(.*)$/export \1='\2'/"
     ;;
   *)
-    echo "usage: bash infra/airflow.sh start|stop|status|env" >&2
+    echo "usage: bash infra/airflow.sh start|stop|status|env|foreground" >&2
     exit 64
     ;;
 esac

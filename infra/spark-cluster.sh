@@ -11,7 +11,7 @@
 #                                     (eval "$(bash infra/spark-cluster.sh env)")
 #
 # Defaults (override in the environment): OOO_SPARK_MASTER_PORT=7077, OOO_SPARK_MASTER_UI_PORT=8081
-# (workers' UIs from 8082 up), 1 worker with 2 cores and 4g, logs and work folders under
+# (workers' UIs from OOO_SPARK_WORKER_UI_PORT=8082 up; 0 = any free port), 1 worker with 2 cores and 4g, logs and work folders under
 # OOO_SPARK_CLUSTER_DIR=.local/spark-cluster. The pipeline uses the cluster when spark.master (or
 # OOO_SPARK_MASTER, or the Airflow connection spark_default that infra/airflow.sh derives from it)
 # is its URL; the workers read the jar cache from the same paths as the driver (same machine).
@@ -61,8 +61,10 @@ case "$cmd" in
     daemon start org.apache.spark.deploy.master.Master 1 \
       --host 127.0.0.1 --port "$port" --webui-port "$ui_port" >/dev/null
     for i in $(seq 1 "$workers"); do
+      worker_ui=0  # 0: any free port
+      [ "${OOO_SPARK_WORKER_UI_PORT:-8082}" != 0 ] && worker_ui=$(( ${OOO_SPARK_WORKER_UI_PORT:-8082} + i - 1 ))
       daemon start org.apache.spark.deploy.worker.Worker "$i" \
-        --host 127.0.0.1 --webui-port "$((ui_port + i))" --cores "$cores" --memory "$memory" \
+        --host 127.0.0.1 --webui-port "$worker_ui" --cores "$cores" --memory "$memory" \
         --work-dir "$dir/work" "$master" >/dev/null
     done
     for _ in $(seq 1 60); do

@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Set everything up (idempotent) and run every check: lint, types, architecture contracts, the
-# Spark-venv test suite (unit, property, oracle, Spark/Delta, GX) and the Airflow-venv suite (DAG
-# integrity, `airflow dags test` on SQLite). Extra arguments go to both pytest runs.
+# Spark-venv test suite (unit, property, oracle, Spark/Delta, GX, the main job on a Spark cluster
+# over MinIO) and the Airflow-venv suite (DAG integrity, `airflow dags test` on SQLite and on
+# PostgreSQL, the standalone scheduler and the browser). The services (MinIO, the Spark cluster,
+# PostgreSQL, Airflow) are started by the tests themselves with the infra scripts. Extra arguments
+# go to both pytest runs.
 # Exits non-zero if anything fails, including "no tests collected" (pytest's exit code 5).
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 bash "$here/setup.sh" || exit 1
+# the scale-out tests start MinIO: build it now (first time ~8 min, then cached) rather than in a test
+bash "$here/minio.sh" install || exit 1
 source "$here/env.sh"
 cd "$OOO_REPO" || exit 1
 t0=$SECONDS
@@ -23,7 +28,7 @@ step "types (mypy --strict on pipelines/outoforder)"
 
 step "Spark venv: pytest tests/ (without tests/airflow) + doctests"
 "$OOO_SPARK_VENV/bin/python" -m pytest tests pipelines/outoforder/core pipelines/outoforder/sources \
-  pipelines/outoforder/config.py --doctest-modules --ignore=tests/airflow \
+  pipelines/outoforder/config.py pipelines/outoforder/io/objectstore.py --doctest-modules --ignore=tests/airflow \
   -p no:cacheprovider --junitxml="$reports/spark.xml" "$@"
 rc=$?; [ $rc -eq 0 ] || { echo "[test] Spark-venv pytest exited $rc"; status=1; }
 

@@ -11,6 +11,12 @@ from tests.airflow.conftest import REPO, run_probe
 pytestmark = pytest.mark.airflow
 
 EXPECTED_STRUCTURE = {
+    "ingest_landing": {
+        "wait_for_files": {"ingest"},
+        "ingest": {"validate_bronze"},
+        "validate_bronze": {"quality_report"},
+        "quality_report": set(),
+    },
     "ingest": {
         "plan": {"ingest"},
         "ingest": {"validate_bronze"},

@@ -188,62 +188,8 @@ print("THETA" + json.dumps({
 """
 
 
-def test_theta_backfill_dag_joins_an_event_time_interval(airflow_env, replayed):
-    spark_python = Path(os.environ["OOO_SPARK_VENV"]) / "bin" / "python"
-    assert airflow(airflow_env, "db", "migrate").returncode == 0
-    # the replay's event clock starts at 10,753 s: the minute ending at 03:00 holds all of it
-    conf = {"source": replayed, "partitions": 8}
-    run = airflow(
-        airflow_env, "dags", "test", "theta_backfill", "1970-01-01T03:00:00+00:00", "-c", json.dumps(conf)
-    )
-    out = run.stdout + run.stderr
-    assert run.returncode == 0, out[-5000:]
-    assert "state=success" in out
-    assert "theta_completeness: PASSED" in out and "theta_results: PASSED" in out
-    got = run_probe(str(spark_python), THETA, "THETA", airflow_env)
-    assert got["windows"] == 6  # 10 s windows of the minute
-    assert got["rows"] == got["distinct"] == got["reported"] > 0
-
-
-TOPK = r"""
-import json
-from outoforder.config import load_settings
-from outoforder.spark.session import get_spark
-from outoforder.io import delta
-from outoforder.io.tables import TOPK_CACHE, TOPK_RESULTS, TOPK_STATE, TOPK_WINDOWS
-s = load_settings(); spark = get_spark(s)
-win = delta.read(spark, TOPK_WINDOWS, s.lake_root)
-print("TOPK" + json.dumps({
-    "windows": win.count(),
-    "distinct": win.select("window_id").distinct().count(),
-    "results": delta.read(spark, TOPK_RESULTS, s.lake_root).count(),
-    "listed": sum(r[0] for r in win.select("size").collect()),
-    "decisions": delta.read(spark, TOPK_CACHE, s.lake_root).count(),
-    "states": delta.read(spark, TOPK_STATE, s.lake_root).count(),
-}))
-"""
-
-
-def test_topk_stream_dag_ranks_one_arrival_interval(airflow_env, replayed):
-    spark_python = Path(os.environ["OOO_SPARK_VENV"]) / "bin" / "python"
-    assert airflow(airflow_env, "db", "migrate").returncode == 0
-    # the 3 s replay: 1 s windows sliding by 0.1 s, a decision every 5 queries
-    conf = {
-        "source": replayed, "window_s": 1.0, "slide_s": 0.1, "cache_s": 0.2, "m": 4, "n": 5,
-        "horizon_s": 0.3, "eps_min": 0.9,
-    }  # fmt: skip
-    run = airflow(
-        airflow_env, "dags", "test", "topk_stream", "1970-01-01T03:00:00+00:00", "-c", json.dumps(conf)
-    )
-    out = run.stdout + run.stderr
-    assert run.returncode == 0, out[-5000:]
-    assert "state=success" in out
-    assert "[topk-stream] synthetic/hpm_game1-3s-seed1" in out
-    assert "topk_completeness: PASSED" in out and "topk_accuracy: PASSED" in out
-    got = run_probe(str(spark_python), TOPK, "TOPK", airflow_env)
-    assert got["windows"] == got["distinct"] > 10
-    assert got["results"] == got["listed"] > 0
-    assert got["decisions"] >= 1 and got["states"] == 1
+# The topk_stream and theta_backfill DAGs' interval runs are covered by test_standalone.py,
+# which runs them under the real scheduler (and a backfill) and compares them with direct runs.
 
 
 def test_theta_backfill_dag_runs_an_equi_join_with_the_mcf_prefilter(airflow_env, replayed):
@@ -259,4 +205,4 @@ def test_theta_backfill_dag_runs_an_equi_join_with_the_mcf_prefilter(airflow_env
     # the stored rows equal DuckDB's count of the unfiltered join on the sampled windows
     assert "theta_completeness: PASSED" in out and "theta_results: PASSED" in out
     got = run_probe(str(spark_python), THETA, "THETA", airflow_env)
-    assert got["rows"] == got["reported"]  # both θ jobs of this module: every window's rows stored
+    assert got["rows"] == got["distinct"] == got["reported"] > 0  # every window's rows stored once

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from typing import Any
 import pytest
 
 from tests.airflow.conftest import REPO, run_probe
+from tests.services import free_port
 
 # the module's Airflow and its pipeline run inside the first test's set-up
 pytestmark = [pytest.mark.airflow, pytest.mark.integration, pytest.mark.timeout(2400)]
@@ -67,12 +67,6 @@ print("OUT" + json.dumps({
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _run(cmd: list[str], env: dict[str, str], timeout: int = 900) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
@@ -91,9 +85,9 @@ def standalone(tmp_path_factory: pytest.TempPathFactory):
         {
             "AIRFLOW_HOME": str(home / "airflow"),
             "OOO_LAKE_ROOT": str(home / "lake"),
-            "OOO_AIRFLOW_PORT": str(_free_port()),
-            "OOO_AIRFLOW_LOG_PORT": str(_free_port()),
-            "OOO_AIRFLOW_TRIGGER_LOG_PORT": str(_free_port()),
+            "OOO_AIRFLOW_PORT": str(free_port()),
+            "OOO_AIRFLOW_LOG_PORT": str(free_port()),
+            "OOO_AIRFLOW_TRIGGER_LOG_PORT": str(free_port()),
             # only the runs this test creates: no run for the current minute of the wall clock
             "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
         }

@@ -65,7 +65,12 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
 
         outcomes = ingest_landing(_spark(settings, "ingest"), settings)
         rejected = sum(o.summary is None for o in outcomes)
-        print(f"[landing] {len(outcomes) - rejected} ingested, {rejected} rejected", flush=True)
+        known = sum(o.summary is not None and o.summary.skipped for o in outcomes)
+        print(
+            f"[landing] {len(outcomes) - rejected - known} ingested, {known} already ingested "
+            f"(same content), {rejected} rejected",
+            flush=True,
+        )
         return 0
     jobs: list[tuple[Path, str, str]] = []
     if args.file:

@@ -1,0 +1,136 @@
+"""The ingest_landing DAG on the scaled-out stack: PostgreSQL metadata, MinIO lake and landing, Spark cluster.
+
+Every service is the project's own, started by its infra script (tests/services.py). Files dropped
+into the landing bucket are ingested once (a second copy of the same content is recognised), moved
+under ingested/ or rejected/ with a reason, bronze lands on s3a, the reports are published to a
+bucket, and the run is recorded in PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests import services
+from tests.airflow.conftest import run_probe
+
+pytestmark = [pytest.mark.airflow, pytest.mark.integration, pytest.mark.timeout(1800)]
+
+DROP = r"""
+import json, sys
+from pathlib import Path
+from outoforder.config import load_settings
+from outoforder.io import objectstore
+s = load_settings().storage
+src = Path(sys.argv[1])
+for key in ("ooo/ooo/d-1.csv.gz", "ooo/ooo/d-2-is-d-1.csv.gz", "nope/x/y.csv", "stray.csv"):
+    objectstore.put_file(s, f"{s.landing_uri}/incoming/{key}", src)
+print("DROPPED" + json.dumps([f.relative for f in objectstore.pending(s)]))
+"""
+
+AFTER = r"""
+import json
+from minio import Minio
+from outoforder.config import load_settings
+from outoforder.io import delta, objectstore
+from outoforder.io.tables import BRONZE, INGEST_LOG
+from outoforder.spark.session import get_spark
+s = load_settings()
+mc = objectstore.client(s.storage)
+bucket, prefix = objectstore.split_uri(s.storage.landing_uri)
+def listing(bucket, prefix):
+    return sorted(o.object_name for o in mc.list_objects(bucket, prefix=prefix + "/", recursive=True))
+keys = [k[len(prefix) + 1:] for k in listing(bucket, prefix)]
+reasons = {
+    k: mc.get_object(bucket, f"{prefix}/{k}").read().decode() for k in keys if k.endswith(".reason.txt")
+}
+published = listing(*objectstore.split_uri(s.storage.publish_uri))
+spark = get_spark(s)
+log = delta.read(spark, INGEST_LOG, s.lake_root).where("status = 'done'").collect()
+print("AFTER" + json.dumps({
+    "keys": keys, "reasons": reasons, "published": published,
+    "bronze": delta.read(spark, BRONZE, s.lake_root).count(),
+    "log": sorted([r["source"], r["source_file"], r["rows_accepted"]] for r in log),
+    "master": spark.sparkContext.master,
+}))
+"""
+
+
+@pytest.fixture(scope="module")
+def stack(airflow_env, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("scale-out")
+    with (
+        services.minio(folder) as s3,
+        services.spark_cluster(folder) as cluster,
+        services.postgres(folder) as pg,
+    ):
+        env = {
+            **airflow_env,
+            **s3,
+            **pg,
+            "AIRFLOW_HOME": str(folder / "airflow"),
+            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(
+                {"conn_type": "spark", "host": cluster["OOO_SPARK_MASTER"]}
+            ),
+            "OOO_SPARK_MASTER": cluster["OOO_SPARK_MASTER"],
+            "OOO_LAKE_ROOT": "s3a://lake/airflow-test",
+            "OOO_LANDING_URI": "s3a://landing/airflow-test",
+            "OOO_PUBLISH_URI": "s3a://reports/airflow-test",
+            "OOO_WORK_DIR": str(folder / "work"),
+            "OOO_REPORTS_DIR": str(folder / "work" / "reports"),
+        }
+        yield env
+
+
+def _airflow(env, *args, timeout=900):
+    exe = Path(sys.executable).parent / "airflow"
+    return subprocess.run(
+        [str(exe), *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def test_landing_files_are_ingested_once_on_the_cluster_into_an_s3a_lake_with_postgres_metadata(
+    stack, data_dir
+):
+    spark_python = str(Path(os.environ["OOO_SPARK_VENV"]) / "bin" / "python")
+    dropped = run_probe(spark_python, DROP, "DROPPED", stack, str(data_dir / "ooo-dataset" / "d-1.csv.gz"))
+    assert len(dropped) == 4
+    migrate = _airflow(stack, "db", "migrate")
+    assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
+    run = _airflow(stack, "dags", "test", "ingest_landing")
+    out = run.stdout + run.stderr
+    (Path(stack["OOO_WORK_DIR"]).parent / "dags-test.log").write_text(out)  # kept for a failure's reader
+    assert run.returncode == 0, out[-6000:]
+    assert "state=success" in out
+    assert "4 files waiting" in out
+    assert "bronze_accounting: PASSED" in out
+    assert "already ingested" in out  # the copy with the same content
+    assert "[publish]" in out
+
+    got = run_probe(spark_python, AFTER, "AFTER", stack)
+    assert got["master"] == stack["OOO_SPARK_MASTER"]
+    assert got["bronze"] == 9600  # once, although the file landed twice
+    assert got["log"] == [["ooo", "s3a://landing/airflow-test/incoming/ooo/ooo/d-1.csv.gz", 9600]]
+    assert not [k for k in got["keys"] if k.startswith("incoming/")]  # nothing left waiting
+    assert "ingested/ooo/ooo/d-1.csv.gz" in got["keys"]
+    assert "ingested/ooo/ooo/d-2-is-d-1.csv.gz" in got["keys"]
+    assert set(got["reasons"]) == {"rejected/nope/x/y.csv.reason.txt", "rejected/stray.csv.reason.txt"}
+    assert "unknown reader 'nope'" in got["reasons"]["rejected/nope/x/y.csv.reason.txt"]
+    assert "<reader>/<source id>/<file name>" in got["reasons"]["rejected/stray.csv.reason.txt"]
+    assert "airflow-test/quality/index.html" in got["published"]
+    assert any(p.startswith("airflow-test/data_docs/") for p in got["published"])
+
+    # the run is recorded in PostgreSQL, not SQLite
+    db = stack["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+    assert db.startswith("postgresql")
+    import psycopg2
+
+    with psycopg2.connect(db.replace("postgresql+psycopg2", "postgresql")) as conn, conn.cursor() as cur:
+        cur.execute("SELECT state FROM dag_run WHERE dag_id = 'ingest_landing'")
+        assert [r[0] for r in cur.fetchall()] == ["success"]
+    assert not (Path(stack["AIRFLOW_HOME"]) / "airflow.db").exists()

@@ -1,0 +1,104 @@
+"""The project's own services for the scale-out tests: MinIO, a Spark standalone cluster, PostgreSQL.
+
+Each is started by its infra script (the same one a user runs) on free loopback ports, with its data
+and logs in a test folder, and stopped afterwards. Standard library only: the Spark-venv and the
+Airflow-venv suites both use it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _script(name: str, action: str, env: dict[str, str], *args: str, timeout: int = 900) -> str:
+    done = subprocess.run(
+        ["bash", str(REPO / "infra" / name), action, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if done.returncode != 0:
+        out = done.stdout[-3000:] + done.stderr[-3000:]
+        msg = f"infra/{name} {action} failed ({done.returncode}):\n{out}"
+        raise RuntimeError(msg)
+    return done.stdout
+
+
+def _exports(text: str) -> dict[str, str]:
+    """``export K='v'`` lines (an infra script's ``env`` action) as a dict."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("export ") and "=" in line:
+            key, value = line[len("export ") :].split("=", 1)
+            out[key] = value.strip("'")
+    return out
+
+
+@contextmanager
+def minio(folder: Path) -> Iterator[dict[str, str]]:
+    """MinIO with the lake, landing and reports buckets; yields the OOO_S3_* settings."""
+    env = {
+        **os.environ,
+        "OOO_MINIO_PORT": str(free_port()),
+        "OOO_MINIO_CONSOLE_PORT": str(free_port()),
+        "OOO_MINIO_DATA": str(folder / "minio"),
+    }
+    try:
+        _script("minio.sh", "start", env)
+        yield _exports(_script("minio.sh", "env", env))
+    finally:
+        _script("minio.sh", "stop", env, timeout=60)
+
+
+@contextmanager
+def spark_cluster(
+    folder: Path, workers: int = 1, cores: int = 2, memory: str = "3g"
+) -> Iterator[dict[str, str]]:
+    """A Spark standalone master and workers; yields OOO_SPARK_MASTER."""
+    env = {
+        **os.environ,
+        "OOO_SPARK_MASTER_PORT": str(free_port()),
+        "OOO_SPARK_MASTER_UI_PORT": str(free_port()),
+        "OOO_SPARK_CLUSTER_DIR": str(folder / "spark-cluster"),
+        "OOO_SPARK_WORKER_UI_PORT": "0",
+    }
+    try:
+        size = ("--workers", str(workers), "--cores", str(cores), "--memory", memory)
+        _script("spark-cluster.sh", "start", env, *size)
+        yield _exports(_script("spark-cluster.sh", "env", env))
+    finally:
+        _script("spark-cluster.sh", "stop", env, timeout=120)
+
+
+@contextmanager
+def postgres(folder: Path) -> Iterator[dict[str, str]]:
+    """PostgreSQL for Airflow's metadata; yields AIRFLOW__DATABASE__SQL_ALCHEMY_CONN."""
+    # PostgreSQL runs as the postgres user under root: its folder must be reachable by that user,
+    # which pytest's private (0700) tmp folders are not
+    data = Path(tempfile.mkdtemp(prefix="ooo-pg-", dir="/tmp" if os.geteuid() == 0 else folder))
+    data.chmod(0o755)
+    env = {**os.environ, "OOO_PG_PORT": str(free_port()), "OOO_PG_DATA": str(data / "data")}
+    try:
+        _script("postgres.sh", "start", env, timeout=300)
+        yield _exports(_script("postgres.sh", "env", env))
+    finally:
+        _script("postgres.sh", "stop", env, timeout=120)
+        shutil.rmtree(data, ignore_errors=True)
