@@ -52,8 +52,7 @@ def ingest_landing() -> None:
         mode="reschedule",
         poke_interval=30,
         timeout=240,
-        soft_fail=True,
-        retries=0,
+        soft_fail=True,  # nothing arrived: the run ends skipped; a failed listing still fails (retried)
     )
     ingest = StageOperator(task_id="ingest", stage="ingest", stage_args=["--landing"])
     validate_bronze = StageOperator(task_id="validate_bronze", stage="validate-bronze", validation=True)
