@@ -112,14 +112,18 @@ class StorageSettings:
         """hadoop-aws and the AWS SDK bundle from the Maven cache."""
         return _jars(self.jars_dir, "s3a (hadoop-aws, AWS SDK)", "OOO_S3A_JARS_DIR")
 
-    def to_conf(self) -> dict[str, str]:
-        """The s3a filesystem's Spark settings (``spark.hadoop.fs.s3a.*``)."""
+    def require_credentials(self) -> None:
+        """Fail clearly when the keys are missing (Spark's s3a and the SDK client both need them)."""
         if not (self.access_key and self.secret_key):
             msg = (
-                "an s3a:// lake needs storage.access_key and storage.secret_key "
+                "the object store needs storage.access_key and storage.secret_key "
                 "(OOO_S3_ACCESS_KEY, OOO_S3_SECRET_KEY)"
             )
             raise ConfigError(msg)
+
+    def to_conf(self) -> dict[str, str]:
+        """The s3a filesystem's Spark settings (``spark.hadoop.fs.s3a.*``)."""
+        self.require_credentials()
         s3a = "spark.hadoop.fs.s3a."
         return {
             f"{s3a}endpoint": self.endpoint,

@@ -14,6 +14,7 @@ this module is the driver-side client (the ``minio`` SDK) for everything else:
 
 from __future__ import annotations
 
+import functools
 import mimetypes
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -44,17 +45,16 @@ def split_uri(uri: str) -> tuple[str, str]:
     return parsed.netloc, parsed.path.strip("/")
 
 
+@functools.cache
 def client(storage: StorageSettings) -> Minio:
-    """A client for the configured endpoint (fails clearly without credentials)."""
+    """The client for the configured endpoint, one per settings (fails clearly without credentials)."""
     from minio import Minio
 
     endpoint = urlparse(storage.endpoint)
     if not endpoint.hostname:
         msg = f"storage.endpoint must be http(s)://host:port, got {storage.endpoint!r}"
         raise ConfigError(msg)
-    if not (storage.access_key and storage.secret_key):
-        msg = "the object store needs OOO_S3_ACCESS_KEY and OOO_S3_SECRET_KEY (storage.access_key/secret_key)"
-        raise ConfigError(msg)
+    storage.require_credentials()
     return Minio(
         endpoint.netloc,
         access_key=storage.access_key,
