@@ -29,6 +29,7 @@ EXPECTED_STRUCTURE = {
         "quality_report": set(),
     },
     "join_adapt": {"adapt": set()},
+    "maintenance": {"maintain": set()},
     "aggregate_stream": {
         "aggregate_interval": {"gamma_rule", "validate_aggregate"},
         "gamma_rule": {"ledger_due"},

@@ -15,7 +15,9 @@ def main(argv: list[str] | None = None) -> int:
     """Parse the arguments and run one benchmark."""
     p = argparse.ArgumentParser(prog="python -m outoforder.bench", description=__doc__)
     p.add_argument(
-        "name", choices=["join", "aggregate", "theta", "topk", "mcf", "scaling"], help="which benchmark"
+        "name",
+        choices=["join", "aggregate", "theta", "topk", "mcf", "scaling", "reliability"],
+        help="which benchmark",
     )
     p.add_argument(
         "--quick", action="store_true", help="a small replay and two targets (minutes, for a smoke run)"
@@ -24,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", type=Path, help="the shared data folder (default: from the config)")
     p.add_argument("--no-spark", action="store_true", help="skip the Spark candidates (set forms only)")
     args = p.parse_args(argv)
-    from outoforder.bench import aggregate, join, mcf, scaling, theta, topk
+    from outoforder.bench import aggregate, join, mcf, reliability, scaling, theta, topk
 
     benches: dict[str, Callable[..., int]] = {
         "join": join.main,
@@ -33,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         "topk": topk.main,
         "mcf": mcf.main,
         "scaling": scaling.main,
+        "reliability": reliability.main,
     }
     bench = benches[args.name]
     try:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -11,6 +13,23 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_OUT = Path(__file__).resolve().parents[3] / "docs" / "benchmarks"
+
+
+def run_command(cmd: list[str], env: dict[str, str], what: str) -> str:
+    """Run a command to completion; its stdout, or a StateError with the tails of both streams."""
+    from outoforder.errors import StateError
+
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        msg = f"{what} failed ({done.returncode}): {done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+        raise StateError(msg)
+    return done.stdout
+
+
+def stage_command(config: Path, *args: str) -> list[str]:
+    """``python -m outoforder.stages --config CONFIG ARGS`` with the Spark venv's interpreter."""
+    python = os.environ.get("PYSPARK_PYTHON") or "python"
+    return [python, "-m", "outoforder.stages", "--config", str(config), *args]
 
 
 def log(tag: str, message: str) -> None:

@@ -17,15 +17,21 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from outoforder.bench.harness import DEFAULT_OUT, log, machine, markdown_table, write_json
+from outoforder.bench.harness import (
+    DEFAULT_OUT,
+    log,
+    machine,
+    markdown_table,
+    run_command,
+    stage_command,
+    write_json,
+)
 from outoforder.config import REPO_ROOT
-from outoforder.errors import StateError
 
 STEPS = ("stream-join", "aggregates")
 CHECKED = (
@@ -64,17 +70,8 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _run(cmd: list[str], env: dict[str, str], what: str) -> str:
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        msg = f"{what} failed ({done.returncode}): {done.stdout[-2000:]}\n{done.stderr[-2000:]}"
-        raise StateError(msg)
-    return done.stdout
-
-
 def _stages(env: dict[str, str], config: Path, *args: str) -> str:
-    python = os.environ.get("PYSPARK_PYTHON") or "python"
-    return _run([python, "-m", "outoforder.stages", "--config", str(config), *args], env, " ".join(args))
+    return run_command(stage_command(config, *args), env, " ".join(args))
 
 
 def _checksums(env: dict[str, str], config: Path) -> dict[str, Any]:
@@ -114,10 +111,10 @@ def main(
         shutil.copytree(work / "lake", lake)
         env = {**base, "OOO_LAKE_ROOT": str(lake)}
         if c.master is None:
-            _run([*cluster, "stop"], cluster_env, "stopping the cluster")
+            run_command([*cluster, "stop"], cluster_env, "stopping the cluster")
             size = ["--workers", str(c.workers), "--cores", str(c.cores), "--memory", "3g"]
-            _run([*cluster, "start", *size], cluster_env, "starting the cluster")
-            master = _run([*cluster, "env"], cluster_env, "cluster env").split("'")[1]
+            run_command([*cluster, "start", *size], cluster_env, "starting the cluster")
+            master = run_command([*cluster, "env"], cluster_env, "cluster env").split("'")[1]
         else:
             master = c.master
         env["OOO_SPARK_MASTER"] = master
@@ -137,7 +134,7 @@ def main(
             + ", ".join(f"{s} {rec[f'{s}_s']:.0f} s" for s in STEPS)
             + f", same output {rec['same_output']}",
         )
-    _run([*cluster, "stop"], cluster_env, "stopping the cluster")
+    run_command([*cluster, "stop"], cluster_env, "stopping the cluster")
     for r in records:
         r["vs_local"] = round(r["total_s"] / records[0]["total_s"], 2)
     meta = {

@@ -118,14 +118,11 @@ def merge_new(df: DataFrame, table: Table, lake_root: Path | str, keys: tuple[st
     spark = df.sparkSession
     ensure(spark, table, lake_root)
     target = DeltaTable.forPath(spark, table.path(lake_root))
-    before = target.history(1).select("version").first()
     cond = " AND ".join(f"t.{k} = n.{k}" for k in keys)
-    target.alias("t").merge(conform(df, table).alias("n"), cond).whenNotMatchedInsertAll().execute()
-    last = target.history(1).select("version", "operationMetrics").first()
-    # a MERGE that changes nothing may commit nothing: then the newest commit is someone else's
-    if last is None or (before is not None and last[0] == before[0]) or last[1] is None:
-        return 0
-    return int(last[1].get("numTargetRowsInserted", 0))
+    # the MERGE's own metrics, not the table's newest commit: that may be another writer's
+    merge = target.alias("t").merge(conform(df, table).alias("n"), cond).whenNotMatchedInsertAll()
+    row = merge.execute().first()
+    return 0 if row is None else int(row["num_inserted_rows"])
 
 
 def read_arrivals(
@@ -177,3 +174,37 @@ def content_digest(spark: SparkSession, table: Table, lake_root: Path | str) -> 
     agg = read(spark, table, lake_root).select(row_hash.alias("h")).agg(F.count("*"), F.sum("h")).first()
     rows, total = (0, None) if agg is None else (int(agg[0]), agg[1])
     return {"rows": rows, "digest": str(total if total is not None else 0)}
+
+
+def maintain(
+    spark: SparkSession, table: Table, lake_root: Path | str, optimize: bool = True
+) -> dict[str, int]:
+    """Compact the table's small files (OPTIMIZE), then VACUUM the files no recent snapshot uses.
+
+    VACUUM keeps every file that a snapshot of the table's ``delta.deletedFileRetentionDuration``
+    (7 days unless the table says otherwise; Delta 4 ignores a retention passed to VACUUM) refers
+    to, so a reader that opened an older snapshot (a stage still running, a report) finds its
+    files; the project's repairs read current snapshots, never by time travel. Both operations
+    commit like any writer: a conflict with a stage's concurrent write is detected by Delta and
+    one side retries (see :mod:`outoforder.io.conflicts`). Returns the file counts before and
+    after compaction and how many unreferenced files VACUUM deleted.
+    """
+    from delta.tables import DeltaTable
+
+    if not exists(spark, table, lake_root):
+        return {"files_before": 0, "files_after": 0, "vacuumed": 0}
+    path = table.path(lake_root)
+    target = DeltaTable.forPath(spark, path)
+
+    def files() -> int:
+        row = target.detail().select("numFiles").first()
+        return 0 if row is None else int(row[0])
+
+    before = files()
+    if optimize:
+        target.optimize().executeCompaction()
+    after = files()
+    quoted = path.replace("`", "``")
+    doomed = spark.sql(f"VACUUM delta.`{quoted}` DRY RUN").count()
+    target.vacuum()
+    return {"files_before": before, "files_after": after, "vacuumed": int(doomed)}

@@ -48,6 +48,7 @@ from outoforder.core.windows.quality import rank_error, relative_error
 from outoforder.core.windows.repair import gamma_due, window_runs
 from outoforder.core.windows.slack import HPMSlack
 from outoforder.errors import InputError
+from outoforder.io.conflicts import retry_on_conflict
 from outoforder.stages import intervals
 from outoforder.stages.intervals import prune_snapshots, snapshot_before, where_job
 
@@ -169,6 +170,7 @@ def _arrivals(
     )
 
 
+@retry_on_conflict
 def run_interval(
     spark: SparkSession,
     settings: Settings,
@@ -499,6 +501,7 @@ def exact_windows(tuples: DataFrame, job: AggJob, ids: DataFrame | None = None) 
     return aggregate(members, job.aggregate)
 
 
+@retry_on_conflict
 def repair(
     spark: SparkSession, settings: Settings, source: str, job: AggJob, force: bool = False
 ) -> RepairSummary:
@@ -744,6 +747,7 @@ def _errors(spark: SparkSession, tuples: DataFrame, job: AggJob, frame: pd.DataF
     return np.where(np.isnan(emitted), np.inf, err)
 
 
+@retry_on_conflict
 def validate(
     spark: SparkSession,
     settings: Settings,

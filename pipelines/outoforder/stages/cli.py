@@ -24,6 +24,7 @@ Stages::
     buckets         create object-store buckets (infra/minio.sh start runs it)
     publish         upload the reports and Data Docs to a bucket (--to s3a://bucket/prefix)
     checksum        rows and a content digest per table (compare two lakes, or before and after a rerun)
+    maintain        OPTIMIZE and VACUUM every table (Delta's 7-day file retention; DAG maintenance)
     presets         list the disorder presets (or re-run their calibration)
 
 Every stage prints progress and ends with a summary; errors of ours exit with status 2 and a
@@ -260,7 +261,7 @@ def cmd_validate_aggregate(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_join_stream(args: argparse.Namespace, settings: Settings) -> int:
     """Run the stream join over [start, end), in steps of --every (each step one interval)."""
-    from outoforder.stages.join_stream import pending_span, run_interval
+    from outoforder.stages.join_stream import adapt, first_start, pending_span, run_interval
 
     spark = _spark(settings, "join-stream")
     job = _join_job(args)
@@ -274,11 +275,13 @@ def cmd_join_stream(args: argparse.Namespace, settings: Settings) -> int:
         start = span[0] if start is None else start
         end = span[1] if end is None else end
     step = round(args.every_s * 1e6) if args.every_s else end - start
+    # adaptation times count from the job's first interval, not from this run's start: a run
+    # resumed after a crash adapts at the same times as one that never stopped
+    origin = first_start(spark, settings, args.source, job, args.estimator)
+    anchor = start if origin is None else origin
     for lo, hi in _steps(start, end, step):
         print(run_interval(spark, settings, args.source, job, lo, hi, args.estimator).line(), flush=True)
-        if args.adapt_every_s and hi < end and ((hi - start) % round(args.adapt_every_s * 1e6)) == 0:
-            from outoforder.stages.join_stream import adapt
-
+        if args.adapt_every_s and hi < end and ((hi - anchor) % round(args.adapt_every_s * 1e6)) == 0:
             adapt(spark, settings, args.source, job, hi, args.estimator)
     return 0
 
@@ -732,6 +735,32 @@ def cmd_checksum(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
+    """Compact and vacuum the tables (all, or --tables), one at a time, retrying on conflicts."""
+    from outoforder.io import delta
+    from outoforder.io.conflicts import retry_on_conflict
+    from outoforder.io.tables import ALL_TABLES
+
+    names = set(args.tables or [t.name for t in ALL_TABLES])
+    unknown = sorted(names - {t.name for t in ALL_TABLES})
+    if unknown:
+        msg = f"unknown table {', '.join(unknown)}"
+        raise ConfigError(msg)
+    spark = _spark(settings, "maintain")
+    run = retry_on_conflict(delta.maintain)
+    chosen = [t for t in ALL_TABLES if t.name in names]
+    for i, t in enumerate(chosen, 1):
+        t0 = time.monotonic()
+        r = run(spark, t, settings.lake_root, not args.no_optimize)
+        print(
+            f"[maintain] {i}/{len(chosen)} {t.name}: {r['files_before']:,} files -> {r['files_after']:,}, "
+            f"{r['vacuumed']:,} files unused for the retention period deleted "
+            f"({time.monotonic() - t0:.1f} s)",
+            flush=True,
+        )
+    return 0
+
+
 def cmd_landing(args: argparse.Namespace, settings: Settings) -> int:
     """List the landing zone's waiting files."""
     from outoforder.io import objectstore
@@ -842,7 +871,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     js.add_argument("--end", help="interval end, exclusive (default: after the newest arrival in bronze)")
     js.add_argument("--every-s", type=float, help="split [start, end) into intervals of this many seconds")
-    js.add_argument("--adapt-every-s", type=float, help="also adapt the retention every this many seconds")
+    js.add_argument(
+        "--adapt-every-s",
+        type=float,
+        help="also adapt the retention every this many seconds (counted from the job's first interval)",
+    )
     js.set_defaults(func=cmd_join_stream)
     ja = sub.add_parser(
         "join-adapt", parents=[common, query, stream], help="adapt the stream join's retention"
@@ -968,6 +1001,10 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument("--tables", nargs="*", help="table names, e.g. gold/join_results (default: all)")
     ck.add_argument("--json", action="store_true", help="one line: CHECKSUMS{...}")
     ck.set_defaults(func=cmd_checksum)
+    mt = sub.add_parser("maintain", parents=[common], help="OPTIMIZE and VACUUM the tables")
+    mt.add_argument("--tables", nargs="*", help="table names (default: all)")
+    mt.add_argument("--no-optimize", action="store_true", help="only VACUUM")
+    mt.set_defaults(func=cmd_maintain)
     pu = sub.add_parser("publish", parents=[common], help="upload the reports and Data Docs to a bucket")
     pu.add_argument("--to", help="s3a://bucket/prefix (default: storage.publish_uri)")
     pu.set_defaults(func=cmd_publish)

@@ -27,6 +27,7 @@ from pyspark.sql import functions as F
 from outoforder.config import Settings
 from outoforder.errors import InputError
 from outoforder.io import delta
+from outoforder.io.conflicts import retry_on_conflict
 from outoforder.io.tables import BRONZE, INGEST_LOG, QUARANTINE, SEQ_PER_FILE
 from outoforder.sources.readers import make_reader, read_file
 
@@ -78,21 +79,20 @@ def _claim_ordinal(spark: SparkSession, settings: Settings, ingest_id: str, row:
     """The file's ordinal: the one a crashed attempt claimed, else the next free one (claimed now).
 
     The claim is committed to the ingest log before any data, so two files can never share
-    sequence numbers, however attempts interleave.
+    sequence numbers, however attempts interleave: the claim is a MERGE keyed on the ordinal, so
+    of two ingests that picked the same free ordinal, one inserts and the other inserts nothing
+    (it then takes the next one), and two MERGEs committing at once conflict in Delta (one retries).
     """
-    log = delta.read(spark, INGEST_LOG, settings.lake_root)
-    mine = log.where((F.col("ingest_id") == ingest_id) & (F.col("status") == "started")).first()
-    if mine is not None:
-        return int(mine["file_ordinal"])
-    top = log.agg(F.max("file_ordinal")).first()
-    ordinal = 0 if top is None or top[0] is None else int(top[0]) + 1
-    claim = spark.createDataFrame([(ingest_id, "started", ordinal, *row)], INGEST_LOG.schema)
-    delta.append_once(claim, INGEST_LOG, settings.lake_root, ingest_id, 0)
-    # Re-read (a fresh snapshot): if another attempt claimed first, Delta skipped our append.
-    log = delta.read(spark, INGEST_LOG, settings.lake_root)
-    mine = log.where((F.col("ingest_id") == ingest_id) & (F.col("status") == "started")).first()
-    assert mine is not None
-    return int(mine["file_ordinal"])
+    while True:
+        log = delta.read(spark, INGEST_LOG, settings.lake_root).where(F.col("status") == "started")
+        mine = log.where(F.col("ingest_id") == ingest_id).first()
+        if mine is not None:
+            return int(mine["file_ordinal"])
+        top = log.agg(F.max("file_ordinal")).first()
+        ordinal = 0 if top is None or top[0] is None else int(top[0]) + 1
+        claim = spark.createDataFrame([(ingest_id, "started", ordinal, *row)], INGEST_LOG.schema)
+        if delta.merge_new(claim, INGEST_LOG, settings.lake_root, ("status", "file_ordinal")):
+            return ordinal
 
 
 def _seq_range(df: DataFrame) -> tuple[int | None, int | None]:
@@ -113,6 +113,7 @@ def _with_constants(table: pa.Table, **columns: str) -> pa.Table:
     return table
 
 
+@retry_on_conflict
 def ingest_file(
     spark: SparkSession,
     settings: Settings,

@@ -47,6 +47,7 @@ from outoforder.core.joins.metrics import period_recall
 from outoforder.core.joins.progress import joint_progress
 from outoforder.core.joins.query import JoinInput, PairArray, exact_join
 from outoforder.errors import InputError, StateError
+from outoforder.io.conflicts import retry_on_conflict
 from outoforder.stages import intervals
 from outoforder.stages.intervals import prune_snapshots, snapshot_before, where_job
 from outoforder.stages.join import COST_COLUMNS, JoinJob, input_from_frame
@@ -152,6 +153,7 @@ def _snapshot_before(
     return snapshot_before(spark, settings, JOIN_STATE, source, job, start_us, has_arrivals, "join")
 
 
+@retry_on_conflict
 def run_interval(
     spark: SparkSession,
     settings: Settings,
@@ -282,6 +284,25 @@ def last_processed(
     return intervals.last_processed(spark, settings, JOIN_STATE, source, job_id(job, estimator))
 
 
+def first_start(
+    spark: SparkSession, settings: Settings, source: str, job: JoinJob, estimator: str = "learned"
+) -> int | None:
+    """The start of the job's first interval (every state row carries it), or None before its first run."""
+    from pyspark.sql import functions as F
+
+    from outoforder.io import delta
+    from outoforder.io.tables import JOIN_STATE
+
+    delta.ensure(spark, JOIN_STATE, settings.lake_root)
+    row = (
+        delta.read(spark, JOIN_STATE, settings.lake_root)
+        .where(where_job(source, job_id(job, estimator)))
+        .agg(F.min("interval_start_us"))
+        .first()
+    )
+    return None if row is None or row[0] is None else int(row[0])
+
+
 def pending_span(
     spark: SparkSession, settings: Settings, source: str, job: JoinJob, estimator: str = "learned"
 ) -> tuple[int, int] | None:
@@ -385,6 +406,7 @@ def _judged_history(
     return inp, truth, produced, seqs
 
 
+@retry_on_conflict
 def adapt(
     spark: SparkSession,
     settings: Settings,
@@ -433,6 +455,7 @@ def adapt(
     return row
 
 
+@retry_on_conflict
 def repair(
     spark: SparkSession,
     settings: Settings,
@@ -517,6 +540,7 @@ def period_quality(
     return pd.DataFrame([asdict(p) for p in closed], columns=cols)
 
 
+@retry_on_conflict
 def validate(
     spark: SparkSession,
     settings: Settings,

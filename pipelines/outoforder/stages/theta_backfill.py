@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from outoforder.core.theta.plan import Theta
 from outoforder.errors import ConfigError, InputError, QualityError
+from outoforder.io.conflicts import retry_on_conflict
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -147,6 +148,7 @@ def _counts(bronze: DataFrame, job: ThetaJob) -> dict[tuple[int, str], tuple[int
     return {(int(r["w0"]), r["stream"]): (int(r["n"]), int(r["nulls"])) for r in got}
 
 
+@retry_on_conflict
 def run_interval(
     spark: SparkSession, settings: Settings, source: str, job: ThetaJob, start_us: int, end_us: int
 ) -> BackfillSummary:
@@ -252,6 +254,7 @@ def _sql(theta: Theta, a: str, b: str) -> str:
     return f"{a} {'=' if theta.op == '=' else theta.op} {b}"
 
 
+@retry_on_conflict
 def validate(
     spark: SparkSession,
     settings: Settings,

@@ -37,6 +37,7 @@ from outoforder.core.topk.cache import CacheDurationController, CacheSettings
 from outoforder.core.topk.operator import CachePolicy, ContinuousTopK, FixedCache, TopKQuery
 from outoforder.core.windows.assign import Windows
 from outoforder.errors import ConfigError, InputError, QualityError, StateError
+from outoforder.io.conflicts import retry_on_conflict
 from outoforder.stages import intervals
 from outoforder.stages.intervals import prune_snapshots, snapshot_before, where_job
 
@@ -163,6 +164,7 @@ def _arrivals(
     )
 
 
+@retry_on_conflict
 def run_interval(
     spark: SparkSession,
     settings: Settings,
@@ -385,6 +387,7 @@ def window_accuracy(spark: SparkSession, settings: Settings, source: str, job: T
     )
 
 
+@retry_on_conflict
 def validate(
     spark: SparkSession,
     settings: Settings,

@@ -1,0 +1,51 @@
+"""Table maintenance DAG: once a day, compact small files (OPTIMIZE) and VACUUM every Delta table.
+
+Thin: one out-of-process Spark stage (``maintain``). Interval stages append a few files per run,
+so tables fill with small files; OPTIMIZE rewrites them into few large ones, VACUUM deletes the
+files that no snapshot of the retention period (Delta's ``delta.deletedFileRetentionDuration``,
+7 days by default) uses.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pendulum
+from airflow.sdk import Param, dag
+from outoforder_airflow.operators import StageOperator
+
+DOC = """
+### Compact and vacuum the lake
+
+**maintain** (`python -m outoforder.stages maintain`) runs, table after table, Delta's OPTIMIZE
+(bin-packing small files into large ones) and VACUUM (deleting files that no snapshot of the
+table's retention period uses: `delta.deletedFileRetentionDuration`, 7 days by default).
+
+Safe beside the other DAGs: both operations commit like any writer, so a conflict with a stage
+writing the same table at that moment is detected by Delta and the loser retries the whole
+operation (stages and maintenance alike). Within the retention period, a stage or report still
+reading an older snapshot finds its files; the repairs read current snapshots only. See docs/reliability.md.
+"""
+
+
+@dag(
+    dag_id="maintenance",
+    schedule=timedelta(days=1),
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    tags=["outoforder", "maintenance"],
+    doc_md=DOC,
+    default_args={"retries": 2, "retry_delay": timedelta(minutes=5), "owner": "outoforder"},
+    params={"config": Param("", type="string", description="path of a TOML config override")},
+)
+def maintenance() -> None:
+    """OPTIMIZE and VACUUM every table."""
+    StageOperator(
+        task_id="maintain",
+        stage="maintain",
+        stage_args=[],
+    )
+
+
+maintenance()

@@ -1,0 +1,109 @@
+"""Retrying a whole idempotent write when a concurrent Delta commit conflicts with it.
+
+Delta commits optimistically: a writer reads a snapshot, writes its files, and at commit checks
+whether a commit since its snapshot touched what it read (two MERGEs into the same partition, a
+repair and a stream interval both inserting results of one source). If so, Delta refuses the
+commit with a ``Concurrent…Exception`` and nothing of the loser is visible. The loser must then
+redo its work against the new snapshot. That is safe here because every stage operation is
+idempotent by construction (results are MERGEd on their keys, state is written last, appends
+carry transaction ids), so the retry unit is the whole operation -- :func:`retry_on_conflict`
+wraps ``run_interval``, ``repair`` and friends -- never a single write with a stale input.
+
+Every conflict is printed and counted (:func:`conflicts_seen`), so a test can show that an overlap
+really happened and was retried rather than silently avoided.
+
+This module imports nothing from Spark at import time: stage modules use the decorator at
+definition, and are imported where pyspark is absent.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+from outoforder.errors import StateError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+ATTEMPTS = 6  # the first try and five retries
+BASE_DELAY_S = 0.5
+
+_seen: Counter[str] = Counter()
+
+
+def conflicts_seen() -> dict[str, int]:
+    """How many conflicts each wrapped operation met in this process (by operation name)."""
+    return dict(_seen)
+
+
+def _retryable(e: BaseException) -> bool:
+    try:
+        from delta.exceptions import base
+    except ImportError:  # no Delta, so no Delta conflict
+        return False
+    kinds = (
+        base.DeltaConcurrentModificationException,
+        base.ConcurrentWriteException,
+        base.MetadataChangedException,
+        base.ProtocolChangedException,
+        base.ConcurrentAppendException,
+        base.ConcurrentDeleteReadException,
+        base.ConcurrentDeleteDeleteException,
+        base.ConcurrentTransactionException,
+    )
+    return isinstance(e, kinds)
+
+
+def _attempts() -> int:
+    return max(1, int(os.environ.get("OOO_CONFLICT_ATTEMPTS", ATTEMPTS)))
+
+
+def retry_on_conflict(fn: Callable[P, R]) -> Callable[P, R]:
+    """Run ``fn`` again (jittered exponential backoff) when a concurrent Delta commit wins.
+
+    ``fn`` must be idempotent as a whole: a retry redoes everything, reads included. After
+    ``OOO_CONFLICT_ATTEMPTS`` (default 6) tries the last conflict is raised as a
+    :class:`~outoforder.errors.StateError` naming the operation, so the Airflow task fails
+    loudly and is retried by its own policy.
+
+    >>> calls = []
+    >>> @retry_on_conflict
+    ... def op():
+    ...     calls.append(1)
+    ...     return "done"
+    >>> op(), len(calls)
+    ('done', 1)
+    """
+    name = f"{fn.__module__.rsplit('.', 1)[-1]}.{fn.__name__}"
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        attempts = _attempts()
+        attempt = 1
+        while True:
+            try:
+                return fn(*args, **kwargs)
+            except Exception as e:
+                if not _retryable(e):
+                    raise
+                _seen[name] += 1
+                kind = type(e).__name__
+                first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+                if attempt == attempts:
+                    msg = f"{name}: still conflicting after {attempts} tries ({kind}: {first})"
+                    raise StateError(msg) from e
+                delay = BASE_DELAY_S * 2 ** (attempt - 1) * (0.5 + random.random())
+                print(
+                    f"[conflict] {name}: {kind} ({first}); retry {attempt}/{attempts - 1} in {delay:.1f} s",
+                    flush=True,
+                )
+                time.sleep(delay)
+                attempt += 1
+
+    return wrapper

@@ -1,0 +1,191 @@
+"""Concurrent writers: a stream interval and a repair (or table maintenance) on one table at once.
+
+The overlap is forced, not hoped for: the stream interval's MERGE into ``gold/agg_results`` is held
+inside its transaction (a UDF on its source waits for a file) while the other writer commits into
+the same partition. Delta must then refuse the interval's commit, and the stage must redo the whole
+interval against the new snapshot. The outcome has to equal the serial order "other writer, then
+interval" (nothing lost, nothing twice). Maintenance must also keep the files that a reader of an
+older snapshot still needs.
+"""
+
+import dataclasses
+import shutil
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+from pyspark.sql import functions as F
+
+from outoforder.io import conflicts, delta
+from outoforder.io.tables import (
+    AGG_CONTROL,
+    AGG_LEDGER,
+    AGG_REPAIRS,
+    AGG_RESULTS,
+    AGG_STATE,
+    BRONZE,
+    INGEST_LOG,
+)
+from outoforder.stages.aggregate_stream import repair, run_interval
+from tests.sources.hostile import good_lines
+from tests.spark.test_aggregate_stream import JOB, SOURCE, STEP, T0, arrivals
+
+pytestmark = [pytest.mark.spark, pytest.mark.delta]
+
+TABLES = (AGG_RESULTS, AGG_LEDGER, AGG_CONTROL, AGG_STATE, AGG_REPAIRS)
+
+
+class Gate:
+    """Holds the first gated write inside its transaction until :meth:`release`."""
+
+    def __init__(self, folder):
+        folder.mkdir()
+        self.entered, self.opened = folder / "entered", folder / "open"
+        self.armed = True
+        self.lock = threading.Lock()
+
+    def take(self) -> bool:
+        with self.lock:
+            armed, self.armed = self.armed, False
+            return armed
+
+    def column(self, col):
+        entered, opened = str(self.entered), str(self.opened)
+
+        def wait(v):
+            import pathlib
+            import time as t
+
+            pathlib.Path(entered).touch()
+            deadline = t.monotonic() + 300
+            while not pathlib.Path(opened).exists() and t.monotonic() < deadline:
+                t.sleep(0.05)
+            return v
+
+        return F.udf(wait, "double").asNondeterministic()(col)
+
+    def wait_entered(self, timeout=300):
+        deadline = time.monotonic() + timeout
+        while not self.entered.exists():
+            assert time.monotonic() < deadline, "the gated MERGE never started"
+            time.sleep(0.1)
+
+    def release(self):
+        self.opened.touch()
+
+
+def digests(spark, lake):
+    return {t.name: delta.content_digest(spark, t, lake) for t in TABLES}
+
+
+def overlap(spark, settings, tmp_path, monkeypatch, other: Callable[[object], None], first_cuts):
+    """Run the interval [mid, late) with its results MERGE held open while ``other(settings)`` commits.
+
+    Returns the lake's digests and those of a serial twin (``other``, then the interval).
+    """
+    mid, late = T0 + 500 * STEP, T0 + 900 * STEP
+    for lo, hi in zip([T0, *first_cuts], [*first_cuts, mid], strict=True):
+        run_interval(spark, settings, SOURCE, JOB, lo, hi)
+    serial = dataclasses.replace(settings, lake_root=tmp_path / "serial")
+    shutil.copytree(settings.lake_root, serial.lake_root)
+
+    gate = Gate(tmp_path / "gate")
+    plain = delta.conform
+
+    def held(df, table):
+        out = plain(df, table)
+        if table is AGG_RESULTS and threading.current_thread().name == "stream" and gate.take():
+            return out.coalesce(1).withColumn("value", gate.column(F.col("value")))
+        return out
+
+    monkeypatch.setattr(delta, "conform", held)
+    before = conflicts.conflicts_seen().get("aggregate_stream.run_interval", 0)
+    failure: list[BaseException] = []
+
+    def stream():
+        try:
+            run_interval(spark, settings, SOURCE, JOB, mid, late)
+        except BaseException as e:  # handed to the main thread
+            failure.append(e)
+
+    worker = threading.Thread(target=stream, name="stream")
+    worker.start()
+    try:
+        gate.wait_entered()
+        other(settings)  # commits while the interval's MERGE is held
+    finally:
+        gate.release()
+        worker.join(600)
+    assert not failure, failure
+    retried = conflicts.conflicts_seen().get("aggregate_stream.run_interval", 0) - before
+
+    monkeypatch.setattr(delta, "conform", plain)
+    other(serial)
+    run_interval(spark, serial, SOURCE, JOB, mid, late)
+    return retried, digests(spark, settings.lake_root), digests(spark, serial.lake_root)
+
+
+def test_a_repair_and_maintenance_committing_inside_an_intervals_merge_force_a_retry_and_lose_nothing(
+    spark, settings, load_bronze, tmp_path, monkeypatch
+):
+    load_bronze(arrivals(), SOURCE, 0)
+    done = []
+
+    def compact_and_repair(s):
+        done.append(delta.maintain(spark, AGG_RESULTS, s.lake_root))
+        done.append(repair(spark, s, SOURCE, JOB, force=True))
+
+    # two intervals first: several small files in the partition for OPTIMIZE to rewrite
+    retried, got, serial = overlap(
+        spark, settings, tmp_path, monkeypatch, compact_and_repair, [T0 + 250 * STEP]
+    )
+    compacted, fixed = done[0], done[1]
+    assert fixed.ran and fixed.windows > 0
+    assert compacted["files_after"] < compacted["files_before"]
+    assert retried >= 1
+    assert got == serial
+
+
+def test_maintenance_keeps_the_files_an_older_snapshot_reads(spark, settings, load_bronze):
+    from delta.tables import DeltaTable
+
+    frame = arrivals()
+    load_bronze(frame, SOURCE, 0)
+    path = BRONZE.path(settings.lake_root)
+    version = DeltaTable.forPath(spark, path).history(1).first()["version"]
+    reader = spark.read.format("delta").option("versionAsOf", version).load(path)  # opened before
+    digest = delta.content_digest(spark, BRONZE, settings.lake_root)
+    r = delta.maintain(spark, BRONZE, settings.lake_root)
+    assert r["files_after"] < r["files_before"] and r["vacuumed"] == 0
+    assert reader.count() == len(frame)  # its files, no longer in the current snapshot, are kept
+    assert delta.content_digest(spark, BRONZE, settings.lake_root) == digest
+
+
+def test_two_files_racing_for_the_same_file_ordinal_get_different_ones(
+    spark, settings, tmp_path, monkeypatch
+):
+    from outoforder.stages import ingest
+
+    lines = good_lines("debs2013", 40)
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    a.write_text("\n".join(lines[:20]) + "\n")
+    b.write_text("\n".join(lines[20:]) + "\n")
+    plain = delta.merge_new
+    raced: list[object] = []
+
+    def racing(df, table, root, keys):
+        if table is INGEST_LOG and not raced:  # b claims the ordinal a has just chosen, and finishes
+            raced.append(b)
+            ingest.ingest_file(spark, settings, b, "debs2013", "race/b")
+        return plain(df, table, root, keys)
+
+    monkeypatch.setattr(delta, "merge_new", racing)
+    ingest.ingest_file(spark, settings, a, "debs2013", "race/a")
+    done = delta.read(spark, INGEST_LOG, settings.lake_root).where(F.col("status") == "done").collect()
+    assert sorted(r["file_ordinal"] for r in done) == [0, 1]
+    seqs = [
+        r["arrival_seq"]
+        for r in delta.read(spark, BRONZE, settings.lake_root).select("arrival_seq").collect()
+    ]
+    assert len(seqs) == len(set(seqs)) == 40

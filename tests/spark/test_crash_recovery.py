@@ -1,0 +1,32 @@
+"""Crash recovery: a stage killed with SIGKILL in the middle of its writes, rerun, gives the same lake.
+
+One trial of one stage here, at a random kill point (the seed is printed on failure); the
+reliability run (``bash infra/bench.sh reliability``) runs 20 per stage, for every stage. See
+:mod:`outoforder.bench.reliability`.
+"""
+
+import random
+
+import pytest
+
+from outoforder.bench import reliability
+
+pytestmark = [pytest.mark.spark, pytest.mark.delta, pytest.mark.integration]
+
+STAGES = ("ingest",)  # the cheapest stage to run three times: a claim, batches and a log row
+
+
+@pytest.fixture(scope="module")
+def prepared(spark, tmp_path_factory):
+    return reliability.prepare(spark, tmp_path_factory.mktemp("crash") / "work", STAGES, seconds=1.0)
+
+
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("name", STAGES)
+def test_a_stage_killed_mid_write_reruns_to_the_same_tables(spark, prepared, name):
+    stage = next(s for s in prepared.stages if s.name == name)
+    seed = random.randrange(1_000_000)
+    (trial,) = reliability.crash_trials(spark, prepared, stage, trials=1, seed=seed)
+    assert trial["rerun_rc"] == 0, (seed, trial.get("rerun_tail"))
+    assert trial["same_tables"], (seed, trial)
+    assert trial["killed"] or trial["kill_after_commit"] == trial["reference_commits"] - 1, (seed, trial)
