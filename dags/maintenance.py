@@ -44,7 +44,6 @@ def maintenance() -> None:
     StageOperator(
         task_id="maintain",
         stage="maintain",
-        stage_args=[],
     )
 
 

@@ -76,7 +76,7 @@ class Gate:
 
 
 def digests(spark, lake):
-    return {t.name: delta.content_digest(spark, t, lake) for t in TABLES}
+    return delta.content_digests(spark, lake, TABLES)
 
 
 def overlap(spark, settings, tmp_path, monkeypatch, other: Callable[[object], None], first_cuts):

@@ -191,12 +191,10 @@ def digests(spark: SparkSession, lake: Path) -> dict[str, dict[str, object]]:
     from outoforder.io import delta
     from outoforder.io.tables import ALL_TABLES
 
-    out = {}
     for t in ALL_TABLES:
-        out[t.name] = delta.content_digest(spark, t, lake)
         if delta.exists(spark, t, lake):
             DeltaTable.forPath(spark, t.path(lake)).history().count()
-    return out
+    return delta.content_digests(spark, lake)
 
 
 @dataclass

@@ -7,13 +7,14 @@ itself, so re-running a batch after a crash or a retry changes nothing.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from outoforder.errors import SchemaError
-from outoforder.io.tables import VOLATILE_COLUMNS, Table
+from outoforder.io.tables import ALL_TABLES, VOLATILE_COLUMNS, Table
 
 
 def exists(spark: SparkSession, table: Table, lake_root: Path | str) -> bool:
@@ -174,6 +175,13 @@ def content_digest(spark: SparkSession, table: Table, lake_root: Path | str) -> 
     agg = read(spark, table, lake_root).select(row_hash.alias("h")).agg(F.count("*"), F.sum("h")).first()
     rows, total = (0, None) if agg is None else (int(agg[0]), agg[1])
     return {"rows": rows, "digest": str(total if total is not None else 0)}
+
+
+def content_digests(
+    spark: SparkSession, lake_root: Path | str, tables: Iterable[Table] = ALL_TABLES
+) -> dict[str, dict[str, object]]:
+    """:func:`content_digest` of each table, by table name (compare two lakes, or a lake over time)."""
+    return {t.name: content_digest(spark, t, lake_root) for t in tables}
 
 
 def maintain(

@@ -277,7 +277,7 @@ def cmd_join_stream(args: argparse.Namespace, settings: Settings) -> int:
     step = round(args.every_s * 1e6) if args.every_s else end - start
     # adaptation times count from the job's first interval, not from this run's start: a run
     # resumed after a crash adapts at the same times as one that never stopped
-    origin = first_start(spark, settings, args.source, job, args.estimator)
+    origin = first_start(spark, settings, args.source, job, args.estimator) if args.adapt_every_s else None
     anchor = start if origin is None else origin
     for lo, hi in _steps(start, end, step):
         print(run_interval(spark, settings, args.source, job, lo, hi, args.estimator).line(), flush=True)
@@ -724,9 +724,7 @@ def cmd_checksum(args: argparse.Namespace, settings: Settings) -> int:
 
     spark = _spark(settings, "checksum")
     names = set(args.tables or [t.name for t in ALL_TABLES])
-    digests = {
-        t.name: delta.content_digest(spark, t, settings.lake_root) for t in ALL_TABLES if t.name in names
-    }
+    digests = delta.content_digests(spark, settings.lake_root, [t for t in ALL_TABLES if t.name in names])
     if args.json:
         print("CHECKSUMS" + json.dumps(digests, sort_keys=True), flush=True)
     else:
