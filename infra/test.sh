@@ -29,6 +29,7 @@ step "types (mypy --strict on pipelines/outoforder)"
 step "Spark venv: pytest tests/ (without tests/airflow) + doctests"
 "$OOO_SPARK_VENV/bin/python" -m pytest tests pipelines/outoforder/core pipelines/outoforder/sources \
   pipelines/outoforder/config.py pipelines/outoforder/io/objectstore.py pipelines/outoforder/io/conflicts.py \
+  pipelines/outoforder/stages/intervals.py \
   --doctest-modules --ignore=tests/airflow \
   -p no:cacheprovider --junitxml="$reports/spark.xml" "$@"
 rc=$?; [ $rc -eq 0 ] || { echo "[test] Spark-venv pytest exited $rc"; status=1; }

@@ -175,6 +175,20 @@ class DemoSettings:
 
 
 @dataclass(frozen=True)
+class StreamSettings:
+    """Limits every per-interval stream stage (join, aggregates, top-k) applies to its state."""
+
+    # rows of operator state (buffered tuples, open windows, candidates) a stage may carry from one
+    # interval to the next; a larger state fails the interval before its state is written
+    state_budget_rows: int = 5_000_000
+
+    def __post_init__(self) -> None:
+        if self.state_budget_rows < 1:
+            msg = f"stream.state_budget_rows must be >= 1, got {self.state_budget_rows}"
+            raise ConfigError(msg)
+
+
+@dataclass(frozen=True)
 class QualitySettings:
     """Where quality results go, and what a violated target does to the task."""
 
@@ -213,6 +227,7 @@ class Settings:
     ingest: IngestSettings
     demo: DemoSettings
     quality: QualitySettings = field(default_factory=QualitySettings)
+    stream: StreamSettings = field(default_factory=StreamSettings)
     storage: StorageSettings = field(default_factory=StorageSettings)
     work_root: Path | None = None
 
@@ -319,13 +334,14 @@ def load_settings(
     if user_file:
         raw = _merge(raw, _read_toml(Path(user_file)))
     try:
-        lake, data, spark, ingest, demo, quality = (
+        lake, data, spark, ingest, demo, quality, stream = (
             raw.get("lake", {}),
             raw.get("data", {}),
             dict(raw.get("spark", {})),
             raw.get("ingest", {}),
             raw.get("demo", {}),
             raw.get("quality", {}),
+            raw.get("stream", {}),
         )
         spark_conf = {str(k): str(v) for k, v in spark.pop("conf", {}).items()}
         spark_settings = SparkSettings(
@@ -375,6 +391,11 @@ def load_settings(
                 reports_dir=_path(reports),
                 docs_dir=_path(docs),
                 build_docs=_flag(env.get("OOO_BUILD_DOCS", quality.get("build_docs", True))),
+            ),
+            stream=StreamSettings(
+                state_budget_rows=int(
+                    env.get("OOO_STATE_BUDGET_ROWS", stream.get("state_budget_rows", 5_000_000))
+                )
             ),
             storage=storage_settings,
             work_root=work_root,

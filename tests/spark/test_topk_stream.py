@@ -1,5 +1,6 @@
 """The top-k stream stage over arrival intervals: equal to one uninterrupted run, idempotent, checked."""
 
+from dataclasses import replace
 from itertools import pairwise
 
 import numpy as np
@@ -7,10 +8,11 @@ import pandas as pd
 import pytest
 from pyspark.sql import functions as F
 
+from outoforder.config import StreamSettings
 from outoforder.core.topk.operator import ContinuousTopK
 from outoforder.errors import ConfigError, QualityError, StateError
 from outoforder.io import delta
-from outoforder.io.tables import TOPK_CACHE, TOPK_LATE, TOPK_RESULTS, TOPK_WINDOWS
+from outoforder.io.tables import TOPK_CACHE, TOPK_LATE, TOPK_RESULTS, TOPK_STATE, TOPK_WINDOWS
 from outoforder.sources.disorder import inject
 from outoforder.stages.topk_stream import TopKJob, job_id, run_interval, validate, window_accuracy
 
@@ -85,11 +87,23 @@ def test_intervals_equal_one_run_rerun_changes_nothing_and_gx_passes(spark, sett
         validate(spark, settings, SOURCE, JOB)
 
 
-def test_skipping_an_interval_fails_and_bad_jobs_are_refused(spark, settings, load_bronze):
+def test_skipping_an_interval_or_the_state_budget_fails_and_bad_jobs_are_refused(
+    spark, settings, load_bronze
+):
     load_bronze(arrivals(300, 2), SOURCE)
-    run_interval(spark, settings, SOURCE, JOB, T0, T0 + 100 * STEP)
+    first = run_interval(spark, settings, SOURCE, JOB, T0, T0 + 100 * STEP)
     with pytest.raises(StateError, match="run"):  # [100, 200) was skipped
         run_interval(spark, settings, SOURCE, JOB, T0 + 200 * STEP, T0 + 300 * STEP)
+
+    # a state over the budget fails the interval before its state is written; with room, it reruns
+    tight = replace(settings, stream=StreamSettings(state_budget_rows=first.candidates))
+    with pytest.raises(StateError, match="state_budget_rows"):
+        run_interval(
+            spark, settings=tight, source=SOURCE, job=JOB, start_us=T0 + 100 * STEP, end_us=T0 + 200 * STEP
+        )
+    states = delta.read(spark, TOPK_STATE, settings.lake_root).where(F.col("job") == job_id(JOB))
+    assert states.where(F.col("as_of_us") == T0 + 200 * STEP).count() == 0
+    assert run_interval(spark, settings, SOURCE, JOB, T0 + 100 * STEP, T0 + 200 * STEP).arrivals == 100
     with pytest.raises(ConfigError):
         TopKJob(score="speed")
     with pytest.raises(ConfigError):

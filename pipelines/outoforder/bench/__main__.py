@@ -16,7 +16,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m outoforder.bench", description=__doc__)
     p.add_argument(
         "name",
-        choices=["join", "aggregate", "theta", "topk", "mcf", "scaling", "reliability"],
+        choices=["join", "aggregate", "theta", "topk", "mcf", "scaling", "reliability", "longrun"],
         help="which benchmark",
     )
     p.add_argument(
@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", type=Path, help="the shared data folder (default: from the config)")
     p.add_argument("--no-spark", action="store_true", help="skip the Spark candidates (set forms only)")
     args = p.parse_args(argv)
-    from outoforder.bench import aggregate, join, mcf, reliability, scaling, theta, topk
+    from outoforder.bench import aggregate, join, longrun, mcf, reliability, scaling, theta, topk
 
     benches: dict[str, Callable[..., int]] = {
         "join": join.main,
@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         "mcf": mcf.main,
         "scaling": scaling.main,
         "reliability": reliability.main,
+        "longrun": longrun.main,
     }
     bench = benches[args.name]
     try:

@@ -50,7 +50,7 @@ from outoforder.core.windows.slack import HPMSlack
 from outoforder.errors import InputError
 from outoforder.io.conflicts import retry_on_conflict
 from outoforder.stages import intervals
-from outoforder.stages.intervals import prune_snapshots, snapshot_before, where_job
+from outoforder.stages.intervals import check_state_budget, prune_snapshots, snapshot_before, where_job
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -138,6 +138,7 @@ class IntervalSummary:
     slack_mean_us: float
     alpha: float
     seconds: float
+    state_rows: int = 0  # buffered tuples and watched windows (what stream.state_budget_rows bounds)
 
     def line(self) -> str:
         """One progress line."""
@@ -290,6 +291,9 @@ def run_interval(
         lake,
         {"source": source, "job": jid, "interval_end_us": end_us},
     )
+    buffered = new_state.buffer.count()
+    state_rows = buffered + new_state.watch.count()
+    check_state_budget(settings, "aggregate", source, jid, end_us, state_rows)
     tagged = [
         F.lit(source).alias("source"),
         F.lit(jid).alias("job"),
@@ -335,10 +339,11 @@ def run_interval(
         n,
         len(em),
         n_late,
-        new_state.buffer.count(),
+        buffered,
         float(slack_stats[1]) if slack_stats is not None and slack_stats[1] is not None else 0.0,
         policy.state.alpha,
         time.monotonic() - t0,
+        state_rows,
     )
 
 

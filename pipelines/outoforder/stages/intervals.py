@@ -146,3 +146,27 @@ def prune_snapshots(
     if delta.read(spark, state_table, settings.lake_root).where(cond).limit(1).count():
         for t in (*snapshot_tables, state_table):
             DeltaTable.forPath(spark, t.path(settings.lake_root)).delete(cond)
+
+
+def check_state_budget(settings: Settings, what: str, source: str, job: str, end_us: int, rows: int) -> None:
+    """Fail before a state of more than ``stream.state_budget_rows`` rows is written as of ``end_us``.
+
+    The interval's results may already be merged; they are keyed, so the rerun after the budget is
+    raised (or the job narrowed) inserts nothing twice and continues from the unchanged old state.
+
+    >>> from outoforder.config import load_settings
+    >>> check_state_budget(load_settings(env={"OOO_STATE_BUDGET_ROWS": "10"}), "top-k", "s", "j", 5, 10)
+    >>> check_state_budget(load_settings(env={"OOO_STATE_BUDGET_ROWS": "10"}), "top-k", "s", "j", 5, 11)
+    ... # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    outoforder.errors.StateError: the top-k state of s (j) as of 5 would hold 11 rows, over ... = 10 ...
+    """
+    budget = settings.stream.state_budget_rows
+    if rows > budget:
+        msg = (
+            f"the {what} state of {source} ({job}) as of {end_us} would hold {rows:,} rows, over "
+            f"stream.state_budget_rows = {budget:,} (OOO_STATE_BUDGET_ROWS); its state was not written: "
+            "raise the budget or narrow the job, then rerun from this interval"
+        )
+        raise StateError(msg)

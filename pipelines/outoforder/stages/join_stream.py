@@ -49,7 +49,7 @@ from outoforder.core.joins.query import JoinInput, PairArray, exact_join
 from outoforder.errors import InputError, StateError
 from outoforder.io.conflicts import retry_on_conflict
 from outoforder.stages import intervals
-from outoforder.stages.intervals import prune_snapshots, snapshot_before, where_job
+from outoforder.stages.intervals import check_state_budget, prune_snapshots, snapshot_before, where_job
 from outoforder.stages.join import COST_COLUMNS, JoinJob, input_from_frame
 
 if TYPE_CHECKING:
@@ -87,6 +87,11 @@ class IntervalSummary:
     d_s_us: int
     params_version: int
     seconds: float
+
+    @property
+    def state_rows(self) -> int:
+        """The buffered tuples: the join's whole state (what stream.state_budget_rows bounds)."""
+        return self.buffered
 
     def line(self) -> str:
         """One progress line."""
@@ -228,6 +233,7 @@ def run_interval(
     produced = results.count()
     new = delta.merge_new(results, JOIN_RESULTS, settings.lake_root, ("source", "job", "r_seq", "s_seq"))
     buffered = new_state.buffer.count()
+    check_state_budget(settings, "stream join", source, jid, end_us, buffered)
     snap: dict[str, str | int] = {"source": source, "job": jid, "as_of_us": end_us}
     delta.replace_where(
         new_state.buffer.select(

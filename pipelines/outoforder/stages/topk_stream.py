@@ -39,7 +39,7 @@ from outoforder.core.windows.assign import Windows
 from outoforder.errors import ConfigError, InputError, QualityError, StateError
 from outoforder.io.conflicts import retry_on_conflict
 from outoforder.stages import intervals
-from outoforder.stages.intervals import prune_snapshots, snapshot_before, where_job
+from outoforder.stages.intervals import check_state_budget, prune_snapshots, snapshot_before, where_job
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -128,6 +128,7 @@ class IntervalSummary:
     k_min_us: float
     candidates: int
     seconds: float
+    state_rows: int = 0  # every entry of the operator's state (what stream.state_budget_rows bounds)
 
     def line(self) -> str:
         """One progress line."""
@@ -268,6 +269,8 @@ def run_interval(
             settings.lake_root,
             ("source", "job", "at_seq"),
         )
+    state_rows = op.state_rows
+    check_state_budget(settings, "top-k", source, jid, end_us, state_rows)
     snap_json = json.dumps({"operator": op.snapshot(), "cache": _cache_snapshot(op.cache)})
     state_row = [
         (
@@ -301,6 +304,7 @@ def run_interval(
         float(op.cache.k_min_us),
         op.candidate_count,
         time.monotonic() - t0,
+        state_rows,
     )
 
 

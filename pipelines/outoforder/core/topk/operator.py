@@ -319,3 +319,10 @@ class ContinuousTopK:
     def candidate_count(self) -> int:
         """|C|: tuples held (the memory measure)."""
         return len(self.candidates)
+
+    @property
+    def state_rows(self) -> int:
+        """Every entry the state holds: candidates, open top lists, recorded and settling lists."""
+        recorded = sum(len(r) for rec in self.recorded.values() for r in rec)
+        settling = sum(len(s.exact) + sum(len(r) for r in s.recorded) for s in self.settling.values())
+        return len(self.candidates) + sum(len(t) for t in self.open.values()) + recorded + settling

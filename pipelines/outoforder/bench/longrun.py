@@ -1,0 +1,426 @@
+"""Long run: ten million synthetic tuples through the stream stages, with state held to a budget.
+
+1. A synthetic soccer replay of at least ``TUPLES`` tuples (light disorder) is generated and
+   ingested into bronze by the ingest stage, as a process, as Airflow runs it (a lake that already
+   holds the replay is reused).
+2. Each stream stage (``aggregate-stream``, ``topk-stream``, ``join-stream``) then runs over the
+   whole replay, one arrival-time interval after the other, in this process, with
+   ``stream.state_budget_rows`` set to ``BUDGET_ROWS``: a stage whose state would pass it fails.
+3. A sampler thread reads the resident memory of this process (the Python driver) and of its
+   descendants (Spark's JVM, the Python workers) from ``/proc`` every 0.2 s.
+
+Per interval it records the arrivals, the wall time, the throughput, the state carried to the next
+interval (rows) and the peak memory while the interval ran; after it, the JVM's heap in use.
+``bash infra/bench.sh longrun [--quick]`` writes ``docs/benchmarks/longrun.json``, ``.md`` and
+``.png``. The stages share one JVM (the order is aggregates, top-k, join), so a later stage's
+memory includes what the JVM kept from the earlier ones.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from outoforder.bench.harness import (
+    DEFAULT_OUT,
+    log,
+    machine,
+    markdown_table,
+    run_command,
+    stage_command,
+    write_json,
+)
+from outoforder.config import REPO_ROOT, Settings, StreamSettings, load_settings
+from outoforder.errors import StateError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+PRESET = "exponential:mean=0.05,late_prob=0.3"
+TUPLES = 10_000_000
+TUPLES_PER_PLAY_S = 10_800  # the synthetic game's rate (all sensors), measured on its generator
+INTERVAL_S = 60.0
+BUDGET_ROWS = 1_000_000
+SAMPLE_S = 0.2
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from each process's parent in /proc/<pid>/stat)."""
+    parent: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                stat = Path(entry.path, "stat").read_text()
+            except OSError:
+                continue  # ended while we looked
+            parent[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = [], [pid]
+    while frontier:
+        p = frontier.pop()
+        kids = [c for c, pp in parent.items() if pp == p]
+        found += kids
+        frontier += kids
+    return found
+
+
+def _rss_bytes(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+class MemorySampler:
+    """Resident memory of this process and of its descendants, sampled in a thread.
+
+    ``peak()`` gives the largest values since the last ``reset()``; ``trace`` every sample as
+    (seconds since start, driver bytes, descendants bytes).
+    """
+
+    def __init__(self, every_s: float = SAMPLE_S) -> None:
+        self.every_s = every_s
+        self.trace: list[tuple[float, int, int]] = []
+        self._peak = (0, 0, 0)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._t0 = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="memory-sampler", daemon=True)
+
+    def _run(self) -> None:
+        me = os.getpid()
+        kids: list[int] = []
+        n = 0
+        while not self._stop.is_set():
+            if n % 25 == 0:  # the process tree changes rarely (Python workers come and go)
+                kids = _descendants(me)
+            n += 1
+            driver, others = _rss_bytes(me), sum(_rss_bytes(k) for k in kids)
+            with self._lock:
+                self.trace.append((time.monotonic() - self._t0, driver, others))
+                a, b, c = self._peak
+                self._peak = (max(a, driver), max(b, others), max(c, driver + others))
+            self._stop.wait(self.every_s)
+
+    def start(self) -> MemorySampler:
+        """Start sampling (returns self)."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop sampling and wait for the thread."""
+        self._stop.set()
+        self._thread.join()
+
+    def reset(self) -> None:
+        """Start a new peak (the trace keeps every sample)."""
+        with self._lock:
+            self._peak = (0, 0, 0)
+
+    def peak(self) -> tuple[int, int, int]:
+        """(driver, descendants, both together) in bytes."""
+        with self._lock:
+            return self._peak
+
+
+@dataclass(frozen=True)
+class StreamStage:
+    """A stream stage as the long run drives it: one call per interval (its summary has ``state_rows``)."""
+
+    name: str
+    run: Callable[[SparkSession, Settings, str, int, int], Any]
+
+
+def stream_stages() -> list[StreamStage]:
+    """The three stream stages with the jobs the long run gives them (the CLI's defaults, a narrower join)."""
+    from outoforder.stages import aggregate_stream, join_stream, topk_stream
+    from outoforder.stages.join import JoinJob
+
+    agg, topk = aggregate_stream.AggJob(), topk_stream.TopKJob()
+    # the default join (0.5 s, 2 m) makes about ten pairs per tuple: 100 million result rows here
+    join = JoinJob(window_us=100_000, theta=0.5)
+    return [
+        StreamStage(
+            "aggregate-stream",
+            lambda sp, st, src, lo, hi: aggregate_stream.run_interval(sp, st, src, agg, lo, hi),
+        ),
+        StreamStage(
+            "topk-stream",
+            lambda sp, st, src, lo, hi: topk_stream.run_interval(sp, st, src, topk, lo, hi),
+        ),
+        StreamStage(
+            "join-stream",
+            lambda sp, st, src, lo, hi: join_stream.run_interval(sp, st, src, join, lo, hi),
+        ),
+    ]
+
+
+def prepare(
+    spark: SparkSession, work: Path, tuples: int, env: dict[str, str], config: Path
+) -> tuple[str, int]:
+    """The replay's source id and row count in the long run's lake (generated and ingested if absent)."""
+    from pyspark.sql import functions as F
+
+    from outoforder.io import delta
+    from outoforder.io.tables import BRONZE
+    from outoforder.stages.replay import make_replay, replay_source
+
+    seconds = float(-(-tuples // TUPLES_PER_PLAY_S))
+    source = replay_source(PRESET, seconds, 7)
+    lake = work / "lake"
+    if delta.exists(spark, BRONZE, str(lake)):
+        n = delta.read(spark, BRONZE, str(lake)).where(F.col("source") == source).count()
+        if n >= tuples:
+            log("longrun", f"reusing {n:,} tuples of {source} in {lake}")
+            return source, n
+    log("longrun", f"generating {seconds:g} s of play ({PRESET})")
+    replay = make_replay(work / "landing", PRESET, seconds, 7)
+    log("longrun", f"ingesting {replay.report['tuples']:,} tuples from {replay.path.name} (a few minutes)")
+    t0 = time.monotonic()
+    out = run_command(
+        stage_command(config, "ingest", "--file", str(replay.path), "--reader", "soccer_synthetic",
+                      "--source", source),
+        {**env, "OOO_LAKE_ROOT": str(lake)},
+        "ingest",
+    )  # fmt: skip
+    log("longrun", f"ingested in {time.monotonic() - t0:.0f} s: {out.strip().splitlines()[-1]}")
+    replay.path.unlink()  # 200 MB; bronze holds it now
+    n = delta.read(spark, BRONZE, str(lake)).where(F.col("source") == source).count()
+    return source, n
+
+
+def run_stage(
+    spark: SparkSession,
+    settings: Settings,
+    stage: StreamStage,
+    source: str,
+    span: tuple[int, int],
+    step_us: int,
+    sampler: MemorySampler,
+) -> list[dict[str, Any]]:
+    """Every interval of ``span`` through ``stage``; one record per interval (or one for the failure)."""
+    jvm = spark.sparkContext._jvm
+    if jvm is None:
+        msg = "the Spark session has no JVM gateway (Spark Connect?): the long run needs a classic session"
+        raise StateError(msg)
+    runtime = jvm.java.lang.Runtime.getRuntime()
+    records: list[dict[str, Any]] = []
+    done = 0
+    t_stage = time.monotonic()
+    for i, lo in enumerate(range(span[0], span[1], step_us)):
+        hi = min(lo + step_us, span[1])
+        sampler.reset()
+        t0 = time.monotonic()
+        try:
+            summary = stage.run(spark, settings, source, lo, hi)
+        except StateError as e:
+            records.append({"stage": stage.name, "interval": i, "failed": str(e)})
+            log("longrun", f"{stage.name} interval {i}: {e}")
+            break
+        seconds = time.monotonic() - t0
+        driver, others, both = sampler.peak()
+        done += summary.arrivals
+        rec = {
+            "stage": stage.name,
+            "interval": i,
+            "arrivals": summary.arrivals,
+            "tuples_so_far": done,
+            "seconds": round(seconds, 2),
+            "tuples_per_s": round(summary.arrivals / seconds) if seconds else None,
+            "full_interval": hi - lo == step_us,  # the last one holds only the replay's tail
+            "stage_elapsed_s": round(time.monotonic() - t_stage, 1),
+            "state_rows": int(summary.state_rows),
+            "peak_rss_driver_mb": round(driver / 2**20),
+            "peak_rss_jvm_workers_mb": round(others / 2**20),
+            "peak_rss_total_mb": round(both / 2**20),
+            "jvm_heap_used_mb": round((runtime.totalMemory() - runtime.freeMemory()) / 2**20),
+            "jvm_heap_max_mb": round(runtime.maxMemory() / 2**20),
+        }
+        records.append(rec)
+        log(
+            "longrun",
+            f"{stage.name} interval {i}: {summary.arrivals:,} tuples in {seconds:.1f} s "
+            f"({rec['tuples_per_s']:,}/s), state {rec['state_rows']:,} rows, "
+            f"peak RSS {rec['peak_rss_total_mb']:,} MB, heap {rec['jvm_heap_used_mb']:,} MB; {done:,} so far",
+        )
+    return records
+
+
+def summarize(records: list[dict[str, Any]], budget: int) -> list[dict[str, Any]]:
+    """One row per stage: tuples, time, throughput, state against the budget, peak memory."""
+    rows = []
+    for name in dict.fromkeys(r["stage"] for r in records):
+        rs = [r for r in records if r["stage"] == name and "failed" not in r]
+        failed = [r["failed"] for r in records if r["stage"] == name and "failed" in r]
+        seconds = sum(r["seconds"] for r in rs)
+        tuples = sum(r["arrivals"] for r in rs)
+        rates = sorted(r["tuples_per_s"] for r in rs if r["full_interval"] and r["tuples_per_s"])
+        state = max((r["state_rows"] for r in rs), default=0)
+        rows.append(
+            {
+                "stage": name,
+                "intervals": len(rs),
+                "tuples": tuples,
+                "minutes": round(seconds / 60, 1),
+                "tuples_per_s": round(tuples / seconds) if seconds else None,
+                "slowest_interval_tuples_per_s": rates[0] if rates else None,
+                "fastest_interval_tuples_per_s": rates[-1] if rates else None,
+                "max_state_rows": state,
+                "state_share_of_budget": round(state / budget, 4),
+                "peak_rss_total_mb": max((r["peak_rss_total_mb"] for r in rs), default=0),
+                "peak_rss_driver_mb": max((r["peak_rss_driver_mb"] for r in rs), default=0),
+                "peak_jvm_heap_used_mb": max((r["jvm_heap_used_mb"] for r in rs), default=0),
+                "failed": failed[0] if failed else "",
+            }
+        )
+    return rows
+
+
+def plot(records: list[dict[str, Any]], trace: list[tuple[float, int, int]], budget: int, out: Path) -> None:
+    """Throughput and state per interval, memory over time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(3, 1, figsize=(8, 9))
+    ok = [r for r in records if "failed" not in r]
+    for name in dict.fromkeys(r["stage"] for r in ok):
+        rs = [r for r in ok if r["stage"] == name]
+        full = [r for r in rs if r["full_interval"]]  # the tail interval's rate says nothing
+        axes[0].plot(
+            [r["tuples_so_far"] / 1e6 for r in full],
+            [r["tuples_per_s"] for r in full],
+            marker="o",
+            label=name,
+        )
+        axes[1].plot(
+            [r["tuples_so_far"] / 1e6 for r in rs], [r["state_rows"] for r in rs], marker="o", label=name
+        )
+    axes[0].set(xlabel="tuples processed (millions)", ylabel="tuples / s per interval", title="Throughput")
+    axes[1].axhline(budget, color="red", linestyle="--", label="budget")
+    axes[1].set(
+        xlabel="tuples processed (millions)", ylabel="state rows", yscale="log", title="State carried"
+    )
+    t = [s / 60 for s, _, _ in trace]
+    axes[2].plot(t, [d / 2**20 for _, d, _ in trace], label="Python driver")
+    axes[2].plot(t, [o / 2**20 for _, _, o in trace], label="JVM + Python workers")
+    axes[2].set(xlabel="minutes", ylabel="resident MB", title="Memory")
+    for ax in axes:
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def main(
+    out_dir: Path = DEFAULT_OUT, data_dir: Path | None = None, quick: bool = False, spark_on: bool = True
+) -> int:
+    """Ingest the replay, run the stream stages over it; write docs/benchmarks/longrun.json, .md, .png."""
+    del data_dir, spark_on
+    from pyspark.sql import functions as F
+
+    from outoforder.io import delta
+    from outoforder.io.tables import BRONZE
+    from outoforder.spark.session import get_spark
+
+    tuples = int(os.environ.get("OOO_LONGRUN_TUPLES", 500_000 if quick else TUPLES))
+    interval_s = 10.0 if quick else INTERVAL_S
+    names = tuple(n for n in os.environ.get("OOO_LONGRUN_STAGES", "").split(",") if n)
+    work = REPO_ROOT / ".local" / "bench" / "longrun"
+    work.mkdir(parents=True, exist_ok=True)
+    config = work / "longrun.toml"
+    config.write_text('[quality]\non_violation = "warn"\n[spark]\nshuffle_partitions = 2\n')
+    env = {**os.environ, "OOO_WORK_DIR": str(work), "OOO_REPORTS_DIR": str(work / "reports")}
+    base = load_settings(config, env={**env, "OOO_LAKE_ROOT": str(work / "lake")})
+    settings = replace(base, stream=StreamSettings(state_budget_rows=BUDGET_ROWS))
+    spark = get_spark(settings, app_name="outoforder-longrun")
+    source, n = prepare(spark, work, tuples, env, config)
+    span_row = (
+        delta.read_arrivals(spark, BRONZE, settings.lake_root, source=source)
+        .agg(F.min("arrival_ts"), F.max("arrival_ts"))
+        .first()
+    )
+    assert span_row is not None
+    span = (int(span_row[0]), int(span_row[1]) + 1)
+    chosen = [s for s in stream_stages() if not names or s.name in names]
+    sampler = MemorySampler().start()
+    records: list[dict[str, Any]] = []
+    t0 = time.monotonic()
+    try:
+        for stage in chosen:
+            for t in _stage_tables(stage.name):  # a fresh run of the stage on the reused bronze
+                shutil.rmtree(t.path(settings.lake_root), ignore_errors=True)
+            log("longrun", f"{stage.name}: {n:,} tuples in intervals of {interval_s:g} s")
+            records += run_stage(spark, settings, stage, source, span, round(interval_s * 1e6), sampler)
+    finally:
+        sampler.stop()
+    meta = {
+        **machine(),
+        "replay": f"{PRESET}, {n:,} tuples ({source})",
+        "interval_s": interval_s,
+        "state_budget_rows": BUDGET_ROWS,
+        "driver_memory": settings.spark.driver_memory,
+        "master": settings.spark.master,
+        "minutes": round((time.monotonic() - t0) / 60, 1),
+    }
+    rows = summarize(records, BUDGET_ROWS)
+    trace = [(round(t, 1), d >> 20, o >> 20) for t, d, o in sampler.trace[:: max(1, round(1 / SAMPLE_S))]]
+    meta |= {"summary": rows, "memory_trace_s_driver_mb_others_mb": trace}
+    write_json(out_dir / "longrun.json", meta, records)
+    plot(records, sampler.trace, BUDGET_ROWS, out_dir / "longrun.png")
+    table = markdown_table(
+        rows,
+        [
+            ("stage", "stage", ""),
+            ("intervals", "intervals", "d"),
+            ("tuples", "tuples", ",d"),
+            ("minutes", "minutes", ".1f"),
+            ("tuples_per_s", "tuples/s", ",d"),
+            ("slowest_interval_tuples_per_s", "slowest full interval (tuples/s)", ",d"),
+            ("max_state_rows", "max state (rows)", ",d"),
+            ("state_share_of_budget", "share of budget", ".3f"),
+            ("peak_rss_total_mb", "peak RSS, all (MB)", ",d"),
+            ("peak_rss_driver_mb", "peak RSS, Python driver (MB)", ",d"),
+            ("peak_jvm_heap_used_mb", "JVM heap in use, max (MB)", ",d"),
+            ("failed", "failed", ""),
+        ],
+    )
+    (out_dir / "longrun.md").write_text(
+        f"# Long run: stream stages over {n:,} tuples\n\n"
+        f"`bash infra/bench.sh longrun{' --quick' if quick else ''}` on {meta['date']} "
+        f"({meta['minutes']} min, {meta['master']}, driver memory {meta['driver_memory']}). "
+        f"Replay: {meta['replay']}, ingested by the ingest stage. Each stream stage runs over every "
+        f"arrival interval of {interval_s:g} s in one process with `stream.state_budget_rows = "
+        f"{BUDGET_ROWS:,}`; resident memory (Python driver; JVM and Python workers) is sampled every "
+        f"{SAMPLE_S} s. The stages share one JVM, in the order of the table.\n\n"
+        f"{table}\n\n![throughput, state and memory](longrun.png)\n\nPer-interval records: `longrun.json`.\n"
+    )
+    log("longrun", f"written {out_dir / 'longrun.json'}, .md and .png")
+    return 0 if all("failed" not in r for r in records) else 1
+
+
+def _stage_tables(name: str) -> tuple[Any, ...]:
+    from outoforder.io import tables as T
+
+    return {
+        "aggregate-stream": (
+            T.AGG_STATE,
+            T.AGG_BUFFER,
+            T.AGG_WATCH,
+            T.AGG_RESULTS,
+            T.AGG_LEDGER,
+            T.AGG_CONTROL,
+        ),
+        "topk-stream": (T.TOPK_STATE, T.TOPK_WINDOWS, T.TOPK_RESULTS, T.TOPK_LATE, T.TOPK_CACHE),
+        "join-stream": (T.JOIN_STATE, T.JOIN_BUFFER, T.JOIN_RESULTS),
+    }[name]
