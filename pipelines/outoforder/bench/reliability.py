@@ -358,14 +358,35 @@ def main(
         "replay": f"{PRESET}, {seconds:g} s of synthetic play, intervals of {INTERVAL_S:g} s",
         "trials_per_stage": trials,
     }
-    for i, stage in enumerate(prep.stages):
+    earlier = _earlier_records(out_dir / "reliability.json", {s.name for s in prep.stages})
+    meta["trials_from_earlier_runs"] = len(earlier)
+    for stage in prep.stages:
         records.extend(crash_trials(spark, prep, stage, trials))
         meta["minutes"] = round((time.monotonic() - t0) / 60, 1)
-        meta["stages_done"] = [s.name for s in prep.stages[: i + 1]]
-        meta["stages_not_run"] = [s.name for s in prep.stages[i + 1 :]]
-        _write(out_dir, meta, records, quick)
+        done = {r["stage"] for r in earlier + records}
+        meta["stages_done"] = [n for n in STAGE_NAMES if n in done]
+        meta["stages_not_run"] = [n for n in STAGE_NAMES if n not in done]
+        _write(out_dir, meta, earlier + records, quick)
     log("reliability", f"written {out_dir / 'reliability.json'} and {out_dir / 'reliability.md'}")
     return 0 if all(r["same_tables"] for r in records) else 1
+
+
+def _earlier_records(path: Path, rerun: set[str]) -> list[dict[str, Any]]:
+    """The records an earlier run wrote for stages this run does not repeat (a long run may be split)."""
+    if not path.exists():
+        return []
+    import json
+
+    try:
+        records: list[dict[str, Any]] = json.loads(path.read_text())["records"]
+    except (ValueError, KeyError) as e:
+        msg = f"{path} is not a reliability result ({e}); move it away to start afresh"
+        raise StateError(msg) from e
+    kept = [r for r in records if r["stage"] not in rerun]
+    if kept:
+        stages = ", ".join(dict.fromkeys(r["stage"] for r in kept))
+        log("reliability", f"keeping {len(kept)} trials of earlier runs ({stages})")
+    return kept
 
 
 def _write(out_dir: Path, meta: dict[str, Any], records: list[dict[str, Any]], quick: bool) -> None:
@@ -387,7 +408,13 @@ def _write(out_dir: Path, meta: dict[str, Any], records: list[dict[str, Any]], q
     (out_dir / "reliability.md").write_text(
         "# Reliability: crash recovery\n\n"
         f"`bash infra/bench.sh reliability{' --quick' if quick else ''}` on {meta['date']} "
-        f"({meta['minutes']} min). Each stage runs as its own process on a copy of a prepared lake "
+        f"({meta['minutes']} min"
+        + (
+            f"; with {meta['trials_from_earlier_runs']} trials kept from earlier runs"
+            if meta["trials_from_earlier_runs"]
+            else ""
+        )
+        + "). Each stage runs as its own process on a copy of a prepared lake "
         f"({meta['replay']}) and is killed with SIGKILL (its whole process group: driver, JVM, Python "
         "workers) at a random point of its writes: after a random one of the commits an uninterrupted "
         "run makes, plus a random share of the time to the next. The stage is then rerun to "

@@ -8,7 +8,8 @@ computed with DataFrame operations only:
   seeded with the state carried from the previous batch;
 - each arrival probes the tuples still buffered from earlier batches plus the earlier arrivals of
   its own batch, through an equi-join on the predicate's buckets (the key, or the 3 x 3 cells of
-  side theta around its position) and a band filter on event time; a candidate is emitted iff it
+  side theta around its position) and on the 3 event-time slots of width w around its ts, then
+  the predicate itself; a candidate is emitted iff it
   is on the other stream, arrived earlier, and ``candidate.ts >= H_side(arrival)``;
 - the new buffer keeps the tuples with ``ts >= H`` at the end of the batch.
 
@@ -63,21 +64,39 @@ def _lit_long(value: int | None) -> Column:
 
 
 def _buckets(df: DataFrame, query: JoinQuery, probe: bool) -> DataFrame:
-    """Bucket columns (b1, b2): the key, or theta-sized cells (probes explode to their 9 neighbours)."""
+    """Bucket columns (b1, b2, b3): the key or theta-sized cells, and w-wide slots of event time.
+
+    A probe explodes to its neighbouring buckets (3 slots; with the distance predicate, 3 x 3 cells
+    in each), so the equi-join finds every candidate within w and theta. The time slot keeps the
+    join linear in the batch's length: without it every probe meets its cell's whole batch.
+    """
+    width = max(query.window_us, 1)
+    slot = F.expr(f"(ts - pmod(ts, {width})) div {width}")  # floor(ts / w), exact in integers
+    steps = F.array(*[F.lit(o) for o in (-1, 0, 1)])
     if query.predicate == "key":
-        return df.withColumn("b1", F.col("key")).withColumn("b2", F.lit(0).cast("long"))
-    size = query.theta if query.theta > 0 else 1.0
-    cx = F.floor(F.col("x") / F.lit(size)).cast("long")
-    cy = F.floor(F.col("y") / F.lit(size)).cast("long")
+        df = df.withColumn("b1", F.col("key")).withColumn("b2", F.lit(0).cast("long"))
+    else:
+        size = query.theta if query.theta > 0 else 1.0
+        cx = F.floor(F.col("x") / F.lit(size)).cast("long")
+        cy = F.floor(F.col("y") / F.lit(size)).cast("long")
+        if probe:
+            df = (
+                df.withColumn("dx_", F.explode(steps))
+                .withColumn("dy_", F.explode(steps))
+                .withColumn("b1", cx + F.col("dx_"))
+                .withColumn("b2", cy + F.col("dy_"))
+                .drop("dx_", "dy_")
+            )
+        else:
+            df = df.withColumn("b1", cx).withColumn("b2", cy)
     if not probe:
-        return df.withColumn("b1", cx).withColumn("b2", cy)
-    offsets = F.array(*[F.lit(o) for o in (-1, 0, 1)])
+        return df.withColumn("b3", slot)
+    return df.withColumn("dt_", F.explode(steps)).withColumn("b3", slot + F.col("dt_")).drop("dt_")
+
+
+def _same_bucket() -> Column:
     return (
-        df.withColumn("dx_", F.explode(offsets))
-        .withColumn("dy_", F.explode(offsets))
-        .withColumn("b1", cx + F.col("dx_"))
-        .withColumn("b2", cy + F.col("dy_"))
-        .drop("dx_", "dy_")
+        (F.col("p.b1") == F.col("c.b1")) & (F.col("p.b2") == F.col("c.b2")) & (F.col("p.b3") == F.col("c.b3"))
     )
 
 
@@ -108,11 +127,7 @@ def qjoin_batch(batch: DataFrame, state: QJoinState, query: JoinQuery) -> tuple[
     cand = _buckets(candidates, query, probe=False).alias("c")
     horizon = F.when(F.col("c.side") == 0, F.col("p.h_r")).otherwise(F.col("p.h_s"))
     joined = probe.join(
-        cand,
-        (F.col("p.b1") == F.col("c.b1"))
-        & (F.col("p.b2") == F.col("c.b2"))
-        & (F.col("p.side") != F.col("c.side"))
-        & (F.col("c.seq") < F.col("p.seq")),
+        cand, _same_bucket() & (F.col("p.side") != F.col("c.side")) & (F.col("c.seq") < F.col("p.seq"))
     ).where(_predicate(query) & (horizon.isNull() | (F.col("c.ts") >= horizon)))
     pairs = joined.select(
         F.when(F.col("p.side") == 0, F.col("p.seq")).otherwise(F.col("c.seq")).alias("r_seq"),
@@ -222,12 +237,7 @@ def kslack_batch(
     partners = state.released.unionByName(released_now)
     probe = _buckets(released_now, query, probe=True).alias("p")
     cand = _buckets(partners, query, probe=False).alias("c")
-    joined = probe.join(
-        cand,
-        (F.col("p.b1") == F.col("c.b1"))
-        & (F.col("p.b2") == F.col("c.b2"))
-        & (F.col("p.side") != F.col("c.side")),
-    )
+    joined = probe.join(cand, _same_bucket() & (F.col("p.side") != F.col("c.side")))
     # each pair once: found from its later-released tuple (R's side when both leave in the flush)
     once = (F.col("c.rel") < F.col("p.rel")) | ((F.col("c.rel") == F.col("p.rel")) & (F.col("p.side") == 0))
     joined = joined.where(_predicate(query) & once)
