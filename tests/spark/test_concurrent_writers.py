@@ -189,3 +189,25 @@ def test_two_files_racing_for_the_same_file_ordinal_get_different_ones(
         for r in delta.read(spark, BRONZE, settings.lake_root).select("arrival_seq").collect()
     ]
     assert len(seqs) == len(set(seqs)) == 40
+
+
+def test_merges_broadcast_only_small_tables_and_threads_sharing_the_session_restore_the_setting_once(spark):
+    key = "spark.sql.autoBroadcastJoinThreshold"
+    before = spark.conf.get(key)
+    inner_in, inner_out = threading.Event(), threading.Event()
+
+    def inner():
+        with delta._merge_broadcast_limit(spark):
+            inner_in.set()
+            inner_out.wait(30)
+
+    with delta._merge_broadcast_limit(spark):
+        assert spark.conf.get(key) == delta.MERGE_BROADCAST_MAX
+        t = threading.Thread(target=inner)
+        t.start()
+        assert inner_in.wait(30)
+    # the first thread left; the second is still inside its MERGE: the limit stays
+    assert spark.conf.get(key) == delta.MERGE_BROADCAST_MAX
+    inner_out.set()
+    t.join()
+    assert spark.conf.get(key) == before

@@ -221,8 +221,10 @@ def run_stage(
         t0 = time.monotonic()
         try:
             summary = stage.run(spark, settings, source, lo, hi)
-        except StateError as e:
-            records.append({"stage": stage.name, "interval": i, "failed": str(e)})
+        except Exception as e:  # recorded as the stage's outcome, with the interval that failed
+            records.append(
+                {"stage": stage.name, "interval": i, "failed": f"{type(e).__name__}: {str(e)[:500]}"}
+            )
             log("longrun", f"{stage.name} interval {i}: {e}")
             break
         seconds = time.monotonic() - t0
@@ -235,6 +237,7 @@ def run_stage(
             "tuples_so_far": done,
             "seconds": round(seconds, 2),
             "tuples_per_s": round(summary.arrivals / seconds) if seconds else None,
+            "interval_s": step_us / 1e6,
             "full_interval": hi - lo == step_us,  # the last one holds only the replay's tail
             "stage_elapsed_s": round(time.monotonic() - t_stage, 1),
             "state_rows": int(summary.state_rows),
@@ -278,14 +281,14 @@ def summarize(records: list[dict[str, Any]], budget: int) -> list[dict[str, Any]
                 "peak_rss_total_mb": max((r["peak_rss_total_mb"] for r in rs), default=0),
                 "peak_rss_driver_mb": max((r["peak_rss_driver_mb"] for r in rs), default=0),
                 "peak_jvm_heap_used_mb": max((r["jvm_heap_used_mb"] for r in rs), default=0),
-                "failed": failed[0] if failed else "",
+                "failed": " ".join(failed[0].split())[:300] if failed else "",  # one line: a table cell
             }
         )
     return rows
 
 
-def plot(records: list[dict[str, Any]], trace: list[tuple[float, int, int]], budget: int, out: Path) -> None:
-    """Throughput and state per interval, memory over time."""
+def plot(records: list[dict[str, Any]], traces: dict[str, list[Any]], budget: int, out: Path) -> None:
+    """Throughput and state per interval; memory over time (``traces``: per stage, (s, driver, others MB))."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -310,9 +313,21 @@ def plot(records: list[dict[str, Any]], trace: list[tuple[float, int, int]], bud
     axes[1].set(
         xlabel="tuples processed (millions)", ylabel="state rows", yscale="log", title="State carried"
     )
-    t = [s / 60 for s, _, _ in trace]
-    axes[2].plot(t, [d / 2**20 for _, d, _ in trace], label="Python driver")
-    axes[2].plot(t, [o / 2**20 for _, _, o in trace], label="JVM + Python workers")
+    offset = 0.0
+    for name, trace in traces.items():
+        t = [offset + s / 60 for s, _, _ in trace]
+        axes[2].plot(
+            t, [d for _, d, _ in trace], color="tab:blue", label="Python driver" if not offset else None
+        )
+        axes[2].plot(
+            t,
+            [o for _, _, o in trace],
+            color="tab:orange",
+            label="JVM + Python workers" if not offset else None,
+        )
+        axes[2].axvline(offset, color="grey", linewidth=0.5)
+        axes[2].text(offset, 0, f" {name}", fontsize=7, rotation=90, va="bottom")
+        offset = t[-1] if t else offset
     axes[2].set(xlabel="minutes", ylabel="resident MB", title="Memory")
     for ax in axes:
         ax.legend(fontsize=8)
@@ -322,62 +337,157 @@ def plot(records: list[dict[str, Any]], trace: list[tuple[float, int, int]], bud
     plt.close(fig)
 
 
-def main(
-    out_dir: Path = DEFAULT_OUT, data_dir: Path | None = None, quick: bool = False, spark_on: bool = True
-) -> int:
-    """Ingest the replay, run the stream stages over it; write docs/benchmarks/longrun.json, .md, .png."""
-    del data_dir, spark_on
+def _run_one(stage_name: str, work: Path, interval_s: float) -> int:
+    """Child process: one stage over the whole replay; its records and memory trace to a JSON file."""
+    import json
+
     from pyspark.sql import functions as F
 
     from outoforder.io import delta
     from outoforder.io.tables import BRONZE
     from outoforder.spark.session import get_spark
 
-    tuples = int(os.environ.get("OOO_LONGRUN_TUPLES", 500_000 if quick else TUPLES))
-    interval_s = 10.0 if quick else INTERVAL_S
-    names = tuple(n for n in os.environ.get("OOO_LONGRUN_STAGES", "").split(",") if n)
-    work = REPO_ROOT / ".local" / "bench" / "longrun"
-    work.mkdir(parents=True, exist_ok=True)
-    config = work / "longrun.toml"
-    config.write_text('[quality]\non_violation = "warn"\n[spark]\nshuffle_partitions = 2\n')
-    env = {**os.environ, "OOO_WORK_DIR": str(work), "OOO_REPORTS_DIR": str(work / "reports")}
-    base = load_settings(config, env={**env, "OOO_LAKE_ROOT": str(work / "lake")})
-    settings = replace(base, stream=StreamSettings(state_budget_rows=BUDGET_ROWS))
-    spark = get_spark(settings, app_name="outoforder-longrun")
-    source, n = prepare(spark, work, tuples, env, config)
-    span_row = (
+    settings = _settings(work)
+    source = os.environ["OOO_LONGRUN_SOURCE"]
+    spark = get_spark(settings, app_name=f"outoforder-longrun-{stage_name}")
+    row = (
         delta.read_arrivals(spark, BRONZE, settings.lake_root, source=source)
         .agg(F.min("arrival_ts"), F.max("arrival_ts"))
         .first()
     )
-    assert span_row is not None
-    span = (int(span_row[0]), int(span_row[1]) + 1)
-    chosen = [s for s in stream_stages() if not names or s.name in names]
+    if row is None or row[0] is None:
+        msg = f"no arrivals of {source} in {settings.lake_root}"
+        raise StateError(msg)
+    (stage,) = [s for s in stream_stages() if s.name == stage_name]
+    for t in _stage_tables(stage.name):  # a fresh run of the stage on the reused bronze
+        shutil.rmtree(t.path(settings.lake_root), ignore_errors=True)
     sampler = MemorySampler().start()
-    records: list[dict[str, Any]] = []
-    t0 = time.monotonic()
     try:
-        for stage in chosen:
-            for t in _stage_tables(stage.name):  # a fresh run of the stage on the reused bronze
-                shutil.rmtree(t.path(settings.lake_root), ignore_errors=True)
-            log("longrun", f"{stage.name}: {n:,} tuples in intervals of {interval_s:g} s")
-            records += run_stage(spark, settings, stage, source, span, round(interval_s * 1e6), sampler)
+        records = run_stage(
+            spark, settings, stage, source, (int(row[0]), int(row[1]) + 1), round(interval_s * 1e6), sampler
+        )
     finally:
         sampler.stop()
+    trace = [(round(t, 1), d >> 20, o >> 20) for t, d, o in sampler.trace[:: max(1, round(1 / SAMPLE_S))]]
+    (work / f"{stage.name}.json").write_text(json.dumps({"records": records, "trace": trace}))
+    return 0
+
+
+def _earlier(path: Path, rerun: set[str]) -> tuple[list[dict[str, Any]], dict[str, list[Any]]]:
+    """Records and traces an earlier run wrote for stages this run does not repeat."""
+    import json
+
+    if not path.exists():
+        return [], {}
+    try:
+        got = json.loads(path.read_text())
+        records = [r for r in got["records"] if r["stage"] not in rerun]
+        traces = {
+            k: v for k, v in got["meta"]["memory_trace_s_driver_mb_others_mb"].items() if k not in rerun
+        }
+    except (ValueError, KeyError, AttributeError) as e:
+        msg = f"{path} is not a long-run result ({e}); move it away to start afresh"
+        raise StateError(msg) from e
+    if records:
+        log(
+            "longrun",
+            f"keeping the earlier results of {', '.join(dict.fromkeys(r['stage'] for r in records))}",
+        )
+    return records, traces
+
+
+def _intervals(by_stage: dict[str, float]) -> str:
+    """'60 s' when all stages used one length, else 'aggregate-stream 60 s, join-stream 20 s'."""
+    if len(set(by_stage.values())) <= 1:
+        return f"intervals of {next(iter(by_stage.values()), 0):g} s"
+    return ", ".join(f"{k} {v:g} s" for k, v in by_stage.items())
+
+
+def _settings(work: Path) -> Settings:
+    config = work / "longrun.toml"
+    config.write_text('[quality]\non_violation = "warn"\n[spark]\nshuffle_partitions = 2\n')
+    env = {**os.environ, "OOO_LAKE_ROOT": str(work / "lake")}
+    return replace(load_settings(config, env=env), stream=StreamSettings(state_budget_rows=BUDGET_ROWS))
+
+
+def main(
+    out_dir: Path = DEFAULT_OUT, data_dir: Path | None = None, quick: bool = False, spark_on: bool = True
+) -> int:
+    """Ingest the replay, run each stream stage over it in a process of its own; write the results."""
+    del data_dir, spark_on
+    import json
+    import subprocess
+    import sys
+
+    from outoforder.spark.session import get_spark
+
+    interval_s = float(os.environ.get("OOO_LONGRUN_INTERVAL_S", 10.0 if quick else INTERVAL_S))
+    work = REPO_ROOT / ".local" / "bench" / "longrun"
+    work.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OOO_WORK_DIR": str(work), "OOO_REPORTS_DIR": str(work / "reports")}
+    child = os.environ.get("OOO_LONGRUN_CHILD")
+    if child:
+        return _run_one(child, work, interval_s)
+    tuples = int(os.environ.get("OOO_LONGRUN_TUPLES", 500_000 if quick else TUPLES))
+    names = tuple(n for n in os.environ.get("OOO_LONGRUN_STAGES", "").split(",") if n)
+    settings = _settings(work)
+    spark = get_spark(settings, app_name="outoforder-longrun")
+    source, n = prepare(spark, work, tuples, env, work / "longrun.toml")
+    spark.stop()  # the stages run in processes of their own: no idle JVM beside them
+    chosen = [s for s in stream_stages() if not names or s.name in names]
+    records, traces = _earlier(out_dir / "longrun.json", {s.name for s in chosen})
+    t0 = time.monotonic()
+    for stage in chosen:
+        log(
+            "longrun", f"{stage.name}: {n:,} tuples in intervals of {interval_s:g} s, in a process of its own"
+        )
+        part = work / f"{stage.name}.json"
+        part.unlink(missing_ok=True)
+        cmd = [sys.executable, "-m", "outoforder.bench", "longrun"] + (["--quick"] if quick else [])
+        done = subprocess.run(
+            cmd, env={**env, "OOO_LONGRUN_CHILD": stage.name, "OOO_LONGRUN_SOURCE": source,
+                      "OOO_LONGRUN_INTERVAL_S": str(interval_s)},
+            stdout=None, stderr=subprocess.PIPE, text=True, check=False,
+        )  # fmt: skip
+        if part.exists():
+            got = json.loads(part.read_text())
+            records += got["records"]
+            traces[stage.name] = got["trace"]
+        if done.returncode != 0:
+            tail = [ln for ln in done.stderr.splitlines() if ln.strip() and "WARN" not in ln][-3:]
+            records.append(
+                {"stage": stage.name, "failed": f"process exit {done.returncode}: {' | '.join(tail)}"}
+            )
+            log("longrun", f"{stage.name} failed: {records[-1]['failed'][:600]}")
     meta = {
         **machine(),
         "replay": f"{PRESET}, {n:,} tuples ({source})",
-        "interval_s": interval_s,
+        "tuples": n,
+        "interval_s": {r["stage"]: r["interval_s"] for r in records if "interval_s" in r},
         "state_budget_rows": BUDGET_ROWS,
         "driver_memory": settings.spark.driver_memory,
         "master": settings.spark.master,
         "minutes": round((time.monotonic() - t0) / 60, 1),
     }
+    meta["stages_of_this_run"] = [s.name for s in chosen]
+    write_results(out_dir, meta, records, traces, quick)
+    log("longrun", f"written {out_dir / 'longrun.json'}, .md and .png")
+    return 0 if all("failed" not in r for r in records) else 1
+
+
+def write_results(
+    out_dir: Path,
+    meta: dict[str, Any],
+    records: list[dict[str, Any]],
+    traces: dict[str, list[Any]],
+    quick: bool,
+) -> None:
+    """longrun.json, .md and .png from the records (stages this run did not repeat keep earlier figures)."""
+    kept = [n for n in dict.fromkeys(r["stage"] for r in records) if n not in meta["stages_of_this_run"]]
     rows = summarize(records, BUDGET_ROWS)
-    trace = [(round(t, 1), d >> 20, o >> 20) for t, d, o in sampler.trace[:: max(1, round(1 / SAMPLE_S))]]
-    meta |= {"summary": rows, "memory_trace_s_driver_mb_others_mb": trace}
+    meta |= {"summary": rows, "memory_trace_s_driver_mb_others_mb": traces}
     write_json(out_dir / "longrun.json", meta, records)
-    plot(records, sampler.trace, BUDGET_ROWS, out_dir / "longrun.png")
+    plot(records, traces, BUDGET_ROWS, out_dir / "longrun.png")
     table = markdown_table(
         rows,
         [
@@ -396,17 +506,18 @@ def main(
         ],
     )
     (out_dir / "longrun.md").write_text(
-        f"# Long run: stream stages over {n:,} tuples\n\n"
+        f"# Long run: stream stages over {meta['tuples']:,} tuples\n\n"
         f"`bash infra/bench.sh longrun{' --quick' if quick else ''}` on {meta['date']} "
-        f"({meta['minutes']} min, {meta['master']}, driver memory {meta['driver_memory']}). "
-        f"Replay: {meta['replay']}, ingested by the ingest stage. Each stream stage runs over every "
-        f"arrival interval of {interval_s:g} s in one process with `stream.state_budget_rows = "
-        f"{BUDGET_ROWS:,}`; resident memory (Python driver; JVM and Python workers) is sampled every "
-        f"{SAMPLE_S} s. The stages share one JVM, in the order of the table.\n\n"
+        f"({meta['minutes']} min for {', '.join(meta['stages_of_this_run'])}; {meta['master']}, driver "
+        f"memory {meta['driver_memory']}). "
+        + (f"The figures of {', '.join(kept)} come from an earlier run of the same command. " if kept else "")
+        + f"Replay: {meta['replay']}, ingested by the ingest stage. Each stream stage runs over every "
+        f"arrival interval ({_intervals(meta['interval_s'])}) in a process of its own (as `--every-s` "
+        "does) with "
+        f"`stream.state_budget_rows = {BUDGET_ROWS:,}`; that process's resident memory (Python driver; "
+        f"JVM and Python workers) is sampled every {SAMPLE_S} s.\n\n"
         f"{table}\n\n![throughput, state and memory](longrun.png)\n\nPer-interval records: `longrun.json`.\n"
     )
-    log("longrun", f"written {out_dir / 'longrun.json'}, .md and .png")
-    return 0 if all("failed" not in r for r in records) else 1
 
 
 def _stage_tables(name: str) -> tuple[Any, ...]:

@@ -7,8 +7,11 @@ itself, so re-running a batch after a crash or a retry changes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -122,8 +125,48 @@ def merge_new(df: DataFrame, table: Table, lake_root: Path | str, keys: tuple[st
     cond = " AND ".join(f"t.{k} = n.{k}" for k in keys)
     # the MERGE's own metrics, not the table's newest commit: that may be another writer's
     merge = target.alias("t").merge(conform(df, table).alias("n"), cond).whenNotMatchedInsertAll()
-    row = merge.execute().first()
+    with _merge_broadcast_limit(spark):
+        row = merge.execute().first()
     return 0 if row is None else int(row["num_inserted_rows"])
+
+
+_BROADCAST_KEYS = ("spark.sql.autoBroadcastJoinThreshold", "spark.sql.adaptive.autoBroadcastJoinThreshold")
+# what a MERGE may still broadcast, in bytes of Parquet: small tables keep the fast broadcast, a
+# table of millions of compressible rows (tens of MB as a hash table per MB of Parquet) does not
+MERGE_BROADCAST_MAX = str(1 << 20)
+
+
+_broadcast_lock = threading.Lock()
+_broadcast_limited: dict[str, Any] = {"depth": 0, "before": {}}
+
+
+@contextmanager
+def _merge_broadcast_limit(spark: SparkSession) -> Iterator[None]:
+    """Broadcast joins only of tables under 1 MB inside the block (the settings are restored after it).
+
+    Spark sizes a Delta table by its Parquet files. A results table of millions of highly
+    compressible rows then looks small enough to broadcast, and the MERGE builds it as a hash table
+    in the driver's heap: the long run's join results failed that way at about 3.5 million input
+    tuples (docs/reliability.md, section 5). Threads sharing the session (MERGEs into two tables at
+    once) nest: the first one in saves the settings, the last one out restores them.
+    """
+    with _broadcast_lock:
+        if _broadcast_limited["depth"] == 0:
+            _broadcast_limited["before"] = {k: spark.conf.get(k, None) for k in _BROADCAST_KEYS}
+            for k in _BROADCAST_KEYS:
+                spark.conf.set(k, MERGE_BROADCAST_MAX)
+        _broadcast_limited["depth"] += 1
+    try:
+        yield
+    finally:
+        with _broadcast_lock:
+            _broadcast_limited["depth"] -= 1
+            if _broadcast_limited["depth"] == 0:
+                for k, v in _broadcast_limited["before"].items():
+                    if v is None:
+                        spark.conf.unset(k)
+                    else:
+                        spark.conf.set(k, v)
 
 
 def read_arrivals(

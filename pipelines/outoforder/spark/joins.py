@@ -124,7 +124,9 @@ def qjoin_batch(batch: DataFrame, state: QJoinState, query: JoinQuery) -> tuple[
 
     candidates = state.buffer.select(*TUPLE_COLS).unionByName(arrivals.select(*TUPLE_COLS))
     probe = _buckets(arrivals.select(*TUPLE_COLS, "h_r", "h_s"), query, probe=True).alias("p")
-    cand = _buckets(candidates, query, probe=False).alias("c")
+    # sort-merge, never broadcast: at runtime a side can look small enough to broadcast after its
+    # shuffle and still not fit in the driver's memory as a hash table (a 60 s interval did not)
+    cand = _buckets(candidates, query, probe=False).hint("merge").alias("c")
     horizon = F.when(F.col("c.side") == 0, F.col("p.h_r")).otherwise(F.col("p.h_s"))
     joined = probe.join(
         cand, _same_bucket() & (F.col("p.side") != F.col("c.side")) & (F.col("c.seq") < F.col("p.seq"))
@@ -236,7 +238,7 @@ def kslack_batch(
     # pairs: each newly released tuple with the other stream's released tuples (earlier or now)
     partners = state.released.unionByName(released_now)
     probe = _buckets(released_now, query, probe=True).alias("p")
-    cand = _buckets(partners, query, probe=False).alias("c")
+    cand = _buckets(partners, query, probe=False).hint("merge").alias("c")
     joined = probe.join(cand, _same_bucket() & (F.col("p.side") != F.col("c.side")))
     # each pair once: found from its later-released tuple (R's side when both leave in the flush)
     once = (F.col("c.rel") < F.col("p.rel")) | ((F.col("c.rel") == F.col("p.rel")) & (F.col("p.side") == 0))
