@@ -40,7 +40,7 @@ def _rec(stage, i, arrivals, seconds, state, full=True):
     return {
         "stage": stage, "interval": i, "arrivals": arrivals, "seconds": seconds,
         "tuples_per_s": round(arrivals / seconds), "full_interval": full, "state_rows": state,
-        "peak_rss_total_mb": 100 + i, "peak_rss_driver_mb": 50, "jvm_heap_used_mb": 10 * i,
+        "peak_pss_total_mb": 100 + i, "peak_pss_driver_mb": 50, "jvm_heap_used_mb": 10 * i,
     }  # fmt: skip
 
 
@@ -55,6 +55,6 @@ def test_the_summary_leaves_the_tail_out_of_the_slowest_rate_and_reports_a_failu
     a, b = summarize(records, budget=100)
     assert (a["tuples"], a["intervals"], a["tuples_per_s"]) == (2_010, 3, 502)  # 2,010 tuples in 4 s
     assert a["slowest_interval_tuples_per_s"] == 500 and a["fastest_interval_tuples_per_s"] == 1_000
-    assert (a["max_state_rows"], a["state_share_of_budget"], a["peak_rss_total_mb"]) == (60, 0.6, 102)
+    assert (a["max_state_rows"], a["state_share_of_budget"], a["peak_pss_total_mb"]) == (60, 0.6, 102)
     assert a["failed"] == ""
     assert b["intervals"] == 1 and "state_budget_rows" in b["failed"]

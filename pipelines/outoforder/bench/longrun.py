@@ -4,16 +4,16 @@
    ingested into bronze by the ingest stage, as a process, as Airflow runs it (a lake that already
    holds the replay is reused).
 2. Each stream stage (``aggregate-stream``, ``topk-stream``, ``join-stream``) then runs over the
-   whole replay, one arrival-time interval after the other, in this process, with
+   whole replay, one arrival-time interval after the other, in a process of its own, with
    ``stream.state_budget_rows`` set to ``BUDGET_ROWS``: a stage whose state would pass it fails.
-3. A sampler thread reads the resident memory of this process (the Python driver) and of its
+3. A sampler thread reads the memory (PSS) of the stage's process (the Python driver) and of its
    descendants (Spark's JVM, the Python workers) from ``/proc`` every 0.2 s.
 
 Per interval it records the arrivals, the wall time, the throughput, the state carried to the next
 interval (rows) and the peak memory while the interval ran; after it, the JVM's heap in use.
 ``bash infra/bench.sh longrun [--quick]`` writes ``docs/benchmarks/longrun.json``, ``.md`` and
-``.png``. The stages share one JVM (the order is aggregates, top-k, join), so a later stage's
-memory includes what the JVM kept from the earlier ones.
+``.png``. ``OOO_LONGRUN_STAGES`` runs some of the stages and keeps the others' earlier figures;
+``OOO_LONGRUN_TUPLES`` and ``OOO_LONGRUN_INTERVAL_S`` change the size and the interval.
 """
 
 from __future__ import annotations
@@ -69,13 +69,19 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def _rss_bytes(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+def _memory_bytes(pid: int) -> int:
+    """The process's proportional set size (PSS), or its resident set where the kernel lacks PSS.
+
+    PSS splits each shared page between the processes that map it, so a sum over a process tree
+    counts it once: the JVM forking a helper would double its resident set, not its PSS.
+    """
+    for name, field in (("smaps_rollup", "Pss:"), ("status", "VmRSS:")):
+        try:
+            for line in Path(f"/proc/{pid}/{name}").read_text().splitlines():
+                if line.startswith(field):
+                    return int(line.split()[1]) * 1024
+        except OSError:
+            continue  # no such file here, or the process ended
     return 0
 
 
@@ -103,7 +109,7 @@ class MemorySampler:
             if n % 25 == 0:  # the process tree changes rarely (Python workers come and go)
                 kids = _descendants(me)
             n += 1
-            driver, others = _rss_bytes(me), sum(_rss_bytes(k) for k in kids)
+            driver, others = _memory_bytes(me), sum(_memory_bytes(k) for k in kids)
             with self._lock:
                 self.trace.append((time.monotonic() - self._t0, driver, others))
                 a, b, c = self._peak
@@ -241,9 +247,9 @@ def run_stage(
             "full_interval": hi - lo == step_us,  # the last one holds only the replay's tail
             "stage_elapsed_s": round(time.monotonic() - t_stage, 1),
             "state_rows": int(summary.state_rows),
-            "peak_rss_driver_mb": round(driver / 2**20),
-            "peak_rss_jvm_workers_mb": round(others / 2**20),
-            "peak_rss_total_mb": round(both / 2**20),
+            "peak_pss_driver_mb": round(driver / 2**20),
+            "peak_pss_jvm_workers_mb": round(others / 2**20),
+            "peak_pss_total_mb": round(both / 2**20),
             "jvm_heap_used_mb": round((runtime.totalMemory() - runtime.freeMemory()) / 2**20),
             "jvm_heap_max_mb": round(runtime.maxMemory() / 2**20),
         }
@@ -252,7 +258,7 @@ def run_stage(
             "longrun",
             f"{stage.name} interval {i}: {summary.arrivals:,} tuples in {seconds:.1f} s "
             f"({rec['tuples_per_s']:,}/s), state {rec['state_rows']:,} rows, "
-            f"peak RSS {rec['peak_rss_total_mb']:,} MB, heap {rec['jvm_heap_used_mb']:,} MB; {done:,} so far",
+            f"peak PSS {rec['peak_pss_total_mb']:,} MB, heap {rec['jvm_heap_used_mb']:,} MB; {done:,} so far",
         )
     return records
 
@@ -278,8 +284,8 @@ def summarize(records: list[dict[str, Any]], budget: int) -> list[dict[str, Any]
                 "fastest_interval_tuples_per_s": rates[-1] if rates else None,
                 "max_state_rows": state,
                 "state_share_of_budget": round(state / budget, 4),
-                "peak_rss_total_mb": max((r["peak_rss_total_mb"] for r in rs), default=0),
-                "peak_rss_driver_mb": max((r["peak_rss_driver_mb"] for r in rs), default=0),
+                "peak_pss_total_mb": max((r["peak_pss_total_mb"] for r in rs), default=0),
+                "peak_pss_driver_mb": max((r["peak_pss_driver_mb"] for r in rs), default=0),
                 "peak_jvm_heap_used_mb": max((r["jvm_heap_used_mb"] for r in rs), default=0),
                 "failed": " ".join(failed[0].split())[:300] if failed else "",  # one line: a table cell
             }
@@ -328,7 +334,7 @@ def plot(records: list[dict[str, Any]], traces: dict[str, list[Any]], budget: in
         axes[2].axvline(offset, color="grey", linewidth=0.5)
         axes[2].text(offset, 0, f" {name}", fontsize=7, rotation=90, va="bottom")
         offset = t[-1] if t else offset
-    axes[2].set(xlabel="minutes", ylabel="resident MB", title="Memory")
+    axes[2].set(xlabel="minutes", ylabel="MB (PSS)", title="Memory")
     for ax in axes:
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
@@ -499,8 +505,8 @@ def write_results(
             ("slowest_interval_tuples_per_s", "slowest full interval (tuples/s)", ",d"),
             ("max_state_rows", "max state (rows)", ",d"),
             ("state_share_of_budget", "share of budget", ".3f"),
-            ("peak_rss_total_mb", "peak RSS, all (MB)", ",d"),
-            ("peak_rss_driver_mb", "peak RSS, Python driver (MB)", ",d"),
+            ("peak_pss_total_mb", "peak PSS, all (MB)", ",d"),
+            ("peak_pss_driver_mb", "peak PSS, Python driver (MB)", ",d"),
             ("peak_jvm_heap_used_mb", "JVM heap in use, max (MB)", ",d"),
             ("failed", "failed", ""),
         ],
@@ -514,8 +520,8 @@ def write_results(
         + f"Replay: {meta['replay']}, ingested by the ingest stage. Each stream stage runs over every "
         f"arrival interval ({_intervals(meta['interval_s'])}) in a process of its own (as `--every-s` "
         "does) with "
-        f"`stream.state_budget_rows = {BUDGET_ROWS:,}`; that process's resident memory (Python driver; "
-        f"JVM and Python workers) is sampled every {SAMPLE_S} s.\n\n"
+        f"`stream.state_budget_rows = {BUDGET_ROWS:,}`; that process tree's memory (PSS, so shared "
+        f"pages count once: Python driver; JVM and Python workers) is sampled every {SAMPLE_S} s.\n\n"
         f"{table}\n\n![throughput, state and memory](longrun.png)\n\nPer-interval records: `longrun.json`.\n"
     )
 
