@@ -56,6 +56,28 @@ def write_json(path: Path, meta: dict[str, Any], records: Sequence[dict[str, Any
     return path
 
 
+def earlier_results(path: Path, rerun: set[str], tag: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The records (and meta) an earlier run wrote to ``path`` for the stages this run does not repeat.
+
+    Long benchmarks can then be split over several runs: each rewrites its own stages' figures.
+    """
+    from outoforder.errors import StateError
+
+    if not path.exists():
+        return [], {}
+    try:
+        got = json.loads(path.read_text())
+        kept = [r for r in got["records"] if r["stage"] not in rerun]
+        meta: dict[str, Any] = got["meta"]
+    except (ValueError, KeyError, TypeError) as e:
+        msg = f"{path} is not a {tag} result ({e}); move it away to start afresh"
+        raise StateError(msg) from e
+    if kept:
+        stages = ", ".join(dict.fromkeys(r["stage"] for r in kept))
+        log(tag, f"keeping {len(kept)} records of earlier runs ({stages})")
+    return kept, meta
+
+
 def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str, str]]) -> str:
     """A Markdown table from records; ``columns`` are (key, heading, format spec)."""
     head = "| " + " | ".join(h for _, h, _ in columns) + " |"

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from outoforder.bench.harness import (
     DEFAULT_OUT,
+    earlier_results,
     log,
     machine,
     markdown_table,
@@ -347,59 +348,25 @@ def _run_one(stage_name: str, work: Path, interval_s: float) -> int:
     """Child process: one stage over the whole replay; its records and memory trace to a JSON file."""
     import json
 
-    from pyspark.sql import functions as F
-
-    from outoforder.io import delta
-    from outoforder.io.tables import BRONZE
     from outoforder.spark.session import get_spark
+    from outoforder.stages.intervals import pending_span
 
     settings = _settings(work)
     source = os.environ["OOO_LONGRUN_SOURCE"]
     spark = get_spark(settings, app_name=f"outoforder-longrun-{stage_name}")
-    row = (
-        delta.read_arrivals(spark, BRONZE, settings.lake_root, source=source)
-        .agg(F.min("arrival_ts"), F.max("arrival_ts"))
-        .first()
-    )
-    if row is None or row[0] is None:
-        msg = f"no arrivals of {source} in {settings.lake_root}"
-        raise StateError(msg)
+    span = pending_span(spark, settings, source, None)  # [first arrival, last + 1)
+    assert span is not None  # from the first arrival on, something is always left
     (stage,) = [s for s in stream_stages() if s.name == stage_name]
     for t in _stage_tables(stage.name):  # a fresh run of the stage on the reused bronze
         shutil.rmtree(t.path(settings.lake_root), ignore_errors=True)
     sampler = MemorySampler().start()
     try:
-        records = run_stage(
-            spark, settings, stage, source, (int(row[0]), int(row[1]) + 1), round(interval_s * 1e6), sampler
-        )
+        records = run_stage(spark, settings, stage, source, span, round(interval_s * 1e6), sampler)
     finally:
         sampler.stop()
     trace = [(round(t, 1), d >> 20, o >> 20) for t, d, o in sampler.trace[:: max(1, round(1 / SAMPLE_S))]]
     (work / f"{stage.name}.json").write_text(json.dumps({"records": records, "trace": trace}))
     return 0
-
-
-def _earlier(path: Path, rerun: set[str]) -> tuple[list[dict[str, Any]], dict[str, list[Any]]]:
-    """Records and traces an earlier run wrote for stages this run does not repeat."""
-    import json
-
-    if not path.exists():
-        return [], {}
-    try:
-        got = json.loads(path.read_text())
-        records = [r for r in got["records"] if r["stage"] not in rerun]
-        traces = {
-            k: v for k, v in got["meta"]["memory_trace_s_driver_mb_others_mb"].items() if k not in rerun
-        }
-    except (ValueError, KeyError, AttributeError) as e:
-        msg = f"{path} is not a long-run result ({e}); move it away to start afresh"
-        raise StateError(msg) from e
-    if records:
-        log(
-            "longrun",
-            f"keeping the earlier results of {', '.join(dict.fromkeys(r['stage'] for r in records))}",
-        )
-    return records, traces
 
 
 def _intervals(by_stage: dict[str, float]) -> str:
@@ -410,10 +377,10 @@ def _intervals(by_stage: dict[str, float]) -> str:
 
 
 def _settings(work: Path) -> Settings:
-    config = work / "longrun.toml"
-    config.write_text('[quality]\non_violation = "warn"\n[spark]\nshuffle_partitions = 2\n')
+    """The long run's settings: its config file (written by :func:`main`), its lake, the budget."""
     env = {**os.environ, "OOO_LAKE_ROOT": str(work / "lake")}
-    return replace(load_settings(config, env=env), stream=StreamSettings(state_budget_rows=BUDGET_ROWS))
+    settings = load_settings(work / "longrun.toml", env=env)
+    return replace(settings, stream=StreamSettings(state_budget_rows=BUDGET_ROWS))
 
 
 def main(
@@ -431,6 +398,7 @@ def main(
     work = REPO_ROOT / ".local" / "bench" / "longrun"
     work.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OOO_WORK_DIR": str(work), "OOO_REPORTS_DIR": str(work / "reports")}
+    (work / "longrun.toml").write_text('[quality]\non_violation = "warn"\n[spark]\nshuffle_partitions = 2\n')
     child = os.environ.get("OOO_LONGRUN_CHILD")
     if child:
         return _run_one(child, work, interval_s)
@@ -441,7 +409,11 @@ def main(
     source, n = prepare(spark, work, tuples, env, work / "longrun.toml")
     spark.stop()  # the stages run in processes of their own: no idle JVM beside them
     chosen = [s for s in stream_stages() if not names or s.name in names]
-    records, traces = _earlier(out_dir / "longrun.json", {s.name for s in chosen})
+    rerun = {s.name for s in chosen}
+    records, earlier = earlier_results(out_dir / "longrun.json", rerun, "longrun")
+    traces = {
+        k: v for k, v in earlier.get("memory_trace_s_driver_mb_others_mb", {}).items() if k not in rerun
+    }
     t0 = time.monotonic()
     for stage in chosen:
         log(

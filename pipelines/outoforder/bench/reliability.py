@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from outoforder.bench.harness import (
     DEFAULT_OUT,
+    earlier_results,
     log,
     machine,
     markdown_table,
@@ -358,7 +359,7 @@ def main(
         "replay": f"{PRESET}, {seconds:g} s of synthetic play, intervals of {INTERVAL_S:g} s",
         "trials_per_stage": trials,
     }
-    earlier = _earlier_records(out_dir / "reliability.json", {s.name for s in prep.stages})
+    earlier, _ = earlier_results(out_dir / "reliability.json", {s.name for s in prep.stages}, "reliability")
     meta["trials_from_earlier_runs"] = len(earlier)
     for stage in prep.stages:
         records.extend(crash_trials(spark, prep, stage, trials))
@@ -369,24 +370,6 @@ def main(
         _write(out_dir, meta, earlier + records, quick)
     log("reliability", f"written {out_dir / 'reliability.json'} and {out_dir / 'reliability.md'}")
     return 0 if all(r["same_tables"] for r in records) else 1
-
-
-def _earlier_records(path: Path, rerun: set[str]) -> list[dict[str, Any]]:
-    """The records an earlier run wrote for stages this run does not repeat (a long run may be split)."""
-    if not path.exists():
-        return []
-    import json
-
-    try:
-        records: list[dict[str, Any]] = json.loads(path.read_text())["records"]
-    except (ValueError, KeyError) as e:
-        msg = f"{path} is not a reliability result ({e}); move it away to start afresh"
-        raise StateError(msg) from e
-    kept = [r for r in records if r["stage"] not in rerun]
-    if kept:
-        stages = ", ".join(dict.fromkeys(r["stage"] for r in kept))
-        log("reliability", f"keeping {len(kept)} trials of earlier runs ({stages})")
-    return kept
 
 
 def _write(out_dir: Path, meta: dict[str, Any], records: list[dict[str, Any]], quick: bool) -> None:
