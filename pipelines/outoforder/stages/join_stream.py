@@ -158,6 +158,15 @@ def _snapshot_before(
     return snapshot_before(spark, settings, JOIN_STATE, source, job, start_us, has_arrivals, "join")
 
 
+def _merge_pairs(pairs: DataFrame, settings: Settings) -> int:
+    """Insert the pairs not yet in ``gold/join_results``; the MERGE reads only the files of their seqs."""
+    from outoforder.io import delta
+    from outoforder.io.tables import JOIN_RESULTS
+
+    keys = ("source", "job", "r_seq", "s_seq")
+    return delta.merge_new(pairs, JOIN_RESULTS, settings.lake_root, keys, prune=("r_seq", "s_seq"))
+
+
 @retry_on_conflict
 def run_interval(
     spark: SparkSession,
@@ -231,7 +240,7 @@ def run_interval(
         F.lit(now_us).cast("long").alias("written_at_us"),
     ).localCheckpoint()
     produced = results.count()
-    new = delta.merge_new(results, JOIN_RESULTS, settings.lake_root, ("source", "job", "r_seq", "s_seq"))
+    new = _merge_pairs(results, settings)
     buffered = new_state.buffer.count()
     check_state_budget(settings, "stream join", source, jid, end_us, buffered)
     snap: dict[str, str | int] = {"source": source, "job": jid, "as_of_us": end_us}
@@ -478,7 +487,6 @@ def repair(
     repair's horizon as its interval and -1 for the retention and parameter version, so join
     recall becomes exact once the late tuples are in bronze.
     """
-    from outoforder.io import delta
     from outoforder.io.tables import JOIN_RESULTS
 
     jid = job_id(job, estimator)
@@ -510,7 +518,7 @@ def repair(
     added = 0
     if rows:
         frame = spark.createDataFrame(rows, JOIN_RESULTS.schema)
-        added = delta.merge_new(frame, JOIN_RESULTS, settings.lake_root, ("source", "job", "r_seq", "s_seq"))
+        added = _merge_pairs(frame, settings)
     print(
         f"[join-repair] {source} ({jid}): {len(truth):,} true pairs before {until_us}, "
         f"{len(missing):,} missing from the stream's results, {added:,} added",
