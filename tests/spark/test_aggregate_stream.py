@@ -133,3 +133,37 @@ def test_validate_fails_on_a_target_the_stream_cannot_meet(spark, settings, load
     run_interval(spark, settings, SOURCE, strict, T0, T0 + 600 * STEP)
     with pytest.raises(QualityError):
         validate(spark, settings, SOURCE, strict, fail=True)
+
+
+def test_a_repair_killed_before_its_log_row_reruns_to_the_same_row(spark, settings, load_bronze, monkeypatch):
+    # the reliability run found it: a kill between the results MERGE and the log row made the
+    # rerun log 0 windows changed (it compared against results the first attempt had already fixed)
+    from outoforder.io.tables import AGG_REPAIRS
+
+    frame = arrivals()
+    load_bronze(frame, SOURCE, 0)
+    for lo, hi in pairwise([T0, T0 + 600 * STEP, T0 + len(frame) * STEP]):
+        run_interval(spark, settings, SOURCE, JOB, lo, hi)
+    merge_new, intended = delta.merge_new, []
+
+    def killed_before_the_log(df, table, *args, **kwargs):
+        if table is AGG_REPAIRS:
+            intended.extend(df.drop("seconds", "written_at_us").collect())
+            raise RuntimeError("killed")
+        return merge_new(df, table, *args, **kwargs)
+
+    monkeypatch.setattr(delta, "merge_new", killed_before_the_log)
+    with pytest.raises(RuntimeError, match="killed"):
+        repair(spark, settings, SOURCE, JOB, force=True)
+    monkeypatch.setattr(delta, "merge_new", merge_new)
+    (row,) = intended
+    assert row["windows_changed"] > 0
+
+    rerun = repair(spark, settings, SOURCE, JOB, force=True)
+
+    assert (rerun.changed, rerun.added) == (row["windows_changed"], row["windows_added"])
+    logged = delta.read(spark, AGG_REPAIRS, settings.lake_root).drop("seconds", "written_at_us").collect()
+    assert logged == [row]
+    fixed = results(spark, settings)
+    assert (fixed["version"] > 1).sum() == row["windows_changed"]  # rewritten once, not twice
+    assert fixed["version"].max() == 2
