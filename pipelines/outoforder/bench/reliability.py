@@ -359,8 +359,11 @@ def main(
         "replay": f"{PRESET}, {seconds:g} s of synthetic play, intervals of {INTERVAL_S:g} s",
         "trials_per_stage": trials,
     }
-    earlier, _ = earlier_results(out_dir / "reliability.json", {s.name for s in prep.stages}, "reliability")
+    rerun = {s.name for s in prep.stages}
+    earlier, earlier_meta = earlier_results(out_dir / "reliability.json", rerun, "reliability")
     meta["trials_from_earlier_runs"] = len(earlier)
+    # notes on a stage's trials (written by hand, in the JSON) go with them, until the stage is rerun
+    meta["notes"] = {k: v for k, v in earlier_meta.get("notes", {}).items() if k not in rerun}
     for stage in prep.stages:
         records.extend(crash_trials(spark, prep, stage, trials))
         meta["minutes"] = round((time.monotonic() - t0) / 60, 1)
@@ -405,6 +408,9 @@ def _write(out_dir: Path, meta: dict[str, Any], records: list[dict[str, Any]], q
         "checksum (equal multisets of rows: nothing lost, nothing duplicated); every table's Delta "
         "history is read.\n\n"
         f"{table}\n\n"
+        + "".join(
+            f"**{name}:** {meta['notes'][name]}\n\n" for name in STAGE_NAMES if name in meta.get("notes", {})
+        )
         + (f"**Not run in this run:** {', '.join(missing)}.\n\n" if missing else "")
         + "Per-trial records: `reliability.json`.\n"
     )
