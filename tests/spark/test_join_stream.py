@@ -144,3 +144,48 @@ def test_command_line_runs_intervals_with_adaptation(spark, settings, tmp_path, 
     assert delta.read(spark, JOIN_PARAMS, settings.lake_root).count() == 2  # after 0.2 s and 0.4 s
     assert main(["validate-join", *common, "--until", str(T0 + 600 * STEP), "--on-violation", "warn"]) == 0
     assert main(["join-stream", *common, "--start", str(T0 + 600 * STEP), "--end", str(T0)]) == 2
+
+
+def test_a_run_killed_before_an_adaptation_adapts_when_resumed(
+    spark, settings, tmp_path, monkeypatch, load_bronze
+):
+    # the reliability run found it: killed between an interval's commits and the adaptation after
+    # it, the resumed run started past that adaptation time and kept the older retention
+    import shutil
+    from pathlib import Path
+
+    from outoforder.stages import join_stream
+
+    load_bronze(arrivals(n=600), SOURCE, 1)
+    calm = tmp_path / "uninterrupted"
+    shutil.copytree(settings.lake_root, calm)
+
+    def command(lake):
+        cfg = tmp_path / f"{Path(lake).name}.toml"
+        cfg.write_text(f'[lake]\nroot = "{lake}"\n')
+        args = ["join-stream", "--config", str(cfg), "--source", SOURCE, "--s-streams", "team_a"]
+        args += ["--window-ms", "50", "--theta", "3", "--period-s", "1", "--interval-s", "0.2"]
+        return [*args, "--every-s", "0.2", "--adapt-every-s", "0.2"]
+
+    def tables(lake):
+        params = delta.read(spark, JOIN_PARAMS, lake).select("valid_from_us", "d_r_us", "d_s_us").toPandas()
+        pairs = delta.read(spark, JOIN_RESULTS, lake).select("r_seq", "s_seq", "d_r_us", "params_version")
+        return [t.sort_values(list(t.columns)).reset_index(drop=True) for t in (params, pairs.toPandas())]
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt  # stands in for the SIGKILL: nothing after it runs
+
+    adapt_for_real = join_stream.adapt
+    monkeypatch.setattr(join_stream, "adapt", killed)
+    with pytest.raises(KeyboardInterrupt):
+        main(command(settings.lake_root))
+    monkeypatch.setattr(join_stream, "adapt", adapt_for_real)
+    assert delta.read(spark, JOIN_PARAMS, settings.lake_root).count() == 0  # one interval done, no adaptation
+
+    assert main(command(settings.lake_root)) == 0  # resumes after the first interval
+    assert main(command(calm)) == 0
+
+    got, want = tables(settings.lake_root), tables(calm)
+    assert len(want[0]) >= 2
+    for g, w in zip(got, want, strict=True):
+        pd.testing.assert_frame_equal(g, w)

@@ -146,6 +146,13 @@ def _params_in_force(
     return (0, 0, INITIAL_PARAMS_VERSION) if row is None else (int(row[0]), int(row[1]), int(row[2]))
 
 
+def adapted_at(
+    spark: SparkSession, settings: Settings, source: str, job: JoinJob, at_us: int, estimator: str = "learned"
+) -> bool:
+    """Whether an adaptation took effect exactly at ``at_us`` (:func:`adapt` with ``until_us = at_us``)."""
+    return _params_in_force(spark, settings, source, job_id(job, estimator), at_us)[2] == at_us
+
+
 def _snapshot_before(
     spark: SparkSession, settings: Settings, source: str, join: JoinJob, job: str, start_us: int
 ) -> dict[str, Any] | None:
