@@ -261,7 +261,7 @@ def cmd_validate_aggregate(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_join_stream(args: argparse.Namespace, settings: Settings) -> int:
     """Run the stream join over [start, end), in steps of --every (each step one interval)."""
-    from outoforder.stages.join_stream import adapt, adapted_at, first_start, pending_span, run_interval
+    from outoforder.stages.join_stream import pending_span, run_with_adaptation
 
     spark = _spark(settings, "join-stream")
     job = _join_job(args)
@@ -275,19 +275,8 @@ def cmd_join_stream(args: argparse.Namespace, settings: Settings) -> int:
         start = span[0] if start is None else start
         end = span[1] if end is None else end
     step = round(args.every_s * 1e6) if args.every_s else end - start
-    # adaptation times count from the job's first interval, not from this run's start: a run
-    # resumed after a crash adapts at the same times as one that never stopped
-    origin = first_start(spark, settings, args.source, job, args.estimator) if args.adapt_every_s else None
-    anchor = start if origin is None else origin
     every = round(args.adapt_every_s * 1e6) if args.adapt_every_s else 0
-    for lo, hi in _steps(start, end, step):
-        # adapt before the interval that starts at an adaptation time, unless done already: a run
-        # killed between an interval's commits and the adaptation after it adapts when resumed
-        # (the reliability run found one that resumed past it, with the older retention)
-        due = every and lo > anchor and (lo - anchor) % every == 0
-        if due and not adapted_at(spark, settings, args.source, job, lo, args.estimator):
-            adapt(spark, settings, args.source, job, lo, args.estimator)
-        print(run_interval(spark, settings, args.source, job, lo, hi, args.estimator).line(), flush=True)
+    run_with_adaptation(spark, settings, args.source, job, _steps(start, end, step), every, args.estimator)
     return 0
 
 
@@ -445,7 +434,7 @@ def _demo_stream_join(
     spark: Any, settings: Settings, source: str, job: JoinJob, run_name: str | None
 ) -> None:
     """Step 6: the production path -- interval runs with state in Delta, adaptation, GX checks."""
-    from outoforder.stages.join_stream import adapt, last_processed, pending_span, run_interval, validate
+    from outoforder.stages.join_stream import last_processed, pending_span, run_with_adaptation, validate
 
     span = pending_span(spark, settings, source, job)
     step = round(settings.demo.stream_interval_s * 1e6)
@@ -464,10 +453,7 @@ def _demo_stream_join(
         "retention adapted after each, then the recall and duplicate checks",
         flush=True,
     )
-    for lo, hi in _steps(start, end, step):
-        print(run_interval(spark, settings, source, job, lo, hi).line(), flush=True)
-        if hi < end:
-            adapt(spark, settings, source, job, hi)
+    run_with_adaptation(spark, settings, source, job, _steps(start, end, step), every_us=1)
     # a missed target is reported here, not fatal: the demo shows the verdict; the DAG fails on it
     validate(spark, settings, source, job, end, fail=False, run_name=run_name)
 

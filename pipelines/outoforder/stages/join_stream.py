@@ -297,6 +297,36 @@ def run_interval(
     )
 
 
+def run_with_adaptation(
+    spark: SparkSession,
+    settings: Settings,
+    source: str,
+    job: JoinJob,
+    steps: list[tuple[int, int]],
+    every_us: int,
+    estimator: str = "learned",
+) -> None:
+    """Run the intervals ``steps`` in order; adapt the retention before those at an adaptation time.
+
+    Adaptation times are multiples of ``every_us`` after the job's first interval (1: every
+    interval start but the job's first; 0: never).
+
+    Adapting *before* the interval, unless it was done already, makes a resumed run adapt at the
+    same times as one that never stopped: a run killed between an interval's commits and the
+    adaptation after it used to resume past that time with the older retention (found by the
+    reliability run, docs/reliability.md).
+    """
+    if not steps:
+        return
+    origin = first_start(spark, settings, source, job, estimator) if every_us else None
+    anchor = steps[0][0] if origin is None else origin
+    for lo, hi in steps:
+        due = every_us > 0 and lo > anchor and (lo - anchor) % every_us == 0
+        if due and not adapted_at(spark, settings, source, job, lo, estimator):
+            adapt(spark, settings, source, job, lo, estimator)
+        print(run_interval(spark, settings, source, job, lo, hi, estimator).line(), flush=True)
+
+
 def last_processed(
     spark: SparkSession, settings: Settings, source: str, job: JoinJob, estimator: str = "learned"
 ) -> int | None:
