@@ -355,7 +355,9 @@ def _run_one(stage_name: str, work: Path, interval_s: float) -> int:
     source = os.environ["OOO_LONGRUN_SOURCE"]
     spark = get_spark(settings, app_name=f"outoforder-longrun-{stage_name}")
     span = pending_span(spark, settings, source, None)  # [first arrival, last + 1)
-    assert span is not None  # from the first arrival on, something is always left
+    if span is None:
+        msg = f"no arrivals of {source} in {settings.lake_root}"
+        raise StateError(msg)
     (stage,) = [s for s in stream_stages() if s.name == stage_name]
     for t in _stage_tables(stage.name):  # a fresh run of the stage on the reused bronze
         shutil.rmtree(t.path(settings.lake_root), ignore_errors=True)

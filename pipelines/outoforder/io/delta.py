@@ -127,7 +127,7 @@ def merge_new(
     condition then also bounds them on the target side to the range ``df`` spans. Such a bound
     cannot change which rows match (a match has the new row's value, which is inside the range),
     but Delta skips every file whose statistics fall outside it. Without it, each MERGE reads all
-    the keys of the source's results: the long run's join slowed from about 25k to 15k tuples/s
+    the keys of the source's results: the long run's join slowed from about 24k to 15k tuples/s
     as its results table grew (docs/reliability.md, section 5). ``df`` is aggregated once for the
     range, so it should be cached or checkpointed.
     """
