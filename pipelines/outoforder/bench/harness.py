@@ -46,6 +46,7 @@ def machine() -> dict[str, Any]:
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
         "date": time.strftime("%Y-%m-%d"),
+        "commit": source_commit(),
     }
 
 
@@ -56,18 +57,44 @@ def write_json(path: Path, meta: dict[str, Any], records: Sequence[dict[str, Any
     return path
 
 
-def earlier_results(path: Path, rerun: set[str], tag: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The records (and meta) an earlier run wrote to ``path`` for the stages this run does not repeat.
+def source_commit() -> str:
+    """The repository's commit the code runs from (``+dirty`` with uncommitted changes), or ``unknown``.
 
+    Benchmarks split over several runs keep each record's commit, so a figure names its code.
+    """
+    repo = Path(__file__).resolve().parents[3]
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"  # not a git checkout (an sdist, a copied folder): the figures still stand
+    return head + ("+dirty" if dirty else "")
+
+
+def earlier_results(
+    path: Path, rerun: set[str], tag: str
+) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:
+    """An earlier run's results in ``path``: (records kept, meta, records replaced).
+
+    Kept are its records for the stages this run does not repeat; replaced, those it repeats.
     Long benchmarks can then be split over several runs: each rewrites its own stages' figures.
     """
     from outoforder.errors import StateError
 
     if not path.exists():
-        return [], {}
+        return [], {}, []
     try:
         got = json.loads(path.read_text())
         kept = [r for r in got["records"] if r["stage"] not in rerun]
+        replaced = [r for r in got["records"] if r["stage"] in rerun]
         meta: dict[str, Any] = got["meta"]
     except (ValueError, KeyError, TypeError) as e:
         msg = f"{path} is not a {tag} result ({e}); move it away to start afresh"
@@ -75,7 +102,7 @@ def earlier_results(path: Path, rerun: set[str], tag: str) -> tuple[list[dict[st
     if kept:
         stages = ", ".join(dict.fromkeys(r["stage"] for r in kept))
         log(tag, f"keeping {len(kept)} records of earlier runs ({stages})")
-    return kept, meta
+    return kept, meta, replaced
 
 
 def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str, str]]) -> str:

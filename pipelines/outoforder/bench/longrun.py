@@ -412,7 +412,7 @@ def main(
     spark.stop()  # the stages run in processes of their own: no idle JVM beside them
     chosen = [s for s in stream_stages() if not names or s.name in names]
     rerun = {s.name for s in chosen}
-    records, earlier = earlier_results(out_dir / "longrun.json", rerun, "longrun")
+    records, earlier, _ = earlier_results(out_dir / "longrun.json", rerun, "longrun")
     traces = {
         k: v for k, v in earlier.get("memory_trace_s_driver_mb_others_mb", {}).items() if k not in rerun
     }

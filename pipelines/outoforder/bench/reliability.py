@@ -360,12 +360,14 @@ def main(
         "trials_per_stage": trials,
     }
     rerun = {s.name for s in prep.stages}
-    earlier, earlier_meta = earlier_results(out_dir / "reliability.json", rerun, "reliability")
+    earlier, earlier_meta, replaced = earlier_results(out_dir / "reliability.json", rerun, "reliability")
     meta["trials_from_earlier_runs"] = len(earlier)
     # notes on a stage's trials (written by hand, in the JSON) go with them, until the stage is rerun
     meta["notes"] = {k: v for k, v in earlier_meta.get("notes", {}).items() if k not in rerun}
+    meta["superseded"] = superseded(earlier_meta, replaced)
     for stage in prep.stages:
-        records.extend(crash_trials(spark, prep, stage, trials))
+        stamp = {"commit": meta["commit"], "date": meta["date"]}
+        records.extend({**r, **stamp} for r in crash_trials(spark, prep, stage, trials))
         meta["minutes"] = round((time.monotonic() - t0) / 60, 1)
         done = {r["stage"] for r in earlier + records}
         meta["stages_done"] = [n for n in STAGE_NAMES if n in done]
@@ -373,6 +375,30 @@ def main(
         _write(out_dir, meta, earlier + records, quick)
     log("reliability", f"written {out_dir / 'reliability.json'} and {out_dir / 'reliability.md'}")
     return 0 if all(r["same_tables"] for r in records) else 1
+
+
+def superseded(earlier_meta: dict[str, Any], replaced: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The earlier runs' trials of the stages this run repeats, kept (with their notes) in the meta.
+
+    A rerun after a fix must not erase the trials that found the bug: the report lists both.
+    """
+    kept: list[dict[str, Any]] = list(earlier_meta.get("superseded", []))
+    notes = earlier_meta.get("notes", {})
+    for row in summarize(replaced):
+        name = row["stage"]
+        rs = [r for r in replaced if r["stage"] == name]
+        kept.append(
+            {
+                "stage": name,
+                "commit": rs[0].get("commit", "unknown"),
+                "date": rs[0].get("date", earlier_meta.get("date", "unknown")),
+                "trials": row["trials"],
+                "identical": row["identical"],
+                "note": notes.get(name, ""),
+                "records": rs,
+            }
+        )
+    return kept
 
 
 def _write(out_dir: Path, meta: dict[str, Any], records: list[dict[str, Any]], quick: bool) -> None:
@@ -412,5 +438,18 @@ def _write(out_dir: Path, meta: dict[str, Any], records: list[dict[str, Any]], q
             f"**{name}:** {meta['notes'][name]}\n\n" for name in STAGE_NAMES if name in meta.get("notes", {})
         )
         + (f"**Not run in this run:** {', '.join(missing)}.\n\n" if missing else "")
+        + (
+            "## Earlier trials replaced by a rerun\n\n"
+            + "".join(
+                f"- **{old['stage']}** at commit {old['commit']} ({old['date']}): "
+                f"{old['identical']} of {old['trials']} identical."
+                + (f" {old['note']}" if old["note"] else "")
+                + "\n"
+                for old in meta.get("superseded", [])
+            )
+            + "\n"
+            if meta.get("superseded")
+            else ""
+        )
         + "Per-trial records: `reliability.json`.\n"
     )
