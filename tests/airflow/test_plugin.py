@@ -86,7 +86,7 @@ def test_web_app_serves_reports_docs_and_redirects_runs(plugin_path, tmp_path, m
     (reports / "data_docs" / "index.html").write_text("<h1>docs</h1>")
     from outoforder_airflow.web import create_app
 
-    client = TestClient(create_app())
+    client = TestClient(create_app(_resolve, _login), cookies={"_token": "good"})  # the UI's cookie
     assert client.get("/reports/quality/index.html").text == "<h1>cumulative</h1>"
     assert client.get("/docs/index.html").text == "<h1>docs</h1>"
     run = client.get("/run/topk_stream/manual__2026-01-01T00:00:00+00:00", follow_redirects=False)
@@ -97,3 +97,43 @@ def test_web_app_serves_reports_docs_and_redirects_runs(plugin_path, tmp_path, m
     other = client.get("/run/topk_stream/scheduled__1970", follow_redirects=False)
     assert other.headers["location"] == "/outoforder/reports/quality/index.html"  # no page of its own yet
     assert client.get("/reports/../../etc/passwd").status_code == 404
+
+
+async def _resolve(token):
+    """Airflow's resolver in miniature: a user for the one good token, its HTTP errors otherwise."""
+    from fastapi import HTTPException
+
+    if token != "good":
+        raise HTTPException(
+            401 if token is None else 403, "Not authenticated" if token is None else "Invalid"
+        )
+    return "admin"
+
+
+def _login(next_url):
+    return f"/auth/login?next={next_url}"
+
+
+def test_web_app_serves_nothing_without_a_logged_in_user(plugin_path, tmp_path, monkeypatch):
+    from fastapi.testclient import TestClient
+
+    reports = tmp_path / "reports"
+    monkeypatch.setenv("OOO_REPORTS_DIR", str(reports))
+    monkeypatch.delenv("OOO_DOCS_DIR", raising=False)
+    (reports / "quality").mkdir(parents=True)
+    (reports / "quality" / "index.html").write_text("<h1>cumulative</h1>")
+    from outoforder_airflow.web import create_app
+
+    client = TestClient(create_app(_resolve, _login))
+    page = "/reports/quality/index.html"
+    # a browser goes to the login page and comes back; a script gets 401; a bad token, 403
+    browser = client.get(page, headers={"Accept": "text/html"}, follow_redirects=False)
+    assert browser.status_code == 307
+    assert browser.headers["location"] == "/auth/login?next=http://testserver/reports/quality/index.html"
+    for path in (page, "/docs/index.html", "/run/topk_stream/manual__1", "/"):
+        assert client.get(path, follow_redirects=False).status_code == 401, path
+    assert client.get(page, headers={"Authorization": "Bearer forged"}).status_code == 403
+    forged = TestClient(create_app(_resolve, _login), cookies={"_token": "forged"})
+    assert forged.get(page).status_code == 403
+    # the REST API's token works as a header, for scripts
+    assert client.get(page, headers={"Authorization": "Bearer good"}).text == "<h1>cumulative</h1>"

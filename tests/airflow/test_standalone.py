@@ -3,8 +3,9 @@
 One Airflow (scheduler, DAG processor, API server, triggerer; SQLite; LocalExecutor) serves the
 module. The stream DAG ``topk_stream`` is unpaused and triggered over three arrival intervals of a
 short replay, ``airflow backfill create`` runs ``theta_backfill`` over a past range, and the Delta
-outputs must have no duplicates and equal a direct run of the same stages. Then headless Chromium
-(Debian's, through its chromedriver) logs into the UI, finds the DAGs and a successful run, and opens
+outputs must have no duplicates and equal a direct run of the same stages. The reports answer 401
+without a logged-in user. Then headless Chromium (Debian's, through its chromedriver) opens a report,
+is sent to the login page and back, finds the DAGs and a successful run, and opens
 the quality report and the Data Docs; screenshots go to ``$OOO_TEST_ARTIFACTS`` (default
 ``.local/test-artifacts``).
 """
@@ -17,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from datetime import datetime
 from pathlib import Path
@@ -225,6 +227,21 @@ def _browser():
     return webdriver.Chrome(service=Service(driver), options=opts)
 
 
+def test_the_reports_need_a_logged_in_user(standalone, pipeline):
+    page = f"{standalone['url']}/outoforder/reports/quality/index.html"
+    with pytest.raises(urllib.error.HTTPError) as anonymous:
+        urllib.request.urlopen(page, timeout=30)
+    assert anonymous.value.code == 401
+    forged = urllib.request.Request(page, headers={"Authorization": "Bearer forged"})
+    with pytest.raises(urllib.error.HTTPError) as bad:
+        urllib.request.urlopen(forged, timeout=30)
+    assert bad.value.code == 403
+    # the REST API's token opens them (for scripts); the browser test below uses the UI's cookie
+    signed = urllib.request.Request(page, headers={"Authorization": f"Bearer {_token(standalone)}"})
+    with urllib.request.urlopen(signed, timeout=30) as resp:
+        assert "Data quality: cumulative" in resp.read().decode()
+
+
 def test_browser_logs_in_finds_a_successful_run_and_opens_the_reports(standalone, pipeline):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
@@ -242,13 +259,15 @@ def test_browser_logs_in_finds_a_successful_run_and_opens_the_reports(standalone
         wait.until(lambda b: text.lower() in b.find_element(By.TAG_NAME, "body").text.lower())
 
     try:
-        browser.get(f"{url}/")
+        # the reports are behind Airflow's login: a report's address leads to it, and back after it
+        browser.get(f"{url}/outoforder/reports/quality/index.html")
         wait.until(ec.presence_of_element_located((By.NAME, "username")))
         browser.save_screenshot(str(shots / "01-login.png"))
         browser.find_element(By.NAME, "username").send_keys("admin")
         browser.find_element(By.NAME, "password").send_keys(standalone["password"])
         browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
         wait.until(lambda b: "/auth/login" not in b.current_url)
+        page_has("Data quality: cumulative")
 
         browser.get(f"{url}/dags")
         page_has("topk_stream")
