@@ -12,7 +12,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-DEFAULT_OUT = Path(__file__).resolve().parents[3] / "docs" / "benchmarks"
+from outoforder.config import REPO_ROOT
+
+DEFAULT_OUT = REPO_ROOT / "docs" / "benchmarks"
 
 
 def run_command(cmd: list[str], env: dict[str, str], what: str) -> str:
@@ -62,16 +64,15 @@ def source_commit() -> str:
 
     Benchmarks split over several runs keep each record's commit, so a figure names its code.
     """
-    repo = Path(__file__).resolve().parents[3]
     try:
         head = subprocess.run(
-            ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
+            ["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"],
             capture_output=True,
             text=True,
             check=True,
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+            ["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"],
             capture_output=True, text=True, check=True,
         ).stdout.strip()  # fmt: skip
     except (OSError, subprocess.CalledProcessError):

@@ -365,8 +365,8 @@ def main(
     # notes on a stage's trials (written by hand, in the JSON) go with them, until the stage is rerun
     meta["notes"] = {k: v for k, v in earlier_meta.get("notes", {}).items() if k not in rerun}
     meta["superseded"] = superseded(earlier_meta, replaced)
+    stamp = {"commit": meta["commit"], "date": meta["date"]}
     for stage in prep.stages:
-        stamp = {"commit": meta["commit"], "date": meta["date"]}
         records.extend({**r, **stamp} for r in crash_trials(spark, prep, stage, trials))
         meta["minutes"] = round((time.monotonic() - t0) / 60, 1)
         done = {r["stage"] for r in earlier + records}
