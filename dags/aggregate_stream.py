@@ -7,7 +7,6 @@ pending late tuples span more than Γ, ``ledger_due`` emits the asset that start
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
 
 import pendulum
@@ -40,17 +39,22 @@ date; for past data use `airflow backfill create --dag-id aggregate_stream --fro
 @task.short_circuit
 def gamma_rule(params: dict[str, object] | None = None) -> bool:
     """True when the ledger status says the Γ rule calls for a repair (skips ledger_due otherwise)."""
-    from outoforder.config import load_settings
-    from outoforder.stages.aggregate_stream import AggJob, status_path
+    import logging
 
-    assert params is not None
+    from outoforder.config import load_settings
+    from outoforder.stages.aggregate.ledger import read_status
+    from outoforder.stages.aggregate.spec import AggJob
+
+    log = logging.getLogger("airflow.task")
+    if not params:  # Airflow passes the run's params; only a bare call has none
+        msg = "gamma_rule needs the run's params"
+        raise RuntimeError(msg)
     settings = load_settings(str(params["config"]) or None)
-    path = status_path(settings, str(params["source"]), AggJob.from_options(params))
-    if not path.exists():
-        print(f"no ledger status at {path} yet: nothing to repair")
+    status = read_status(settings, str(params["source"]), AggJob.from_options(params))
+    if status is None:
+        log.info("no ledger status yet: nothing to repair")
         return False
-    status = json.loads(path.read_text())
-    print(f"ledger status: {status}")
+    log.info("ledger status: %s", status)
     return bool(status["repair_due"])
 
 

@@ -12,6 +12,8 @@ import pendulum
 from airflow.sdk import Param, dag, task
 from outoforder_airflow.operators import StageOperator
 
+from outoforder.stages import spec
+
 DOC = """
 ### Ingest raw files into bronze
 
@@ -40,8 +42,7 @@ Params: `datasets` -- built-in dataset ids or prefixes (`all`, `ooo`, `debs2013/
     default_args={"retries": 2, "retry_delay": timedelta(seconds=30), "owner": "outoforder"},
     params={
         "datasets": Param("all", type="string", description="dataset ids/prefixes, comma-separated"),
-        "on_violation": Param("fail", enum=["fail", "warn"], description="a failed check fails the run"),
-        "config": Param("", type="string", description="path of a TOML config override"),
+        **{s.name: Param(s.default, **s.json_schema()) for s in (spec.ON_VIOLATION, spec.CONFIG)},
     },
 )
 def ingest() -> None:
@@ -50,11 +51,13 @@ def ingest() -> None:
     @task(retries=0)
     def plan(datasets: str) -> str:
         """Resolve dataset ids/prefixes to source ids (fails on unknown names)."""
+        import logging
+
         from outoforder.sources.catalog import select
 
         names = datasets.replace(",", " ").split()
         chosen = [d.source for d in select(names or None)]
-        print(f"ingesting {len(chosen)} datasets: {', '.join(chosen)}")
+        logging.getLogger("airflow.task").info("ingesting %d datasets: %s", len(chosen), ", ".join(chosen))
         return " ".join(chosen)
 
     ingest = StageOperator(

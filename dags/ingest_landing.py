@@ -12,6 +12,8 @@ from airflow.sdk import Param, dag
 from outoforder_airflow.operators import StageOperator
 from outoforder_airflow.sensors import LandingSensor
 
+from outoforder.stages import spec
+
 DOC = """
 ### Ingest what lands in the landing bucket
 
@@ -40,8 +42,7 @@ Drop raw files into the object store at `<storage.landing_uri>/incoming/<reader>
     doc_md=DOC,
     default_args={"retries": 2, "retry_delay": timedelta(seconds=30), "owner": "outoforder"},
     params={
-        "on_violation": Param("fail", enum=["fail", "warn"], description="a failed check fails the run"),
-        "config": Param("", type="string", description="path of a TOML config override"),
+        **{s.name: Param(s.default, **s.json_schema()) for s in (spec.ON_VIOLATION, spec.CONFIG)},
     },
 )
 def ingest_landing() -> None:

@@ -14,6 +14,8 @@ import pendulum
 from airflow.sdk import Param, dag
 from outoforder_airflow.operators import StageOperator
 
+from outoforder.stages import spec
+
 DOC = """
 ### Compact and vacuum the lake
 
@@ -37,7 +39,7 @@ reading an older snapshot finds its files; the repairs read current snapshots on
     tags=["outoforder", "maintenance"],
     doc_md=DOC,
     default_args={"retries": 2, "retry_delay": timedelta(minutes=5), "owner": "outoforder"},
-    params={"config": Param("", type="string", description="path of a TOML config override")},
+    params={spec.CONFIG.name: Param(spec.CONFIG.default, **spec.CONFIG.json_schema())},
 )
 def maintenance() -> None:
     """OPTIMIZE and VACUUM every table."""

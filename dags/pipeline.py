@@ -12,8 +12,8 @@ import pendulum
 from airflow.sdk import Param, chain, dag
 from outoforder_airflow.operators import RUN_NAME, StageOperator
 
-# the steps of the demo stage, in order (outoforder.stages.cli.DEMO_STEPS; a test keeps them equal)
-STEPS = ("ingest", "replay", "stats", "bronze", "join", "stream-join", "aggregates", "theta", "topk")
+from outoforder.stages import spec
+from outoforder.stages.demo import STEPS
 
 DOC = """
 ### The whole pipeline on the demo data
@@ -50,7 +50,7 @@ missed targets without failing (the production DAGs fail on them).
     default_args={"retries": 1, "retry_delay": timedelta(seconds=30), "owner": "outoforder"},
     params={
         "preset": Param("", type="string", description="disorder preset of the replay (empty: the config's)"),
-        "config": Param("", type="string", description="path of a TOML config override"),
+        spec.CONFIG.name: Param(spec.CONFIG.default, **spec.CONFIG.json_schema()),
     },
 )
 def pipeline() -> None:

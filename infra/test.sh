@@ -1,22 +1,48 @@
 #!/usr/bin/env bash
-# Set everything up (idempotent) and run every check: lint, types, architecture contracts, the
-# Spark-venv test suite (unit, property, oracle, Spark/Delta, GX, the main job on a Spark cluster
-# over MinIO) and the Airflow-venv suite (DAG integrity, `airflow dags test` on SQLite and on
-# PostgreSQL, the standalone scheduler and the browser). The services (MinIO, the Spark cluster,
-# PostgreSQL, Airflow) are started by the tests themselves with the infra scripts. Extra arguments
-# go to both pytest runs.
-# Exits non-zero if anything fails, including "no tests collected" (pytest's exit code 5).
+# Set everything up (idempotent) and run the checks and tests. Two tiers:
+#
+#   bash infra/test.sh            the full suite (what CI runs): lint, types, import contracts, then
+#                                 four pytest runs side by side, each with its own log:
+#                                   spark-unit  Spark venv: unit, property, oracle, contract and
+#                                               Spark/Delta tests, doctests (-m "not integration")
+#                                   spark-e2e   Spark venv: the end-to-end ones (-m integration): the main
+#                                               job, a crash trial, maintenance's idempotence
+#                                   airflow     Airflow venv: DAG integrity and Params, the plugin,
+#                                               `airflow dags test` runs, the scale-out stack (Spark
+#                                               cluster, MinIO, PostgreSQL)
+#                                   scheduler   Airflow venv: Airflow standalone (scheduler, DAG runs
+#                                               and a backfill) and the browser test
+#   bash infra/test.sh --fast     the inner loop, a few minutes: lint, types, and every test that starts
+#                                 no Spark session and no service (core operators and their contract,
+#                                 sources, CLI parsing, job declarations, DAG integrity and Params)
+#
+# The services (MinIO, the Spark cluster, PostgreSQL, Airflow) are started by the tests themselves
+# with the infra scripts. Extra arguments go to every pytest run. The full run prints each run's
+# slowest tests. Exits non-zero if anything fails, including "no tests collected" (exit code 5).
+#
+# Every JVM the tests start (Spark drivers, spark-submit, the cluster) runs with the client JIT and
+# the serial collector: tests are many short JVMs on tiny data, where the optimising compiler's and
+# the parallel collector's threads cost a third of the CPU and pay back nothing. Results do not
+# depend on either; production and benchmarks keep the JVM's defaults.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+tier=full
+if [ "${1:-}" = "--fast" ]; then
+  tier=fast
+  shift
+fi
 bash "$here/setup.sh" || exit 1
-# the scale-out tests start MinIO: build it now (first time ~8 min, then cached) rather than in a test
-bash "$here/minio.sh" install || exit 1
+if [ "$tier" = full ]; then
+  # the scale-out tests start MinIO: build it now (first time ~8 min, then cached) rather than in a test
+  bash "$here/minio.sh" install || exit 1
+fi
 source "$here/env.sh"
 cd "$OOO_REPO" || exit 1
+export JAVA_TOOL_OPTIONS="${JAVA_TOOL_OPTIONS:--XX:TieredStopAtLevel=1 -XX:+UseSerialGC}"
 t0=$SECONDS
 reports="$OOO_LOCAL/test-reports"
 mkdir -p "$reports"
-rm -f "$reports"/*.xml
+rm -rf "$reports"/*.xml "$reports"/*.log "$reports"/tmp-*
 status=0
 step() { echo; echo "[test] $*"; }
 
@@ -26,21 +52,64 @@ step "lint (ruff check + ruff format --check)"
 step "types (mypy --strict on pipelines/outoforder)"
 "$OOO_SPARK_VENV/bin/mypy" || status=1
 
-step "Spark venv: pytest tests/ (without tests/airflow) + doctests"
-"$OOO_SPARK_VENV/bin/python" -m pytest tests pipelines/outoforder/core pipelines/outoforder/sources \
-  pipelines/outoforder/config.py pipelines/outoforder/io/objectstore.py pipelines/outoforder/io/conflicts.py \
-  pipelines/outoforder/stages/intervals.py \
-  --doctest-modules --ignore=tests/airflow \
-  -p no:cacheprovider --junitxml="$reports/spark.xml" "$@"
-rc=$?; [ $rc -eq 0 ] || { echo "[test] Spark-venv pytest exited $rc"; status=1; }
+spark_py="$OOO_SPARK_VENV/bin/python"
+airflow_py="$OOO_AIRFLOW_VENV/bin/python"
+# the modules whose doctests run (pure ones: the rest need a Spark session to import)
+doctests=(pipelines/outoforder/__init__.py pipelines/outoforder/core pipelines/outoforder/sources
+  pipelines/outoforder/config.py pipelines/outoforder/io/objectstore.py pipelines/outoforder/io/conflicts.py
+  pipelines/outoforder/stages/spec.py pipelines/outoforder/stages/interval.py
+  pipelines/outoforder/stages/join/spec.py pipelines/outoforder/stages/aggregate/spec.py
+  pipelines/outoforder/stages/topk/spec.py pipelines/outoforder/stages/theta/spec.py docs/operators.md)
+common=(-p no:cacheprovider --doctest-glob='*.md')
 
-step "Airflow venv: pytest tests/airflow"
-PATH="$OOO_AIRFLOW_VENV/bin:$PATH" "$OOO_AIRFLOW_VENV/bin/python" -m pytest tests/airflow \
-  -p no:cacheprovider --junitxml="$reports/airflow.xml" "$@"
-rc=$?; [ $rc -eq 0 ] || { echo "[test] Airflow-venv pytest exited $rc"; status=1; }
+run_pytest() {  # name python args...: one pytest run, its output in $reports/name.log
+  local name=$1 py=$2
+  shift 2
+  PATH="$(dirname "$py"):$PATH" "$py" -m pytest "${common[@]}" --basetemp="$reports/tmp-$name" \
+    --junitxml="$reports/$name.xml" "$@" >"$reports/$name.log" 2>&1
+}
 
-# One closing line over both runs (each pytest run above prints its own as well).
-"$OOO_SPARK_VENV/bin/python" - "$reports" <<'PY'
+if [ "$tier" = fast ]; then
+  step "fast tier: Spark venv, no Spark session (core, sources, contract, CLI, job declarations)"
+  run_pytest fast-spark "$spark_py" tests "${doctests[@]}" --doctest-modules --ignore=tests/airflow \
+    -m "not spark and not integration" "$@"
+  rc=$?; cat "$reports/fast-spark.log"; [ $rc -eq 0 ] || { echo "[test] fast-spark pytest exited $rc"; status=1; }
+  step "fast tier: Airflow venv, DAG integrity and Params"
+  run_pytest fast-airflow "$airflow_py" tests/airflow -m "not integration" "$@"
+  rc=$?; cat "$reports/fast-airflow.log"; [ $rc -eq 0 ] || { echo "[test] fast-airflow pytest exited $rc"; status=1; }
+else
+  step "four pytest runs side by side (logs in $reports/*.log; each is printed when it ends)"
+  declare -A pids
+  run_pytest spark-unit "$spark_py" tests "${doctests[@]}" --doctest-modules --ignore=tests/airflow \
+    -m "not integration" --durations=15 "$@" &
+  pids[spark-unit]=$!
+  OOO_TEST_SPARK_CONF=production run_pytest spark-e2e "$spark_py" tests --ignore=tests/airflow -m integration \
+    --durations=15 "$@" &
+  pids[spark-e2e]=$!
+  run_pytest airflow "$airflow_py" tests/airflow --ignore=tests/airflow/test_standalone.py --durations=15 "$@" &
+  pids[airflow]=$!
+  run_pytest scheduler "$airflow_py" tests/airflow/test_standalone.py --durations=15 "$@" &
+  pids[scheduler]=$!
+  remaining=(spark-unit spark-e2e airflow scheduler)
+  while [ ${#remaining[@]} -gt 0 ]; do
+    wait -n "${pids[@]}" 2>/dev/null
+    still=()
+    for name in "${remaining[@]}"; do
+      if kill -0 "${pids[$name]}" 2>/dev/null; then
+        still+=("$name")
+        continue
+      fi
+      wait "${pids[$name]}"; rc=$?
+      step "$name: exit $rc after $((SECONDS - t0)) s"
+      cat "$reports/$name.log"
+      [ $rc -eq 0 ] || { echo "[test] $name pytest exited $rc"; status=1; }
+    done
+    remaining=("${still[@]}")
+  done
+fi
+
+# One closing line over all runs (each pytest run prints its own as well).
+"$spark_py" - "$reports" <<'PY'
 import sys, pathlib, xml.etree.ElementTree as ET
 tot = dict(tests=0, failures=0, errors=0, skipped=0)
 for f in sorted(pathlib.Path(sys.argv[1]).glob("*.xml")):
@@ -52,5 +121,5 @@ print(f"\n[test] all suites: {passed} passed, {tot['failures'] + tot['errors']} 
 sys.exit(0 if tot["tests"] > 0 else 5)
 PY
 [ $? -eq 0 ] || status=1
-echo "[test] finished in $((SECONDS - t0)) s (after setup): $([ $status -eq 0 ] && echo PASSED || echo FAILED)"
+echo "[test] $tier tier finished in $((SECONDS - t0)) s (after setup): $([ $status -eq 0 ] && echo PASSED || echo FAILED)"
 exit $status

@@ -3,7 +3,7 @@
 import pytest
 
 from outoforder.errors import ConfigError
-from outoforder.stages.aggregate_stream import AggJob, job_id
+from outoforder.stages.aggregate.spec import AggJob
 from outoforder.stages.cli import build_parser
 
 
@@ -49,9 +49,9 @@ def test_cli_options_build_the_job_and_its_controller():
 
 def test_job_ids_ignore_only_gamma():
     base = AggJob()
-    assert job_id(AggJob(gamma_us=1)) == job_id(base)
-    assert job_id(AggJob(alpha_min=0.0)) != job_id(base)
-    assert job_id(AggJob(aggregate="avg")) != job_id(base)
+    assert AggJob(gamma_us=1).job_id() == base.job_id()
+    assert AggJob(alpha_min=0.0).job_id() != base.job_id()
+    assert AggJob(aggregate="avg").job_id() != base.job_id()
 
 
 def test_bad_job_settings_fail_clearly():

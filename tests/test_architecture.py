@@ -56,3 +56,25 @@ def test_import_linter_contracts_are_kept():
     run = subprocess.run([exe], cwd=PACKAGE.parents[1], capture_output=True, text=True, check=False)
     assert run.returncode == 0, run.stdout[-3000:]
     assert "0 broken" in run.stdout
+
+
+def test_the_front_door_exports_what_it_lists_and_imports_nothing_heavy():
+    import outoforder
+
+    assert sorted(outoforder._EXPORTS) == sorted(outoforder.__all__)
+    probe = (
+        "import sys, outoforder; print(sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'pyspark'}))"
+    )
+    light = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert light.stdout.strip() == "[]"  # the names load on first use
+    assert all(getattr(outoforder, name) is not None for name in outoforder.__all__)
+
+
+def test_job_declarations_and_the_cli_parser_import_nothing_heavy():
+    # the DAG files import the job declarations when Airflow parses them; the CLI's --help is instant
+    probe = (
+        "import sys; from outoforder.stages.cli import build_parser; build_parser(); "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'pandas', 'pyspark', 'pyarrow'}))"
+    )
+    light = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert light.stdout.strip() == "[]"

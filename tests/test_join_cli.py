@@ -8,7 +8,8 @@ import pytest
 
 from outoforder.sources.disorder import inject
 from outoforder.stages.cli import main
-from outoforder.stages.join import JoinJob, evaluate, input_from_frame
+from outoforder.stages.join.evaluate import evaluate, input_from_frame
+from outoforder.stages.join.spec import JoinJob
 
 
 def arrivals(n=8000, span_us=8_000_000, seed=4):
@@ -93,6 +94,29 @@ def test_bad_input_files_fail_with_a_clear_message(frame, match):
 
     with pytest.raises(InputError, match=match):
         input_from_frame(frame, JOB)
+
+
+def test_a_distance_join_of_a_file_without_x_and_y_exits_non_zero_naming_the_columns(tmp_path, capsys):
+    # the columns are there under other names: nothing may be taken as 0 (which would join everything)
+    f = tmp_path / "renamed.csv"
+    arrivals(300, 300_000).rename(columns={"x": "x_m", "y": "y_m"}).to_csv(f, index=False)
+    assert main(["join", "--file", str(f), "--s-streams", "team_a", "--theta", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "a distance join needs the columns x, y" in err and "x_m, y_m" in err
+
+
+def test_a_key_join_needs_a_key_column_and_a_file_needs_rows_of_both_sides(tmp_path):
+    from outoforder.errors import InputError
+
+    frame = arrivals(300, 300_000)
+    with pytest.raises(InputError, match="a key join needs the column key"):
+        input_from_frame(frame.drop(columns="key"), JoinJob(s_streams=("team_a",), predicate="key"))
+    with pytest.raises(InputError, match=r"no rows of S \(team_b\); its streams: ball, team_a"):
+        input_from_frame(frame, JoinJob(s_streams=("team_b",)), both_sides=True)
+    non_numeric = frame.astype({"x": str})
+    non_numeric.loc[3, "x"] = "n/a"
+    with pytest.raises(InputError, match="1 rows of the input lack one"):
+        input_from_frame(non_numeric, JOB)
 
 
 def test_cli_rejects_unknown_methods_and_missing_files(tmp_path, capsys):

@@ -133,8 +133,9 @@ class StorageSettings:
             f"{s3a}path.style.access": str(self.path_style).lower(),
             f"{s3a}connection.ssl.enabled": str(self.endpoint.startswith("https://")).lower(),
             f"{s3a}aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
-            # Hadoop 3.5 reads through the analytics accelerator by default; the classic stream
-            # is the one tested against S3-compatible servers (STACK.md).
+            # Hadoop 3.5 reads through the analytics accelerator by default, which needs the extra
+            # analyticsaccelerator-s3 jar; the classic stream needs nothing more and is the one
+            # tested against S3-compatible servers.
             f"{s3a}input.stream.type": "classic",
             # Delta's log on S3: one driver writes a table at a time (the DAGs never write one
             # table from two tasks at once; see docs/deploy.md).

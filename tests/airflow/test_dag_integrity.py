@@ -80,7 +80,8 @@ out = {
             "tags": sorted(d.tags), "doc": bool(d.doc_md), "max_active_runs": d.max_active_runs,
             "catchup": d.catchup,
             "tasks": {t.task_id: {"retries": t.retries, "down": sorted(t.downstream_task_ids),
-                                  "depends_on_past": t.depends_on_past}
+                                  "depends_on_past": t.depends_on_past,
+                                  "trigger_rule": getattr(t.trigger_rule, "value", str(t.trigger_rule))}
                       for t in d.tasks},
         } for d in bag.dags.values()
     },
@@ -132,3 +133,14 @@ def test_stream_join_runs_wait_for_the_previous_interval(probe):
     # the operator state of one interval is the input of the next
     assert all(t["depends_on_past"] for t in probe["dags"]["join_stream"]["tasks"].values())
     assert probe["dags"]["join_stream"]["max_active_runs"] == 1
+
+
+def test_every_run_ends_with_its_report_even_after_a_failed_task(probe):
+    # a failed ingest or check still gets its run's report page (the report shows the failure)
+    reports = {
+        d: t for d, dag in probe["dags"].items() for tid, t in dag["tasks"].items() if tid == "quality_report"
+    }
+    assert len(reports) >= 8
+    expected = dict.fromkeys(reports, "all_done")
+    expected["ingest_landing"] = "none_skipped"  # unless its sensor skipped the run: nothing landed
+    assert {d: t["trigger_rule"] for d, t in reports.items()} == expected

@@ -1,4 +1,13 @@
-"""`airflow dags test` of the ingest DAG on SQLite: real spark-submit, real Delta, real GX."""
+"""`airflow dags test` on SQLite: real spark-submit, real Delta, real GX.
+
+The ingest DAG (its plan task hands the datasets to the stage through XCom), and the aggregate
+DAG whose Γ-rule task emits the asset that schedules ``late_repair``. That every run ends with its
+report, also after a failed task, is the report tasks' trigger rule (test_dag_integrity.py). The
+other DAGs' stages run the same way: topk_stream and theta_backfill under the real scheduler in
+test_standalone.py, ingest_landing on the scaled-out stack in test_scale_out.py; every DAG's Params
+map to its stages' options (test_dag_params.py), and the stages themselves are tested in the Spark
+venv.
+"""
 
 from __future__ import annotations
 
@@ -60,36 +69,6 @@ def test_ingest_dag_runs_end_to_end(airflow_env):
     assert (reports / "quality" / "index.html").is_file()
 
 
-def test_unknown_dataset_fails_in_plan_before_spark_starts(airflow_env):
-    assert airflow(airflow_env, "db", "migrate").returncode == 0
-    run = airflow(airflow_env, "dags", "test", "ingest", "-c", json.dumps({"datasets": "nope"}))
-    out = run.stdout + run.stderr
-    assert "unknown dataset 'nope'" in out
-    assert "state=failed" in out
-    # ingest and its check never started (upstream failed); the run's report still ran (all_done)
-    assert "starting task_id=ingest " not in out and "starting task_id=validate_bronze " not in out
-    assert "starting task_id=quality_report " in out
-
-
-RESULTS = r"""
-import json
-from pyspark.sql import functions as F
-from outoforder.config import load_settings
-from outoforder.spark.session import get_spark
-from outoforder.io import delta
-from outoforder.io.tables import JOIN_METRICS, JOIN_RESULTS, JOIN_STATE
-s = load_settings(); spark = get_spark(s)
-res = delta.read(spark, JOIN_RESULTS, s.lake_root)
-print("RESULTS" + json.dumps({
-    "pairs": res.count(),
-    "distinct": res.select("r_seq", "s_seq").distinct().count(),
-    "intervals": sorted({r[0] for r in res.select("interval_end_us").distinct().collect()}),
-    "states": delta.read(spark, JOIN_STATE, s.lake_root).count(),
-    "periods": delta.read(spark, JOIN_METRICS, s.lake_root).count(),
-}))
-"""
-
-
 @pytest.fixture(scope="module")
 def replayed(airflow_env):
     """A 3 s synthetic replay in the session's lake (its arrival clock: 10,753 s after the epoch)."""
@@ -100,32 +79,6 @@ def replayed(airflow_env):
     )
     assert replay.returncode == 0, replay.stderr[-3000:]
     return "synthetic/hpm_game1-3s-seed1"
-
-
-def test_join_stream_dag_joins_one_arrival_interval(airflow_env, replayed):
-    spark_python = Path(os.environ["OOO_SPARK_VENV"]) / "bin" / "python"
-    assert airflow(airflow_env, "db", "migrate").returncode == 0
-    # the replay's arrival clock starts at 10,753 s after the epoch (the DEBS 2013 game clock):
-    # the one-minute interval ending at 03:00 holds all of it
-    conf = {
-        "source": "synthetic/hpm_game1-3s-seed1",
-        "period_s": 0.5,
-        "interval_s": 0.1,
-        "on_violation": "warn",
-    }
-    run = airflow(
-        airflow_env, "dags", "test", "join_stream", "1970-01-01T03:00:00+00:00", "-c", json.dumps(conf)
-    )
-    out = run.stdout + run.stderr
-    assert run.returncode == 0, out[-5000:]
-    assert "state=success" in out
-    assert "[join-stream] synthetic/hpm_game1-3s-seed1" in out
-    assert "join_results: PASSED" in out
-    got = run_probe(str(spark_python), RESULTS, "RESULTS", airflow_env)
-    assert got["pairs"] == got["distinct"] > 0
-    assert got["intervals"] == [10_800_000_000]  # 03:00 in µs since the epoch
-    assert got["states"] == 1
-    assert got["periods"] >= 1
 
 
 AGG = r"""
@@ -168,41 +121,3 @@ def test_aggregate_stream_triggers_the_repair_asset_and_late_repair_makes_result
     got = run_probe(str(spark_python), AGG, "AGG", airflow_env)
     assert got["windows"] == got["distinct"] > 0
     assert got["repairs"] == 1 and got["repaired"] > 0
-
-
-THETA = r"""
-import json
-from outoforder.config import load_settings
-from outoforder.spark.session import get_spark
-from outoforder.io import delta
-from outoforder.io.tables import THETA_RESULTS, THETA_WINDOWS
-s = load_settings(); spark = get_spark(s)
-res = delta.read(spark, THETA_RESULTS, s.lake_root)
-win = delta.read(spark, THETA_WINDOWS, s.lake_root)
-print("THETA" + json.dumps({
-    "rows": res.count(),
-    "distinct": res.select("window_start_us", "seqs").distinct().count(),
-    "windows": win.count(),
-    "reported": sum(r[0] for r in win.select("output_rows").collect()),
-}))
-"""
-
-
-# The topk_stream and theta_backfill DAGs' interval runs are covered by test_standalone.py,
-# which runs them under the real scheduler (and a backfill) and compares them with direct runs.
-
-
-def test_theta_backfill_dag_runs_an_equi_join_with_the_mcf_prefilter(airflow_env, replayed):
-    spark_python = Path(os.environ["OOO_SPARK_VENV"]) / "bin" / "python"
-    assert airflow(airflow_env, "db", "migrate").returncode == 0
-    conf = {"source": replayed, "column": "x", "predicates": "=", "prefilter": "mcf", "partitions": 4}
-    run = airflow(
-        airflow_env, "dags", "test", "theta_backfill", "1970-01-01T03:00:00+00:00", "-c", json.dumps(conf)
-    )
-    out = run.stdout + run.stderr
-    assert run.returncode == 0, out[-5000:]
-    assert "kept by the mcf pre-filter" in out
-    # the stored rows equal DuckDB's count of the unfiltered join on the sampled windows
-    assert "theta_completeness: PASSED" in out and "theta_results: PASSED" in out
-    got = run_probe(str(spark_python), THETA, "THETA", airflow_env)
-    assert got["rows"] == got["distinct"] == got["reported"] > 0  # every window's rows stored once

@@ -1,8 +1,9 @@
 """The pipeline on a real scheduler: Airflow standalone started by infra/airflow.sh, then a browser.
 
 One Airflow (scheduler, DAG processor, API server, triggerer; SQLite; LocalExecutor) serves the
-module. The stream DAG ``topk_stream`` is unpaused and triggered over three arrival intervals of a
-short replay, ``airflow backfill create`` runs ``theta_backfill`` over a past range, and the Delta
+module. The stream DAG ``topk_stream`` is unpaused and triggered over two arrival intervals of a
+short replay (the second run starts from the first one's state), ``airflow backfill create`` runs
+``theta_backfill`` over a past range as an equi-join with the MCF pre-filter, and the Delta
 outputs must have no duplicates and equal a direct run of the same stages. The reports answer 401
 without a logged-in user. Then headless Chromium (Debian's, through its chromedriver) opens a report,
 is sent to the login page and back, finds the DAGs and a successful run, and opens
@@ -26,6 +27,10 @@ from typing import Any
 
 import pytest
 
+from outoforder.stages import spec
+from outoforder.stages.theta.spec import DEMO_JOB as THETA_DEMO
+from outoforder.stages.theta.spec import ThetaJob
+from outoforder.stages.topk.spec import DEMO_JOB as TOPK_DEMO
 from tests.airflow.conftest import REPO, run_probe
 from tests.services import free_port
 
@@ -35,26 +40,40 @@ pytestmark = [pytest.mark.airflow, pytest.mark.integration, pytest.mark.timeout(
 SECONDS = 3  # the replay: 3 s of play from 1970-01-01 02:59:13 (the DEBS game clock)
 SOURCE = f"synthetic/hpm_game1-{SECONDS}s-seed7"
 CONF = {"source": SOURCE, "on_violation": "warn"}  # a 3 s replay closes no top-k window: no verdict
-TOPK_DATES = ["1970-01-01T02:59:00+00:00", "1970-01-01T03:00:00+00:00", "1970-01-01T03:01:00+00:00"]
-# manual runs cover the minute before their logical date (dags/_spark_stage.py, interval_args)
-TOPK_SPAN = ("1970-01-01T02:58:00", "1970-01-01T03:01:00")
-# a run covers the minute before its logical date: one run, [02:59, 03:00)
+# manual runs cover the minute before their logical date (outoforder_airflow.operators.interval_args):
+# the first run has no arrivals, the second all of them, from the first run's state
+TOPK_DATES = ["1970-01-01T02:59:00+00:00", "1970-01-01T03:00:00+00:00"]
+TOPK_SPAN = ("1970-01-01T02:58:00", "1970-01-01T03:00:00")
+# a run covers the minute before its logical date: one run, [02:59, 03:00); an equi-join on x with
+# the MCF pre-filter (the replay's positions repeat exactly often enough to give results)
 THETA_FROM, THETA_TO = "1970-01-01T03:00:00", "1970-01-01T03:00:00"
-TOPK_DEFAULTS = [
-    *("--streams", "team_a,team_b", "--score", "value", "--k", "5", "--window-s", "4", "--slide-s", "0.5"),
-    *("--eps-min", "0.95", "--cache-s", "2", "--m", "10", "--n", "10", "--horizon-s", "2"),
-]  # the DAG's Params (dags/_spark_stage.py, topk_params)
-THETA_DEFAULTS = [
-    *("--streams", "ball,team_a", "--column", "x", "--predicates", "band:0.01", "--window-s", "10"),
-    *("--method", "fast", "--partitions", "16", "--prefilter", "none"),
-]  # the DAG's Params (theta_params)
+THETA_CONF = {**CONF, "predicates": "=", "prefilter": "mcf", "partitions": 4}
 
+
+def _options(job: spec.Job) -> list[str]:
+    """The CLI options that run ``job`` (what the DAG's Params pass; the defaults come from the job)."""
+    out = []
+    for name, value in job.option_values().items():
+        if value is not None:
+            out += [type(job).option(name).flag, str(value)]
+    return out
+
+
+TOPK_DIRECT = _options(TOPK_DEMO)  # the topk_stream DAG's defaults
+THETA_DIRECT = _options(ThetaJob.from_options(THETA_CONF, base=THETA_DEMO))
+
+DIRECT = r"""
+import json, sys
+from outoforder.stages.cli import main
+for args in json.loads(sys.argv[1]):
+    assert main(args) == 0, args
+"""
 OUTPUTS = r"""
 import json, sys
 from outoforder.config import load_settings
 from outoforder.spark.session import get_spark
 from outoforder.io import delta
-from outoforder.io.tables import THETA_RESULTS, TOPK_RESULTS, TOPK_WINDOWS
+from outoforder.io.tables import THETA_RESULTS, THETA_WINDOWS, TOPK_RESULTS, TOPK_WINDOWS
 s = load_settings(); spark = get_spark(s)
 def rows(table, cols):
     df = delta.read(spark, table, s.lake_root).select(*cols)
@@ -65,6 +84,9 @@ print("OUT" + json.dumps({
         TOPK_WINDOWS, ["job", "window_id", "window_end_us", "size", "emitted_at_seq", "cache_us"]
     ),
     "theta_results": rows(THETA_RESULTS, ["job", "window_start_us", "seqs"]),
+    "theta_windows": rows(
+        THETA_WINDOWS, ["job", "window_start_us", "output_rows", "prefilter", "rows", "kept_rows"]
+    ),
 }))
 """
 
@@ -92,6 +114,10 @@ def standalone(tmp_path_factory: pytest.TempPathFactory):
             "OOO_AIRFLOW_TRIGGER_LOG_PORT": str(free_port()),
             # only the runs this test creates: no run for the current minute of the wall clock
             "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
+            # the DAG files do not change during the test: parse them once, not every 30 s
+            "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "900",
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "900",
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "900",
         }
     )
     _stage(env, "replay", "--seconds", str(SECONDS))
@@ -172,7 +198,7 @@ def pipeline(standalone):
         _airflow(env, "dags", "trigger", "topk_stream", "--logical-date", date, "-c", json.dumps(CONF))
     _airflow(
         env, "backfill", "create", "--dag-id", "theta_backfill",
-        "--from-date", THETA_FROM, "--to-date", THETA_TO, "--dag-run-conf", json.dumps(CONF),
+        "--from-date", THETA_FROM, "--to-date", THETA_TO, "--dag-run-conf", json.dumps(THETA_CONF),
     )  # fmt: skip
     topk = _wait(standalone, "topk_stream", len(TOPK_DATES))
     theta = _wait(standalone, "theta_backfill", 1)
@@ -186,15 +212,23 @@ def test_scheduler_runs_the_pipeline_and_a_backfill_like_a_direct_run(standalone
     spark_python = str(Path(env["OOO_SPARK_VENV"]) / "bin" / "python")
     through_airflow = run_probe(spark_python, OUTPUTS, "OUT", env)
 
+    # the same stages run directly on a copy of the same bronze, in one process (one Spark session)
     direct = dict(env, OOO_LAKE_ROOT=str(home / "direct-lake"))
-    _stage(direct, "topk-stream", "--source", SOURCE, *TOPK_DEFAULTS,
-           "--start", TOPK_SPAN[0], "--end", TOPK_SPAN[1], "--every-s", "60")  # fmt: skip
-    _stage(direct, "theta-join", "--source", SOURCE, *THETA_DEFAULTS, "--start", "1970-01-01T02:59:00",
-           "--end", "1970-01-01T03:00:00")  # fmt: skip
-    expected = run_probe(spark_python, OUTPUTS, "OUT", direct)
+    runs = [
+        ["topk-stream", "--source", SOURCE, *TOPK_DIRECT, "--start", TOPK_SPAN[0], "--end", TOPK_SPAN[1],
+         "--every-s", "60"],
+        ["theta-join", "--source", SOURCE, *THETA_DIRECT, "--start", "1970-01-01T02:59:00",
+         "--end", "1970-01-01T03:00:00"],
+    ]  # fmt: skip
+    expected = run_probe(spark_python, DIRECT + OUTPUTS, "OUT", direct, json.dumps(runs))
 
     assert through_airflow["topk_results"], "the replay produced no top-k result"
     assert through_airflow["theta_results"], "the backfill produced no θ-join row"
+    windows = through_airflow["theta_windows"]  # the run's minute in 10 s windows
+    assert {w[3] for w in windows} == {"mcf"}
+    assert sum(w[2] for w in windows) == len(through_airflow["theta_results"])
+    kept, rows = sum(sum(w[5] or [0]) for w in windows), sum(sum(w[4]) for w in windows)
+    assert 0 < kept <= rows  # the pre-filter ran, and passed on at most every row
     for table, rows in through_airflow.items():
         keys = [json.dumps(r[:4]) for r in rows]
         assert len(keys) == len(set(keys)), f"duplicates in {table}"

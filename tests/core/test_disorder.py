@@ -6,7 +6,11 @@ from outoforder.core.disorder import disorder_stats, disorder_stats_by, late_del
 
 
 def brute_force(ts, scope=None):
-    """Literal transcription of shared/data/disorder_stats.py's accumulator."""
+    """The definition, literally: per scope, a tuple below the running maximum is late by the gap.
+
+    Any other tuple is on time (delay 0) and becomes the maximum (the accumulator of the data
+    folder's ``disorder_stats.py``).
+    """
     scope = scope if scope is not None else [0] * len(ts)
     mx, delays = {}, []
     for t, s in zip(ts, scope, strict=True):

@@ -13,11 +13,14 @@ from outoforder.errors import QualityError, StateError
 from outoforder.io import delta
 from outoforder.io.tables import AGG_CONTROL, AGG_LEDGER, AGG_RESULTS
 from outoforder.sources.disorder import inject
-from outoforder.stages.aggregate_stream import AggJob, job_id, repair, run_interval, validate, window_quality
+from outoforder.stages.aggregate.repair import repair
+from outoforder.stages.aggregate.spec import AggJob
+from outoforder.stages.aggregate.stream import run_interval
+from outoforder.stages.aggregate.validate import validate, window_quality
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta]
 
-SOURCE = "test/agg-stream"
+SOURCE = "test/agg-o'hare"  # a quote: every SQL condition the stage writes is escaped
 JOB = AggJob(
     size_us=50_000, slide_us=10_000, coverage_horizon_us=100_000, gamma_us=300_000, alpha_initial=0.3
 )
@@ -34,7 +37,7 @@ def arrivals(n=1_200, seed=4):
 
 
 def results(spark, settings):
-    df = delta.read(spark, AGG_RESULTS, settings.lake_root).where(F.col("job") == job_id(JOB))
+    df = delta.read(spark, AGG_RESULTS, settings.lake_root).where(F.col("job") == JOB.job_id())
     return df.toPandas().sort_values("window_id").reset_index(drop=True)
 
 

@@ -27,7 +27,8 @@ from outoforder.io.tables import (
     BRONZE,
     INGEST_LOG,
 )
-from outoforder.stages.aggregate_stream import repair, run_interval
+from outoforder.stages.aggregate.repair import repair
+from outoforder.stages.aggregate.stream import run_interval
 from tests.sources.hostile import good_lines
 from tests.spark.test_aggregate_stream import JOB, SOURCE, STEP, T0, arrivals
 
@@ -100,7 +101,7 @@ def overlap(spark, settings, tmp_path, monkeypatch, other: Callable[[object], No
         return out
 
     monkeypatch.setattr(delta, "conform", held)
-    before = conflicts.conflicts_seen().get("aggregate_stream.run_interval", 0)
+    before = conflicts.conflicts_seen().get("aggregate-stream.run_interval", 0)
     failure: list[BaseException] = []
 
     def stream():
@@ -118,7 +119,7 @@ def overlap(spark, settings, tmp_path, monkeypatch, other: Callable[[object], No
         gate.release()
         worker.join(600)
     assert not failure, failure
-    retried = conflicts.conflicts_seen().get("aggregate_stream.run_interval", 0) - before
+    retried = conflicts.conflicts_seen().get("aggregate-stream.run_interval", 0) - before
 
     monkeypatch.setattr(delta, "conform", plain)
     other(serial)
@@ -165,7 +166,7 @@ def test_maintenance_keeps_the_files_an_older_snapshot_reads(spark, settings, lo
 def test_two_files_racing_for_the_same_file_ordinal_get_different_ones(
     spark, settings, tmp_path, monkeypatch
 ):
-    from outoforder.stages import ingest
+    from outoforder.stages.ingest import files as ingest
 
     lines = good_lines("debs2013", 40)
     a, b = tmp_path / "a.csv", tmp_path / "b.csv"

@@ -1,11 +1,9 @@
 """Crash recovery: a stage killed with SIGKILL in the middle of its writes, rerun, gives the same lake.
 
-One trial of one stage here, at a random kill point (the seed is printed on failure); the
-reliability run (``bash infra/bench.sh reliability``) runs 20 per stage, for every stage. See
-:mod:`outoforder.bench.reliability`.
+One trial of one stage here, at a kill point drawn from a fixed seed (so a failure reproduces);
+the reliability run (``bash infra/bench.sh reliability``) runs 20 per stage, for every stage, at
+kill points of many seeds. See :mod:`outoforder.bench.reliability`.
 """
-
-import random
 
 import pytest
 
@@ -25,7 +23,7 @@ def prepared(spark, tmp_path_factory):
 @pytest.mark.parametrize("name", STAGES)
 def test_a_stage_killed_mid_write_reruns_to_the_same_tables(spark, prepared, name):
     stage = next(s for s in prepared.stages if s.name == name)
-    seed = random.randrange(1_000_000)
+    seed = 20_261_123  # kills the stage after some of its commits, before its last
     (trial,) = reliability.crash_trials(spark, prepared, stage, trials=1, seed=seed)
     assert trial["rerun_rc"] == 0, (seed, trial.get("rerun_tail"))
     assert trial["same_tables"], (seed, trial)

@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 
 from outoforder.io import delta
 from outoforder.io.tables import BRONZE, INGEST_LOG, QUARANTINE
-from outoforder.stages.ingest import ingest_file
+from outoforder.stages.ingest.files import ingest_file
 from tests.sources.hostile import MAX_LINE, REASONS, good_lines, hostile_file, write
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta]

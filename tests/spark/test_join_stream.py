@@ -13,8 +13,13 @@ from outoforder.io import delta
 from outoforder.io.tables import JOIN_METRICS, JOIN_PARAMS, JOIN_RESULTS, JOIN_STATE
 from outoforder.sources.disorder import inject
 from outoforder.stages.cli import main
-from outoforder.stages.join import JoinJob, input_from_frame
-from outoforder.stages.join_stream import adapt, job_id, repair, run_interval, validate
+from outoforder.stages.join import adapt as join_adapt
+from outoforder.stages.join.adapt import adapt
+from outoforder.stages.join.evaluate import input_from_frame
+from outoforder.stages.join.repair import repair
+from outoforder.stages.join.spec import JoinJob
+from outoforder.stages.join.stream import run_interval
+from outoforder.stages.join.validate import validate
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta]
 
@@ -34,7 +39,7 @@ def arrivals(n=1_500, seed=3):
 
 
 def result_pairs(spark, settings):
-    df = delta.read(spark, JOIN_RESULTS, settings.lake_root).where(F.col("job") == job_id(JOB))
+    df = delta.read(spark, JOIN_RESULTS, settings.lake_root).where(F.col("job") == JOB.job_id())
     return df.select("r_seq", "s_seq", "d_r_us", "params_version").toPandas()
 
 
@@ -98,15 +103,15 @@ def test_recall_check_fails_or_warns_and_finds_no_duplicates(spark, settings, ca
     suites = validate(spark, settings, SOURCE, strict, end, fail=False)
     assert [s.success for s in suites] == [True, False]  # no duplicates; recall below target
     metrics = delta.read(spark, JOIN_METRICS, settings.lake_root).toPandas()
-    assert len(metrics) >= 2 and (metrics["method"] == f"stream:{job_id(strict)}").all()
+    assert len(metrics) >= 2 and (metrics["method"] == f"stream:{strict.job_id()}").all()
     assert (metrics["recall"] < 1.0).any()
     # the repair adds exactly the missing true pairs: recall becomes exact, and a re-run adds none
     fixed = repair(spark, settings, SOURCE, strict, end)
-    assert fixed["added"] == fixed["missing"] > 0
-    assert repair(spark, settings, SOURCE, strict, end)["added"] == 0
+    assert fixed.added == fixed.missing > 0
+    assert repair(spark, settings, SOURCE, strict, end).added == 0
     assert all(s.success for s in validate(spark, settings, SOURCE, strict, end))
     res = delta.read(spark, JOIN_RESULTS, settings.lake_root).where(F.col("produced_by") == "repair")
-    assert res.count() == fixed["added"]
+    assert res.count() == fixed.added
 
 
 def test_command_line_runs_intervals_with_adaptation(spark, settings, tmp_path, monkeypatch, load_bronze):
@@ -154,8 +159,6 @@ def test_a_run_killed_before_an_adaptation_adapts_when_resumed(
     import shutil
     from pathlib import Path
 
-    from outoforder.stages import join_stream
-
     load_bronze(arrivals(n=600), SOURCE, 1)
     calm = tmp_path / "uninterrupted"
     shutil.copytree(settings.lake_root, calm)
@@ -175,11 +178,11 @@ def test_a_run_killed_before_an_adaptation_adapts_when_resumed(
     def killed(*args, **kwargs):
         raise KeyboardInterrupt  # stands in for the SIGKILL: nothing after it runs
 
-    adapt_for_real = join_stream.adapt
-    monkeypatch.setattr(join_stream, "adapt", killed)
+    adapt_for_real = join_adapt.adapt
+    monkeypatch.setattr(join_adapt, "adapt", killed)
     with pytest.raises(KeyboardInterrupt):
         main(command(settings.lake_root))
-    monkeypatch.setattr(join_stream, "adapt", adapt_for_real)
+    monkeypatch.setattr(join_adapt, "adapt", adapt_for_real)
     assert delta.read(spark, JOIN_PARAMS, settings.lake_root).count() == 0  # one interval done, no adaptation
 
     assert main(command(settings.lake_root)) == 0  # resumes after the first interval

@@ -1,106 +1,92 @@
-"""The main job (demo stage) end to end: in-process on the session's Spark, its idempotence, and the
-same job on the scaled-out stack (a Spark standalone cluster, the lake on MinIO) giving the same tables.
+"""The main job (the ``demo`` stage) end to end, once, on the embedded default: what each step returned.
+
+It runs on the first lines of every shared dataset (the whole files' figures are the readers'
+tests, tests/sources/test_readers.py) and a 1 s replay. Each step's idempotence is tested with its
+stage (the stage tests, test_idempotence.py), ingest on a Spark cluster over MinIO with PostgreSQL
+metadata by tests/airflow/test_scale_out.py, and the ``pipeline`` DAG's wiring by
+tests/airflow/test_dag_params.py.
 """
 
 import ast
-import contextlib
-import io
-import json
-import os
-import subprocess
+import gzip
+from itertools import islice
 from pathlib import Path
 
 import pytest
 
-from outoforder.io import delta
+from outoforder.config import load_settings
+from outoforder.stages import demo
 from outoforder.stages.cli import DEMO_STEPS, main
-from tests import services
+from outoforder.stages.ingest.replay import replay_source
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta, pytest.mark.integration]
 
-DEMO = '[demo]\nsynthetic_seconds = 2.0\npreset = "qjoin_d1"\n[ingest]\nbatch_rows = 50000\n'
+DEMO = '[demo]\nsynthetic_seconds = 1.0\npreset = "qjoin_d1"\n[ingest]\nbatch_rows = 50000\n'
+LINES = 1_500  # of each shared dataset
+
+
+def _head(src: Path, dst: Path, lines: int) -> None:
+    """The first ``lines`` lines of a (gzipped) text file, written the same way."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    opener = gzip.open if src.suffix == ".gz" else open
+    with (
+        opener(src, "rt", encoding="utf-8", newline="") as fin,
+        opener(dst, "wt", encoding="utf-8", newline="") as fout,
+    ):
+        fout.writelines(islice(fin, lines))
+
+
+def _suites(results):
+    return {s.suite: s.success for s in results}
 
 
 @pytest.fixture(scope="module")
-def local_run(tmp_path_factory, spark):
-    """The main job once on the embedded default (local Spark, a local lake): its config and output."""
+def ran(tmp_path_factory, spark, data_dir):
+    """The main job once on a lake of its own (the session's Spark): its settings and results."""
+    from outoforder.sources import catalog
+
     folder = tmp_path_factory.mktemp("main-job")
+    data = folder / "data"
+    for d in catalog.BUILTIN:
+        _head(d.path(data_dir), d.path(data), LINES)
     config = folder / "demo.toml"
-    config.write_text(f'[lake]\nroot = "{folder / "lake"}"\n' + DEMO)
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        rc = main(["--config", str(config), "demo"])
-    assert rc == 0, buf.getvalue()[-5000:]
-    return {"config": config, "out": buf.getvalue(), "lake": folder / "lake"}
+    config.write_text(f'[lake]\nroot = "{folder / "lake"}"\n[data]\nshared_dir = "{data}"\n' + DEMO)
+    settings = load_settings(str(config))
+    return settings, demo.run(spark, settings, run_name="main-job-test")
 
 
-def _digests(spark, lake):
-    return delta.content_digests(spark, lake)
+def test_the_main_job_ingests_everything_and_reports_the_datasets_disorder(ran):
+    _, results = ran
+    assert list(results) == list(DEMO_STEPS)
+    ingested = results["ingest"]
+    assert len(ingested) == 9 and all(s.quarantined == 0 and s.accepted > 0 for s in ingested)
+    stats = {r["source"]: r["overall"] for r in results["stats"]}
+    assert all(stats[s.source]["rows"] == s.accepted for s in ingested)
+    assert stats["ooo/d-1"]["late"] > 0 and stats["debs2015/first10004"]["late"] > 0  # out of order
+    replay = results["replay"]
+    assert round(100 * replay["report"]["target"]["late_frac"], 2) == 83.41  # the qjoin_d1 preset
+    assert replay["ingest"].accepted == replay["report"]["tuples"]
+    assert _suites(results["bronze"])["bronze_accounting"]
 
 
-def test_main_job_ingests_everything_reports_disorder_and_passes_quality(local_run, spark, capsys):
-    config, out = local_run["config"], local_run["out"]
-    assert "ooo/d-1" in out
-    assert "1,544" in out and "16.08%" in out and "4.544" in out  # README figures
-    assert "9,850" in out and "98.46%" in out  # DEBS 2015
-    assert "[inject]   target  : late 83.41%" in out
-    assert "bronze_accounting: PASSED" in out
-    assert "[demo] 6/9" in out and "[join-stream] synthetic/qjoin_d1-2s-seed7" in out
-    assert "join_results: PASSED" in out  # no duplicate pairs
-    assert "[demo] 7/9" in out and "[aggregate-stream] synthetic/qjoin_d1-2s-seed7" in out
-    assert "[aggregate-repair]" in out and "agg_results: PASSED" in out
-    assert "[demo] 8/9" in out and "theta_completeness: PASSED" in out and "theta_results: PASSED" in out
-    assert "[demo] 9/9" in out and "[topk-stream] synthetic/qjoin_d1-2s-seed7" in out
-    assert "no top-k window emitted yet" in out  # 4 s windows + K 2 s: a 2 s replay closes none
-    before = _digests(spark, local_run["lake"])
-    assert main(["--config", str(config), "demo"]) == 0
-    again = capsys.readouterr().out
-    assert "is up to date" in again and "join_results: PASSED" in again
-    assert "up to date; checking it" in again and "agg_results: PASSED" in again
-    assert "theta_completeness: PASSED" in again  # the backfill replaced its slice: same rows
-    assert again.count("already ingested") == 10  # 9 real files + the replay
-    assert "0 accepted" not in again
-    # ... and leaves every table as it was, but the validation log (one row per suite per run name)
-    after = _digests(spark, local_run["lake"])
-    assert {k: v for k, v in after.items() if k != "gold/quality_runs"} == {
-        k: v for k, v in before.items() if k != "gold/quality_runs"
-    }
-
-
-@pytest.mark.timeout(2700)
-def test_the_main_job_on_a_cluster_over_minio_gives_the_same_tables(local_run, spark, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("scale-out")
-    config = folder / "demo.toml"
-    config.write_text(DEMO)
-    python = os.environ.get("PYSPARK_PYTHON", "python")
-    with services.minio(folder) as s3, services.spark_cluster(folder) as cluster:
-        env = {
-            **os.environ,
-            **s3,
-            **cluster,
-            "OOO_LAKE_ROOT": "s3a://lake/main-job",
-            "OOO_WORK_DIR": str(folder / "work"),
-            "OOO_REPORTS_DIR": str(folder / "work" / "reports"),
-        }
-
-        def stage(*args):
-            done = subprocess.run(
-                [python, "-m", "outoforder.stages", "--config", str(config), *args],
-                env=env, capture_output=True, text=True, timeout=2400, check=False,
-            )  # fmt: skip
-            assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-            return done.stdout
-
-        out = stage("demo")
-        assert f"session up ({cluster['OOO_SPARK_MASTER']})" in out
-        assert "lake at s3a://lake/main-job" in out
-        line = next(ln for ln in stage("checksum", "--json").splitlines() if ln.startswith("CHECKSUMS"))
-    remote = json.loads(line[len("CHECKSUMS") :])
-    local = _digests(spark, local_run["lake"])
-    assert remote["bronze/arrivals"]["rows"] > 100_000 and remote["gold/join_results"]["rows"] > 0
-    # the local lake's validation log also holds the idempotence test's second run
-    differ = [t for t in local if t != "gold/quality_runs" and local[t] != remote[t]]
-    assert not differ, {t: (local[t], remote[t]) for t in differ}
+def test_every_operator_runs_as_the_pipeline_runs_it_and_passes_its_checks(ran):
+    settings, results = ran
+    source = replay_source("qjoin_d1", 1.0, settings.demo.seed)
+    join = results["join"]
+    assert set(join["methods"]) >= {"qjoin-learned", "mp-kslack"} and join["true_pairs"] > 0
+    stream = results["stream-join"]
+    assert stream["intervals"] and sum(s.arrivals for s in stream["intervals"]) > 0
+    assert _suites(stream["suites"])["join_results"]  # no pair stored twice
+    aggregates = results["aggregates"]
+    assert aggregates["intervals"] and aggregates["final_repair"].ran
+    assert _suites(aggregates["suites"])["agg_results"]
+    theta = results["theta"]
+    assert theta["backfill"].output_rows > 0
+    assert _suites(theta["suites"]) == {"theta_completeness": True, "theta_results": True}
+    topk = results["topk"]
+    assert topk["intervals"] and topk["suites"] == []  # 4 s windows + K 2 s: a 1 s replay closes none
+    assert (settings.quality.reports_dir / "disorder_stats.json").is_file()
+    assert all(s.source == source for s in stream["intervals"] + aggregates["intervals"] + topk["intervals"])
 
 
 def test_cli_errors_are_one_line_and_exit_2(capsys):
@@ -110,18 +96,18 @@ def test_cli_errors_are_one_line_and_exit_2(capsys):
     assert "needs --reader and --source" in capsys.readouterr().err
     assert main(["replay", "--model", "gamma:k=1"]) == 2
     assert "unknown delay model" in capsys.readouterr().err
+    assert main(["demo", "--steps", "ingest,nope"]) == 2
+    assert "unknown demo step nope" in capsys.readouterr().err
 
 
 def test_the_pipeline_dag_runs_every_demo_step_in_order():
-    # dags/pipeline.py must not import the CLI at parse time, so it spells the steps out
+    # dags/pipeline.py takes the steps from the demo module (light to import at parse time)
     tree = ast.parse((Path(__file__).parents[2] / "dags" / "pipeline.py").read_text())
-    steps = next(
-        node.value for node in tree.body
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "STEPS"
-    )  # fmt: skip
-    assert tuple(ast.literal_eval(steps)) == DEMO_STEPS
-
-
-def test_demo_refuses_unknown_steps(capsys):
-    assert main(["demo", "--steps", "ingest,nope"]) == 2
-    assert "unknown demo step nope" in capsys.readouterr().err
+    imported = {
+        a.name
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom) and n.module == "outoforder.stages.demo"
+        for a in n.names
+    }
+    assert "STEPS" in imported
+    assert demo.STEPS == DEMO_STEPS

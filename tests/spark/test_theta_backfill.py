@@ -12,7 +12,10 @@ from outoforder.errors import ConfigError, QualityError
 from outoforder.io import delta
 from outoforder.io.tables import THETA_RESULTS, THETA_WINDOWS
 from outoforder.stages.cli import main
-from outoforder.stages.theta_backfill import ThetaJob, job_id, run_interval, validate
+from outoforder.stages.theta.backfill import run_interval
+from outoforder.stages.theta.files import join_files
+from outoforder.stages.theta.spec import ThetaJob
+from outoforder.stages.theta.validate import validate
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta]
 
@@ -56,7 +59,7 @@ def expected(frame: pd.DataFrame, job: ThetaJob) -> dict[int, list[tuple[int, ..
 
 
 def stored(spark, settings, job=JOB) -> dict[int, list[tuple[int, ...]]]:
-    df = delta.read(spark, THETA_RESULTS, settings.lake_root).where(F.col("job") == job_id(job))
+    df = delta.read(spark, THETA_RESULTS, settings.lake_root).where(F.col("job") == job.job_id())
     out: dict[int, list[tuple[int, ...]]] = {}
     for r in df.select("window_start_us", "seqs").collect():
         out.setdefault(r[0], []).append(tuple(r[1]))
@@ -104,14 +107,17 @@ def test_backfill_equals_duckdb_reruns_change_nothing_and_gx_checks_completeness
     assert [r[:4] for r in after[1]] == [r[:4] for r in before[1]]
 
     # a lost result is caught by the completeness check
-    target = delta.read(spark, THETA_RESULTS, settings.lake_root)
     from delta.tables import DeltaTable
 
+    stored_before = delta.read(spark, THETA_RESULTS, settings.lake_root).count()
     w_lost = max(want, key=lambda w: len(want[w]))
+    first_seq = want[w_lost][0][0]
     DeltaTable.forPath(spark, THETA_RESULTS.path(settings.lake_root)).delete(
-        (F.col("window_start_us") == w_lost) & (F.element_at("seqs", 1) == want[w_lost][0][0])
+        (F.col("window_start_us") == w_lost) & (F.element_at("seqs", 1) == first_seq)
     )
-    assert target.count() >= 0
+    lost = sum(1 for r in want[w_lost] if r[0] == first_seq)
+    assert lost >= 1
+    assert delta.read(spark, THETA_RESULTS, settings.lake_root).count() == stored_before - lost
     with pytest.raises(QualityError):
         validate(spark, settings, SOURCE, JOB, T, T + 3 * W, sample=3)
 
@@ -124,7 +130,7 @@ def test_equi_join_with_the_mcf_and_semi_prefilters_stores_the_same_rows(spark, 
     assert sum(map(len, want.values())) > 20
     for pre in ("mcf", "semi"):
         job = ThetaJob(**{**plain.__dict__, "prefilter": pre})
-        assert job_id(job) == job_id(plain)  # same query, same rows: one slice in the tables
+        assert job.job_id() == plain.job_id()  # same query, same rows: one slice in the tables
         run_interval(spark, settings, SOURCE, job, T, T + 3 * W)
         assert {w: v for w, v in stored(spark, settings, job).items() if v} == want
         rows = delta.read(spark, THETA_WINDOWS, settings.lake_root).orderBy("window_start_us").collect()
@@ -139,13 +145,13 @@ def test_equi_join_with_the_mcf_and_semi_prefilters_stores_the_same_rows(spark, 
 def test_bad_jobs_and_intervals_fail_clearly(spark, settings):
     with pytest.raises(ConfigError, match="chained predicates"):
         ThetaJob(streams=("a", "b", "c"), predicates=("<",))
-    with pytest.raises(ConfigError, match="join column"):
+    with pytest.raises(ConfigError, match="--column must be one of value, x, y, z, event_ts"):
         ThetaJob(column="speed")
     with pytest.raises(ConfigError, match="multiples of the window"):
         run_interval(spark, settings, SOURCE, JOB, T + 1, T + W)
 
 
-def test_cli_joins_a_users_files(spark, tmp_path, capsys):
+def test_a_users_files_are_joined_and_unparsable_values_counted(spark, tmp_path):
     rng = np.random.default_rng(3)
     a = pd.DataFrame({"v": rng.integers(0, 20, 40).astype(float).astype(str)})
     a.loc[3, "v"] = "n/a"  # does not parse: excluded and counted
@@ -153,12 +159,12 @@ def test_cli_joins_a_users_files(spark, tmp_path, capsys):
     a.to_csv(tmp_path / "a.csv", index=False)
     b.to_parquet(tmp_path / "b.parquet")
     out = tmp_path / "out"
-    argv = ["theta-join", "--file", str(tmp_path / "a.csv"), "--file", str(tmp_path / "b.parquet")]
-    assert main([*argv, "--column", "v", "--predicates", ">=", "--out", str(out)]) == 0
-    printed = capsys.readouterr().out
-    assert "a.csv: 1 rows with a null, NaN or non-numeric v excluded" in printed
+    summary = join_files(spark, [tmp_path / "a.csv", tmp_path / "b.parquet"], "v", [">="], out=str(out))
+    assert summary.excluded == {"a.csv": 1}  # counted, not joined as anything
     got = sorted(tuple(r) for r in spark.read.parquet(str(out)).select("a_row", "b_row").collect())
     av = pd.to_numeric(a["v"], errors="coerce").to_numpy()
     want = sorted((i, j) for i in range(len(av)) for j in range(len(b)) if av[i] >= b["v"][j])
-    assert got == want
+    assert got == want and summary.result_rows == len(want)
+    argv = ["theta-join", "--file", str(tmp_path / "a.csv"), "--file", str(tmp_path / "b.parquet")]
+    assert main([*argv, "--column", "v", "--predicates", ">="]) == 0  # the same through the CLI
     assert main(["theta-join", "--file", str(tmp_path / "a.csv"), "--column", "v", "--predicates", ""]) == 2

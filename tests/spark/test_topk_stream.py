@@ -9,12 +9,15 @@ import pytest
 from pyspark.sql import functions as F
 
 from outoforder.config import StreamSettings
+from outoforder.core.topk.cache import CacheDurationController
 from outoforder.core.topk.operator import ContinuousTopK
 from outoforder.errors import ConfigError, QualityError, StateError
 from outoforder.io import delta
 from outoforder.io.tables import TOPK_CACHE, TOPK_LATE, TOPK_RESULTS, TOPK_STATE, TOPK_WINDOWS
 from outoforder.sources.disorder import inject
-from outoforder.stages.topk_stream import TopKJob, job_id, run_interval, validate, window_accuracy
+from outoforder.stages.topk.spec import TopKJob
+from outoforder.stages.topk.stream import run_interval
+from outoforder.stages.topk.validate import validate, window_accuracy
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta]
 
@@ -38,7 +41,7 @@ def arrivals(n=2_000, seed=5):
 
 
 def table(spark, settings, t):
-    df = delta.read(spark, t, settings.lake_root).where(F.col("job") == job_id(JOB))
+    df = delta.read(spark, t, settings.lake_root).where(F.col("job") == JOB.job_id())
     cols = [c for c in df.columns if c not in ("written_at_us", "interval_start_us")]
     return df.select(*cols).toPandas().sort_values(cols[2:4]).reset_index(drop=True)
 
@@ -53,7 +56,7 @@ def test_intervals_equal_one_run_rerun_changes_nothing_and_gx_passes(spark, sett
     assert sum(s.unscored for s in summaries) == int(frame["value"].isna().sum())
 
     # one uninterrupted run of the pure operator over the scored arrivals
-    op = ContinuousTopK(JOB.query(), JOB.policy(None))
+    op = ContinuousTopK(JOB.query(), CacheDurationController(JOB.cache_settings()))
     want = {}
     for seq, (ts, v) in enumerate(zip(frame["event_ts"], frame["value"], strict=True)):
         if not np.isnan(v):
@@ -101,7 +104,7 @@ def test_skipping_an_interval_or_the_state_budget_fails_and_bad_jobs_are_refused
         run_interval(
             spark, settings=tight, source=SOURCE, job=JOB, start_us=T0 + 100 * STEP, end_us=T0 + 200 * STEP
         )
-    states = delta.read(spark, TOPK_STATE, settings.lake_root).where(F.col("job") == job_id(JOB))
+    states = delta.read(spark, TOPK_STATE, settings.lake_root).where(F.col("job") == JOB.job_id())
     assert states.where(F.col("as_of_us") == T0 + 200 * STEP).count() == 0
     assert run_interval(spark, settings, SOURCE, JOB, T0 + 100 * STEP, T0 + 200 * STEP).arrivals == 100
     with pytest.raises(ConfigError):

@@ -25,7 +25,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
     p.add_argument("--data-dir", type=Path, help="the shared data folder (default: from the config)")
     p.add_argument("--no-spark", action="store_true", help="skip the Spark candidates (set forms only)")
+    p.add_argument("--quiet", "-q", action="store_true", help="only warnings and errors, no progress lines")
     args = p.parse_args(argv)
+    from outoforder.stages.cli import configure_logging
+
+    configure_logging(args.quiet)
     from outoforder.bench import aggregate, join, longrun, mcf, reliability, scaling, theta, topk
 
     benches: dict[str, Callable[..., int]] = {
@@ -42,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return bench(args.out, args.data_dir, args.quick, spark_on=not args.no_spark)
     except OutOfOrderError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {e}", file=sys.stderr, flush=True)
         return 2
 
 

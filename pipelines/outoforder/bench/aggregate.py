@@ -3,7 +3,7 @@
 ``python -m outoforder.bench aggregate`` (or ``bash infra/bench.sh aggregate``) writes
 ``docs/benchmarks/aggregate.json``, ``aggregate.md`` and ``aggregate_*.png``.
 
-Query (HPM's experiments, SEEDS.md §2): SUM of the sensors' speed |v| over windows of 0.5 s
+Query (HPM's experiments, docs/operators.md): SUM of the sensors' speed |v| over windows of 0.5 s
 sliding by 0.1 s, (ε, δ) = (0.05, 0.05), K_p = 0.2, K_d = 4, Γ = 5 s.
 
 Datasets (one arrival sequence each, shared by every candidate):
@@ -87,11 +87,15 @@ def soccer_case(name: str, model: Any, seconds: float, seed: int, description: s
     return Case(name, description, ev[o], play.speed_um_s[o] / 1e6, inj.arrival_us[o], soccer_query())
 
 
+def hpm_policy(floor: float = ALPHA_MIN) -> HPMSlack:
+    """HPM's policy with the experiments' controller (K_p 0.2, K_d 4, α from 0.6, floor ``floor``)."""
+    return HPMSlack(PDController(lambda_thr=0.95, k_p=0.2, k_d=4.0, alpha_initial=0.6, alpha_min=floor))
+
+
 def policy(method: str) -> SlackPolicy:
     """A fresh policy of a candidate."""
     if method in ("hpm", "hpm-no-floor"):
-        floor = ALPHA_MIN if method == "hpm" else 0.0
-        return HPMSlack(PDController(lambda_thr=0.95, k_p=0.2, k_d=4.0, alpha_initial=0.6, alpha_min=floor))
+        return hpm_policy(ALPHA_MIN if method == "hpm" else 0.0)
     if method == "mp-kslack":
         return MaxDelaySlack()
     return AQSlack()
@@ -277,15 +281,13 @@ def spark_twin(spark: SparkSession, case: Case, limit: int) -> dict[str, Any]:
         case.batch_us,
     )
     bounds = batch_bounds(sub)
-    pol = policy("hpm")
-    assert isinstance(pol, HPMSlack)
+    pol = hpm_policy()
     state = WindowState.empty(spark)
     rows = list(zip(range(limit), sub.ts.tolist(), sub.values.tolist(), strict=True))
     frames, late = [], 0
     t0 = time.monotonic()
     for b, (lo, hi) in enumerate(pairwise(bounds)):
         df = spark.createDataFrame(rows[lo:hi], "seq long, ts long, v double")
-        assert pol.state is not None
         out, state = buffered_batch(df, state, sub.query, float(pol.state.alpha), final=b == len(bounds) - 2)
         apply_observations(pol, out.observations)
         frames.append(out.emitted)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import platform
 import subprocess
@@ -28,6 +29,9 @@ def run_command(cmd: list[str], env: dict[str, str], what: str) -> str:
     return done.stdout
 
 
+_log = logging.getLogger(__name__)
+
+
 def stage_command(config: Path, *args: str) -> list[str]:
     """``python -m outoforder.stages --config CONFIG ARGS`` with the Spark venv's interpreter."""
     python = os.environ.get("PYSPARK_PYTHON") or "python"
@@ -35,8 +39,8 @@ def stage_command(config: Path, *args: str) -> list[str]:
 
 
 def log(tag: str, message: str) -> None:
-    """One progress line, flushed at once (benchmarks run for minutes)."""
-    print(f"[{tag}] {time.strftime('%H:%M:%S')} {message}", flush=True)
+    """One progress line with the wall-clock time (benchmarks run for minutes)."""
+    _log.info("[%s] %s %s", tag, time.strftime("%H:%M:%S"), message)
 
 
 def machine() -> dict[str, Any]:

@@ -15,7 +15,7 @@ Datasets (each one arrival sequence, built once and shared by every candidate):
   detected within 250 ms of each other (a co-occurrence join across sensor fleets).
 
 Candidates: QJoin with each estimator, hindsight-best constant retention and K, MP-K-slack,
-AQ-K-slack (all exact set forms, :mod:`outoforder.stages.join`), QJoin's Spark micro-batch twin
+AQ-K-slack (all exact set forms, :mod:`outoforder.stages.join.evaluate`), QJoin's Spark micro-batch twin
 under the learned schedule (checked to produce exactly the set form's pairs), and Spark
 Structured Streaming's stream-stream join (:mod:`outoforder.bench.sss_join`) with the smallest
 watermark delay of a grid that meets the target in every period.
@@ -37,7 +37,8 @@ from outoforder.core.joins.metrics import summarize
 from outoforder.core.joins.progress import NEG, stream_max
 from outoforder.core.joins.qjoin import JoinRun, qjoin_set
 from outoforder.core.joins.query import JoinInput, PairArray, R, S, exact_join
-from outoforder.stages.join import METHODS, JoinJob, evaluate
+from outoforder.stages.join.evaluate import evaluate
+from outoforder.stages.join.spec import METHODS, JoinJob
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

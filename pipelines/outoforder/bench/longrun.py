@@ -148,24 +148,26 @@ class StreamStage:
 
 def stream_stages() -> list[StreamStage]:
     """The three stream stages with the jobs the long run gives them (the CLI's defaults, a narrower join)."""
-    from outoforder.stages import aggregate_stream, join_stream, topk_stream
-    from outoforder.stages.join import JoinJob
+    from outoforder.stages.aggregate.spec import AggJob
+    from outoforder.stages.aggregate.stream import AggregateStream
+    from outoforder.stages.join.spec import JoinJob
+    from outoforder.stages.join.stream import JoinStream
+    from outoforder.stages.topk.spec import TopKJob
+    from outoforder.stages.topk.stream import TopKStream
 
-    agg, topk = aggregate_stream.AggJob(), topk_stream.TopKJob()
+    agg, topk = AggJob(), TopKJob()
     # the default join (0.5 s, 2 m) makes about ten pairs per tuple: 100 million result rows here
     join = JoinJob(window_us=100_000, theta=0.5)
     return [
         StreamStage(
             "aggregate-stream",
-            lambda sp, st, src, lo, hi: aggregate_stream.run_interval(sp, st, src, agg, lo, hi),
+            lambda sp, st, src, lo, hi: AggregateStream(sp, st, src, agg).run_interval(lo, hi),
         ),
         StreamStage(
-            "topk-stream",
-            lambda sp, st, src, lo, hi: topk_stream.run_interval(sp, st, src, topk, lo, hi),
+            "topk-stream", lambda sp, st, src, lo, hi: TopKStream(sp, st, src, topk).run_interval(lo, hi)
         ),
         StreamStage(
-            "join-stream",
-            lambda sp, st, src, lo, hi: join_stream.run_interval(sp, st, src, join, lo, hi),
+            "join-stream", lambda sp, st, src, lo, hi: JoinStream(sp, st, src, join).run_interval(lo, hi)
         ),
     ]
 
@@ -178,7 +180,7 @@ def prepare(
 
     from outoforder.io import delta
     from outoforder.io.tables import BRONZE
-    from outoforder.stages.replay import make_replay, replay_source
+    from outoforder.stages.ingest.replay import make_replay, replay_source
 
     seconds = float(-(-tuples // TUPLES_PER_PLAY_S))
     source = replay_source(PRESET, seconds, 7)
@@ -349,7 +351,7 @@ def _run_one(stage_name: str, work: Path, interval_s: float) -> int:
     import json
 
     from outoforder.spark.session import get_spark
-    from outoforder.stages.intervals import pending_span
+    from outoforder.stages.interval import pending_span
 
     settings = _settings(work)
     source = os.environ["OOO_LONGRUN_SOURCE"]

@@ -220,7 +220,7 @@ def prepare(spark: SparkSession, work: Path, names: tuple[str, ...], seconds: fl
 
     from outoforder.io import delta
     from outoforder.io.tables import BRONZE
-    from outoforder.stages.replay import make_replay, replay_source
+    from outoforder.stages.ingest.replay import make_replay, replay_source
 
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)

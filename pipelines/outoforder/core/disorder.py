@@ -1,9 +1,13 @@
 """Disorder statistics of a stream in arrival order: late fraction, mean and max delay.
 
-Definitions (the same as ``shared/data/disorder_stats.py``, the figures in the data READMEs, and
-DESIGN.md): walking the tuples in arrival order within one scope (the whole stream, or one
-source/key alone), a tuple is *late* when its event time is below the largest event time seen
-before it in that scope; its *delay* is that maximum minus its event time (0 for on-time tuples).
+Definitions: walk the tuples in arrival order within one scope (the whole stream, or one source or
+key on its own), keeping the largest event time seen so far in that scope. A tuple whose event time
+is below that maximum is *late*, and its *delay* is the maximum minus its event time; any other
+tuple is on time (delay 0) and raises the maximum to its own event time. The late fraction is
+late tuples / rows; the mean delay is over the late tuples only (``mean_delay_all``: over every
+tuple); the maximum delay is over all. These are the operators' definitions (docs/operators.md,
+"Time, delay and lateness"), and the figures equal those the data folder's ``disorder_stats.py``
+script prints and its READMEs quote.
 
 Everything is vectorised with numpy: one stable sort by scope, a rank transform so that a single
 ``np.maximum.accumulate`` computes all scopes' running maxima at once.

@@ -9,7 +9,7 @@ idempotent by construction (results are MERGEd on their keys, state is written l
 carry transaction ids), so the retry unit is the whole operation -- :func:`retry_on_conflict`
 wraps ``run_interval``, ``repair`` and friends -- never a single write with a stale input.
 
-Every conflict is printed and counted (:func:`conflicts_seen`), so a test can show that an overlap
+Every conflict is logged and counted (:func:`conflicts_seen`), so a test can show that an overlap
 really happened and was retried rather than silently avoided.
 
 This module imports nothing from Spark at import time: stage modules use the decorator at
@@ -19,6 +19,7 @@ definition, and are imported where pyspark is absent.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import random
 import time
@@ -28,6 +29,7 @@ from typing import ParamSpec, TypeVar
 
 from outoforder.errors import StateError
 
+log = logging.getLogger(__name__)
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -84,26 +86,29 @@ def retry_on_conflict(fn: Callable[P, R]) -> Callable[P, R]:
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        attempts = _attempts()
-        attempt = 1
-        while True:
-            try:
-                return fn(*args, **kwargs)
-            except Exception as e:
-                if not _retryable(e):
-                    raise
-                _seen[name] += 1
-                kind = type(e).__name__
-                first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
-                if attempt == attempts:
-                    msg = f"{name}: still conflicting after {attempts} tries ({kind}: {first})"
-                    raise StateError(msg) from e
-                delay = BASE_DELAY_S * 2 ** (attempt - 1) * (0.5 + random.random())
-                print(
-                    f"[conflict] {name}: {kind} ({first}); retry {attempt}/{attempts - 1} in {delay:.1f} s",
-                    flush=True,
-                )
-                time.sleep(delay)
-                attempt += 1
+        return retrying(name, functools.partial(fn, *args, **kwargs))
 
     return wrapper
+
+
+def retrying(name: str, fn: Callable[[], R]) -> R:
+    """Call ``fn`` as :func:`retry_on_conflict` would, counting its conflicts under ``name``."""
+    attempts = _attempts()
+    attempt = 1
+    while True:
+        try:
+            return fn()
+        except Exception as e:
+            if not _retryable(e):
+                raise
+            _seen[name] += 1
+            kind = type(e).__name__
+            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+            if attempt == attempts:
+                msg = f"{name}: still conflicting after {attempts} tries ({kind}: {first})"
+                raise StateError(msg) from e
+            delay = BASE_DELAY_S * 2 ** (attempt - 1) * (0.5 + random.random())
+            log.warning("[conflict] %s: %s (%s); retry %d/%d in %.1f s", name, kind, first, attempt,
+                        attempts - 1, delay)  # fmt: skip
+            time.sleep(delay)
+            attempt += 1

@@ -8,7 +8,7 @@ itself, so re-running a batch after a crash or a retry changes nothing.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -66,8 +66,29 @@ def append_once(df: DataFrame, table: Table, lake_root: Path | str, app_id: str,
     writer.save(table.path(lake_root))
 
 
-def _sql_literal(value: str | int) -> str:
+def sql_literal(value: str | int) -> str:
+    """A value as a SQL literal: integers as they are, strings quoted with ``'`` doubled.
+
+    Every condition this project writes as SQL text (``replaceWhere``, MERGE and DELETE conditions)
+    is built from these, so a source id such as ``o'hare/gate-1`` cannot end a string early.
+
+    >>> sql_literal(7), sql_literal("o'hare")
+    ('7', "'o''hare'")
+    """
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        msg = f"only integers and strings go into SQL conditions, got {value!r}"
+        raise SchemaError(msg)
     return str(value) if isinstance(value, int) else "'" + value.replace("'", "''") + "'"
+
+
+def where_sql(match: Mapping[str, str | int], alias: str = "") -> str:
+    """``col = literal AND …`` for the columns of ``match`` (prefixed ``alias.`` when given).
+
+    >>> where_sql({"source": "a'b", "as_of_us": 5}, alias="t")
+    "t.source = 'a''b' AND t.as_of_us = 5"
+    """
+    prefix = f"{alias}." if alias else ""
+    return " AND ".join(f"{prefix}{col} = {sql_literal(v)}" for col, v in match.items())
 
 
 def replace_where(
@@ -87,7 +108,7 @@ def replace_where(
     cond = F.lit(True)
     for col, value in match.items():
         cond = cond & (F.col(col) == F.lit(value))
-    clauses = [f"{c} = {_sql_literal(v)}" for c, v in match.items()]
+    clauses = [where_sql({c: v}) for c, v in match.items()]
     if between is not None:
         col, lo, hi = between
         cond = cond & (F.col(col) >= F.lit(lo)) & (F.col(col) < F.lit(hi))
@@ -156,6 +177,64 @@ def merge_new(
     with _merge_broadcast_limit(spark):
         row = merge.execute().first()
     return 0 if row is None else int(row["num_inserted_rows"])
+
+
+def delete_where(
+    spark: SparkSession,
+    table: Table,
+    lake_root: Path | str,
+    match: Mapping[str, str | int],
+    below: tuple[str, int] | None = None,
+    *,
+    look_first: bool = True,
+    only_look: bool = False,
+) -> bool:
+    """Delete the rows whose columns equal ``match`` (and, with ``below = (col, v)``, ``col < v``).
+
+    A Delta DELETE scans and commits even when nothing matches, so the table is looked at first
+    (one cheap read) unless ``look_first`` is off; ``only_look`` only looks. Returns whether
+    anything matched (True when it did not look).
+    """
+    from delta.tables import DeltaTable
+
+    if not exists(spark, table, lake_root):
+        return False
+    cond = where_sql(match)
+    if below is not None:
+        cond += f" AND {below[0]} < {sql_literal(int(below[1]))}"
+    if (look_first or only_look) and not read(spark, table, lake_root).where(cond).limit(1).count():
+        return False
+    if not only_look:
+        DeltaTable.forPath(spark, table.path(lake_root)).delete(cond)
+    return True
+
+
+def upsert(
+    df: DataFrame,
+    table: Table,
+    lake_root: Path | str,
+    keys: Sequence[str],
+    match: Mapping[str, str | int],
+    updates: Sequence[tuple[str, Sequence[str]]],
+) -> None:
+    """MERGE ``df`` into the slice ``match`` of the table on ``keys``: update, or insert what is new.
+
+    ``updates`` are (condition, columns) in order: a matched row takes the new values of those
+    columns under the first condition that holds (conditions refer to the table as ``t`` and the
+    new rows as ``n``). Rows of ``df`` that match nothing are inserted whole. Extra columns of
+    ``df`` (flags the conditions use) are allowed; the inserted row has the table's columns.
+    """
+    from delta.tables import DeltaTable
+
+    spark = df.sparkSession
+    ensure(spark, table, lake_root)
+    on = " AND ".join([where_sql(match, alias="t"), *(f"t.{k} = n.{k}" for k in keys)])
+    merge = DeltaTable.forPath(spark, table.path(lake_root)).alias("t").merge(df.alias("n"), on)
+    for condition, columns in updates:
+        merge = merge.whenMatchedUpdate(condition=condition, set={c: f"n.{c}" for c in columns})
+    merge = merge.whenNotMatchedInsert(values={f.name: f"n.{f.name}" for f in table.schema.fields})
+    with _merge_broadcast_limit(spark):
+        merge.execute()
 
 
 _BROADCAST_KEYS = ("spark.sql.autoBroadcastJoinThreshold", "spark.sql.adaptive.autoBroadcastJoinThreshold")

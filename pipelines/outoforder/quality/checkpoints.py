@@ -1,7 +1,7 @@
 """Running a checkpoint: the suites of :mod:`~outoforder.quality.suites` over frames a stage prepared.
 
-GX is called directly: its Airflow provider stopped failing tasks on failed expectations
-(USER_NEEDS.md #13), so :func:`conclude` decides, from ``quality.on_violation``: raise
+GX is called directly: its Airflow provider stopped failing tasks on failed expectations (the
+provider's issue #195), so :func:`conclude` decides, from ``quality.on_violation``: raise
 :class:`~outoforder.errors.QualityError` (the task fails) or only report (``warn``).
 
 Every result is kept: GX stores it as JSON under ``<reports_dir>/gx/validations`` and renders it
@@ -13,6 +13,7 @@ all its validation definitions and every suite here judges a different frame.
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -24,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 from outoforder.config import Settings
 from outoforder.errors import ConfigError, QualityError
 from outoforder.quality.suites import CHECKPOINTS, expectations
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -206,10 +209,10 @@ def _record(
 
 
 def conclude(results: Sequence[SuiteResult], what: str, fail: bool) -> None:
-    """Print every suite's lines; raise :class:`QualityError` when one failed and ``fail``."""
+    """Log every suite's lines; raise :class:`QualityError` when one failed and ``fail``."""
     for r in results:
         for line in r.lines():
-            print(line, flush=True)
+            log.info("%s", line)
     failed = [r.suite for r in results if not r.success]
     if failed and fail:
         msg = f"{what} data quality failed: {', '.join(failed)}"

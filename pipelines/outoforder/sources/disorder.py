@@ -4,8 +4,8 @@
 model and reports the disorder it achieved next to the preset's target, measured with the same
 definitions as the data READMEs (:mod:`outoforder.core.disorder`).
 
-Presets (SEEDS.md; "mean" is the mean delay of late tuples, as the papers define delay only for
-late tuples):
+Presets (the papers' dataset figures, papers cited in docs/operators.md; "mean" is the mean delay of
+late tuples, as the papers define delay only for late tuples):
 
 ========== ============ ======= ========= ========== ======================================
 preset     tuples/s     late    mean      max        source
@@ -121,7 +121,9 @@ def calibrate_body(target: Target, n: int = 100_000, seed: int = 3) -> tuple[flo
             ) ** 2
             if best is None or err < best[0]:
                 best = (err, mu, float(sigma), float(share))
-    assert best is not None
+    if best is None:  # the grids above are never empty
+        msg = "the calibration grid is empty"
+        raise ConfigError(msg)
     return round(best[1], 5), round(best[2], 5), round(best[3], 5)
 
 

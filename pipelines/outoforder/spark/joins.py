@@ -29,6 +29,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, LongType, StructField, StructType
 
 from outoforder.core.joins.query import JoinQuery
+from outoforder.spark.rows import one_row
 
 TUPLE_SCHEMA = StructType(
     [
@@ -139,8 +140,7 @@ def qjoin_batch(batch: DataFrame, state: QJoinState, query: JoinQuery) -> tuple[
         F.when(F.col("p.side") == 1, F.col("p.ts")).otherwise(F.col("c.ts")).alias("s_ts"),
     )
 
-    last = arrivals.agg(F.max("m_r"), F.max("m_s"), F.max("h_r"), F.max("h_s")).first()
-    assert last is not None
+    last = one_row(arrivals.agg(F.max("m_r"), F.max("m_s"), F.max("h_r"), F.max("h_s")))
     h_r, h_s = last[2], last[3]
     keep = F.when(F.col("side") == 0, F.lit(h_r).isNull() | (F.col("ts") >= F.lit(h_r))).otherwise(
         F.lit(h_s).isNull() | (F.col("ts") >= F.lit(h_s))
@@ -220,10 +220,11 @@ def kslack_batch(
         .groupBy(*[F.col(f"t.{c}") for c in TUPLE_COLS])
         .agg(F.min("j.seq").alias("rel"))
     )
-    last = a.agg(
-        F.max("seq"), F.max("m_r"), F.max("m_s"), F.max("k_r"), F.max("k_s"), F.max("f_r"), F.max("f_s")
-    ).first()
-    assert last is not None
+    last = one_row(
+        a.agg(
+            F.max("seq"), F.max("m_r"), F.max("m_s"), F.max("k_r"), F.max("k_s"), F.max("f_r"), F.max("f_s")
+        )
+    )
     # materialise before any union: it keeps the plans small and sidesteps an optimizer failure
     # (constraint rewriting across a union over an aggregate of aliased columns)
     pending = pending.localCheckpoint()

@@ -5,7 +5,7 @@ each, a :class:`~outoforder.core.theta.plan.Theta`) and returns a :class:`ThetaR
 rows as a lazy DataFrame (every column of both sides) and the run's counters. Rows whose join
 value is null or NaN never match (Spark orders NaN above every number, so they are dropped first).
 
-- ``fast``: FastThetaJoin (SEEDS.md §4). One job collects min, max and counts per side; the cross
+- ``fast``: FastThetaJoin (docs/operators.md). One job collects min, max and counts per side; the cross
   filter keeps the value ranges that can match; a second job counts rows, min and max per range
   partition and slot (a value sub-range and a hash); the driver splits oversized partitions into
   near-equal units ordered by value (skew), and

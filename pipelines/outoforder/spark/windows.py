@@ -35,6 +35,7 @@ from outoforder.core.windows.aggregate import parse_aggregate
 from outoforder.core.windows.assign import Windows
 from outoforder.core.windows.buffered import WindowQuery
 from outoforder.core.windows.quality import lambda_threshold, received_cv
+from outoforder.spark.rows import one_row
 
 if TYPE_CHECKING:
     from outoforder.core.windows.slack import SlackPolicy
@@ -137,6 +138,22 @@ def aggregate(members: DataFrame, name: str) -> DataFrame:
     return stats.join(members.groupBy("wid").agg(expr.alias("value")), "wid")
 
 
+def window_members(tuples: DataFrame, windows: Windows) -> DataFrame:
+    """(seq, v, wid): one row per window membership of tuples (seq, ts, v)."""
+    return tuples.select("seq", "v", F.explode(memberships(tuples, windows)).alias("wid"))
+
+
+def exact_windows(tuples: DataFrame, windows: Windows, name: str, ids: DataFrame | None = None) -> DataFrame:
+    """(wid, value, n_rcv, s1, s2): the exact aggregate ``name`` of every window over ``tuples``.
+
+    Restricted to the window ids in ``ids`` (column ``wid``) when given.
+    """
+    members = window_members(tuples, windows)
+    if ids is not None:
+        members = members.join(F.broadcast(ids.select("wid").distinct()), "wid")
+    return aggregate(members, name)
+
+
 def _passed(a: DataFrame, offset: int, query: WindowQuery, lo_id: int, hi_id: int, col: str) -> DataFrame:
     """(wid, ``col``): the arrival at which the frontier passes each window's ``end + offset``.
 
@@ -192,8 +209,7 @@ def buffered_batch(
     a = a.withColumn("c", F.greatest(_lit(state.frontier), F.max(step).over(upto)))
     a = a.withColumn("c_before", F.greatest(_lit(state.frontier), F.max(step).over(before))).localCheckpoint()
 
-    last = a.agg(F.max("seq"), F.max("tmax"), F.max("k"), F.max("c"), F.count("*")).first()
-    assert last is not None
+    last = one_row(a.agg(F.max("seq"), F.max("tmax"), F.max("k"), F.max("c"), F.count("*")))
     if last[4] == 0 and not final:
         empty = spark.createDataFrame([], "seq long, ts long, wid long")
         return BatchOutput(_empty_emitted(), empty, a.select("seq", "slack"), _empty_obs()), state
@@ -220,8 +236,7 @@ def buffered_batch(
     received = state.buffer.unionByName(members.where(~F.col("late")).select("wid", "seq", "ts", "v"))
 
     ids = received.select("wid").unionByName(state.watch.select("wid")).unionByName(late.select("wid"))
-    bounds = ids.agg(F.min("wid"), F.max("wid")).first()
-    assert bounds is not None
+    bounds = one_row(ids.agg(F.min("wid"), F.max("wid")))
     lo_id = int(bounds[0]) if bounds[0] is not None else 0
     hi_id = int(bounds[1]) if bounds[1] is not None else -1
 

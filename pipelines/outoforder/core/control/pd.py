@@ -1,4 +1,4 @@
-"""HPM's PD controller of the buffer factor α (SEEDS.md §2).
+"""HPM's PD controller of the buffer factor α (docs/operators.md, HPM; docs/aggregates.md).
 
 The buffer is ``K = α·k`` with k the largest delay seen so far. After each window closes, its
 coverage ``λ_i = n_rcv / (n_rcv + n_late)`` is compared with the coverage the (ε, δ) target needs,

@@ -1,7 +1,7 @@
 """Choosing retention (QJoin) and slack (AQ-K-slack) every L so that recall per period meets Q_user.
 
 Every L of stream progress the controller looks at the recent history and sets the parameters
-for the next L (SEEDS.md §1):
+for the next L (docs/operators.md, QJoin):
 
 1. The quality the next L must deliver (the paper's eq. 3): the period ending one L from now is
    (P - L) of history plus the next L, so ``(N'_{P-L} + N_L·Q_L) / N_P >= Q_user`` gives

@@ -28,7 +28,9 @@ the two is released, and a tuple's release is the first arrival at which F_X rea
 from __future__ import annotations
 
 import heapq
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -44,6 +46,8 @@ from outoforder.core.joins.progress import (
 )
 from outoforder.core.joins.qjoin import JoinRun
 from outoforder.core.joins.query import JoinInput, JoinQuery, PairArray, R, S, exact_join, sort_pairs
+from outoforder.core.protocol import Arrival, Late, Output
+from outoforder.errors import StateError
 
 IntArray = npt.NDArray[np.int64]
 Row = tuple[int, float, float, int]
@@ -164,11 +168,10 @@ class KSlackJoinReference:
             self.k[side] = max(self.k[side], delay)
         f = self.frontier[side]
         late = f is not None and ts < f
-        self.max_ts[side] = ts if prev is None else max(prev, ts)
+        mx = ts if prev is None else max(prev, ts)
+        self.max_ts[side] = mx
         if not late:
             heapq.heappush(self.pending[side], (ts, tid, (ts, x, y, key)))
-        mx = self.max_ts[side]
-        assert mx is not None
         cand = mx - self.k[side]
         self.frontier[side] = cand if f is None else max(f, cand)
         out = self._release(step, side, self.frontier[side])
@@ -203,6 +206,102 @@ class KSlackJoinReference:
     def buffered(self) -> tuple[int, int]:
         """Tuples held per stream (waiting in the reorder buffer or in the join state)."""
         return (len(self.pending[R]) + len(self.state[R]), len(self.pending[S]) + len(self.state[S]))
+
+    def snapshot(self) -> dict[str, Any]:
+        """Slack, maxima, frontiers, the reorder buffers and the join state, as plain data.
+
+        ``released_at`` (when each tuple left the reorder buffer, for the latency metric) is not
+        part of it: it grows with the stream and the operator's output does not depend on it.
+        """
+        return {
+            "k": list(self.k),
+            "adaptive": self.adaptive,
+            "max_ts": list(self.max_ts),
+            "frontier": list(self.frontier),
+            "pending": [[[ts, tid, list(row)] for ts, tid, row in heap] for heap in self.pending],
+            "state": [[[tid, list(row)] for tid, row in side.items()] for side in self.state],
+        }
+
+    def restore(self, snapshot: Mapping[str, Any]) -> None:
+        """Load a :meth:`snapshot` (the query is this operator's)."""
+
+        def row(r: Sequence[Any]) -> Row:
+            return (int(r[0]), float(r[1]), float(r[2]), int(r[3]))
+
+        try:
+            self.k = [int(k) for k in snapshot["k"]]
+            self.adaptive = bool(snapshot["adaptive"])
+            self.max_ts = [None if m is None else int(m) for m in snapshot["max_ts"]]
+            self.frontier = [None if f is None else int(f) for f in snapshot["frontier"]]
+            self.pending = [
+                [(int(ts), int(tid), row(r)) for ts, tid, r in heap] for heap in snapshot["pending"]
+            ]
+            self.state = [{int(tid): row(r) for tid, r in side} for side in snapshot["state"]]
+        except (KeyError, TypeError, ValueError, IndexError) as e:
+            msg = f"not a K-slack join snapshot ({type(e).__name__}: {e})"
+            raise StateError(msg) from e
+        for heap in self.pending:
+            heapq.heapify(heap)
+
+
+class KSlackJoin:
+    """K-slack per stream, then an in-order symmetric join, as a streaming operator.
+
+    ``k_us`` is the slack per stream (K-slack); ``max_delay=True`` grows it to the largest delay
+    seen (MP-K-slack). Pairs are emitted when the second of their tuples leaves its reorder
+    buffer; a tuple behind its stream's release frontier is dropped and returned as :class:`Late`.
+    :meth:`flush` releases what is still buffered.
+
+    >>> from outoforder.core.joins.query import JoinQuery
+    >>> from outoforder.core.protocol import Arrival
+    >>> op = KSlackJoin(JoinQuery(window_us=10, theta=1.0), k_us=(20, 20))
+    >>> rows = [(0, 100), (1, 100), (0, 130), (1, 130), (0, 95)]
+    >>> out = op.process([Arrival(i, ts, side=side) for i, (side, ts) in enumerate(rows)])
+    >>> out.emitted, out.late, op.flush().emitted
+    ([(0, 1)], [Late(id=4, ts=95, window=None)], [(2, 3)])
+    """
+
+    def __init__(self, query: JoinQuery, k_us: tuple[int, int] = (0, 0), max_delay: bool = False) -> None:
+        self.query = query
+        self._op = KSlackJoinReference(query, k_us, adaptive_max_delay=max_delay)
+        self.index = 0
+
+    def set_slack(self, side: int, k_us: int) -> None:
+        """Set K for one stream (an adaptation); the frontier never moves back."""
+        self._op.set_slack(side, k_us)
+
+    def process(self, batch: Sequence[Arrival]) -> Output[tuple[int, int]]:
+        """Reorder each arrival through its stream's buffer; (r id, s id) pairs in emission order."""
+        out: Output[tuple[int, int]] = Output()
+        for a in batch:
+            pairs, late = self._op.process(self.index, a.id, a.side, a.ts, a.x, a.y, a.key)
+            out.emitted.extend(pairs)
+            if late:
+                out.late.append(Late(a.id, a.ts))
+            self.index += 1
+        return out
+
+    def flush(self) -> Output[tuple[int, int]]:
+        """The end of the stream: release both reorder buffers."""
+        return Output(self._op.flush(self.index))
+
+    def buffered(self) -> tuple[int, int]:
+        """Tuples held per stream (reorder buffer and join state)."""
+        return self._op.buffered()
+
+    def snapshot(self) -> dict[str, Any]:
+        """The reference's state and the arrival count, as plain data."""
+        return {"index": self.index, "join": self._op.snapshot()}
+
+    def restore(self, snapshot: Mapping[str, Any]) -> None:
+        """Load a :meth:`snapshot` of a K-slack join with the same query."""
+        try:
+            self.index = int(snapshot["index"])
+            join = snapshot["join"]
+        except (KeyError, TypeError, ValueError) as e:
+            msg = f"not a K-slack join snapshot ({type(e).__name__}: {e})"
+            raise StateError(msg) from e
+        self._op.restore(join)
 
 
 def run_kslack_reference(inp: JoinInput, query: JoinQuery, policy: SlackPolicy) -> JoinRun:

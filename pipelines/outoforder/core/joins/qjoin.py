@@ -1,6 +1,6 @@
-"""QJoin: the quality-driven symmetric join (Wei et al., Guangxi Sciences 27(3), 2020; SEEDS.md §1).
+"""QJoin: the quality-driven symmetric join (Wei et al., Guangxi Sciences 27(3), 2020; docs/operators.md).
 
-Semantics (DESIGN.md appendix, with the window made explicit). Streams R (0) and S (1); per-stream
+Semantics (with the window made explicit). Streams R (0) and S (1); per-stream
 maxima M_X; progress T = min(M_R, M_S) once both streams have a tuple; retention d_X in force at
 each arrival; horizon H_X = running max of (T - w - d_X), so it never moves back when d_X is
 lowered. On the arrival of t in X (Y the other stream):
@@ -21,10 +21,22 @@ exact band join (:func:`qjoin_set`).
 >>> op = QJoinReference(q, retention_us=(0, 0))
 >>> [op.process(i, *row) for i, row in enumerate([(0, 100, 0, 0), (1, 105, 0, 0), (1, 90, 0, 0)])]
 [[], [(0, 1)], [(0, 2)]]
+
+:class:`QJoin` is the same operator with the streaming protocol (:mod:`outoforder.core.protocol`):
+batches of arrivals in, pairs and late arrivals out.
+
+>>> from outoforder.core.protocol import Arrival
+>>> op = QJoin(q)
+>>> op.process([Arrival(0, 100, side=0), Arrival(1, 105, side=1), Arrival(2, 130, side=0)]).emitted
+[(0, 1)]
+>>> out = op.process([Arrival(3, 90, side=1)])  # behind S's horizon (95): joined, but not kept
+>>> out.emitted, out.late
+([(0, 3)], [Late(id=3, ts=90, window=None)])
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +51,8 @@ from outoforder.core.joins.progress import (
     running_max,
 )
 from outoforder.core.joins.query import JoinInput, JoinQuery, PairArray, R, S, exact_join, sort_pairs
+from outoforder.core.protocol import Arrival, Late, Output
+from outoforder.errors import StateError
 
 IntArray = npt.NDArray[np.int64]
 Row = tuple[int, float, float, int]
@@ -78,9 +92,8 @@ class QJoinReference:
             for s in (R, S):
                 h = progress - self.query.window_us - self.retention[s]
                 cur = self.horizon[s]
-                self.horizon[s] = h if cur is None else max(cur, h)
-                hs = self.horizon[s]
-                assert hs is not None
+                hs = h if cur is None else max(cur, h)
+                self.horizon[s] = hs
                 self.buffers[s] = {k: v for k, v in self.buffers[s].items() if v[0] >= hs}
         row: Row = (ts, x, y, key)
         out = []
@@ -104,6 +117,53 @@ class QJoinReference:
             "horizon": list(self.horizon),
             "buffers": [{str(k): list(v) for k, v in b.items()} for b in self.buffers],
         }
+
+
+class QJoin:
+    """QJoin with per-stream retention ``(d_R, d_S)`` (µs), as a streaming operator.
+
+    Emits each pair at once, when the later of its two tuples arrives; an arrival behind its own
+    stream's horizon is still joined but not kept, and is returned as :class:`Late`.
+    :meth:`set_retention` changes d (an adaptation) from the next arrival on.
+    """
+
+    def __init__(self, query: JoinQuery, retention_us: tuple[int, int] = (0, 0)) -> None:
+        self.query = query
+        self._op = QJoinReference(query, retention_us)
+
+    def set_retention(self, side: int, retention_us: int) -> None:
+        """Change d for one stream (takes effect at the next arrival; the horizon never moves back)."""
+        self._op.set_retention(side, retention_us)
+
+    def process(self, batch: Sequence[Arrival]) -> Output[tuple[int, int]]:
+        """Join each arrival with the other stream's buffer; (r id, s id) pairs in emission order."""
+        out: Output[tuple[int, int]] = Output()
+        for a in batch:
+            out.emitted.extend(self._op.process(a.id, a.side, a.ts, a.x, a.y, a.key))
+            h = self._op.horizon[a.side]
+            if h is not None and a.ts < h:
+                out.late.append(Late(a.id, a.ts))
+        return out
+
+    def flush(self) -> Output[tuple[int, int]]:
+        """Nothing is held back: QJoin emits at once."""
+        return Output()
+
+    def buffered(self) -> tuple[int, int]:
+        """Tuples held per stream right now (the memory measure)."""
+        return self._op.buffered()
+
+    def snapshot(self) -> dict[str, Any]:
+        """Retention, maxima, horizons and buffers as plain data."""
+        return self._op.snapshot()
+
+    def restore(self, snapshot: Mapping[str, Any]) -> None:
+        """Load a :meth:`snapshot` of a QJoin with the same query."""
+        try:
+            self._op = QJoinReference(self.query, (0, 0), state=dict(snapshot))
+        except (KeyError, TypeError, ValueError) as e:
+            msg = f"not a QJoin snapshot ({type(e).__name__}: {e})"
+            raise StateError(msg) from e
 
 
 @dataclass(frozen=True)

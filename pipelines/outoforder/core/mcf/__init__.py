@@ -1,1 +1,1 @@
-"""Cuckoo filters and MCF, the windowed multiple cuckoo filter (SEEDS.md §4)."""
+"""Cuckoo filters and MCF, the windowed multiple cuckoo filter (docs/mcf.md)."""

@@ -12,7 +12,7 @@ Any requested capacity is therefore rounded *up* to a power-of-two bucket count.
 A bucket holds ``b`` fingerprints. Insertion tries ``i1``, then ``i2``, then evicts a random
 fingerprint of one of the two buckets and moves it to its alternate bucket, up to ``max_kicks``
 times. Lookup answers "maybe present" when either bucket holds the fingerprint: no false
-negatives, and a false-positive rate of about ``2b / 2^f`` (SEEDS.md §4). Delete removes one copy
+negatives, and a false-positive rate of about ``2b / 2^f`` (docs/mcf.md). Delete removes one copy
 of the fingerprint, so a key inserted twice is present until deleted twice.
 
 Batch operations work on whole numpy arrays: no Python loop per key. Insertion places keys

@@ -1,4 +1,4 @@
-"""MCF: one cuckoo filter per stream over its current sliding window (SEEDS.md §4).
+"""MCF: one cuckoo filter per stream over its current sliding window (Hu 2020; docs/mcf.md).
 
 A :class:`WindowFilter` holds the keys of one stream's current window: tuples are inserted by
 *pane* (one slide of event time), and when the window moves past a pane its keys are deleted

@@ -1,4 +1,4 @@
-"""FastThetaJoin's plan for ``R.a θ S.b`` (SEEDS.md §4), and the brute-force oracle.
+"""FastThetaJoin's plan for ``R.a θ S.b`` (Hu 2020; docs/theta.md), and the brute-force oracle.
 
 The plan, on the join attribute of the two windowed datasets:
 
@@ -35,12 +35,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from outoforder.core.theta.predicate import parse_predicate
 from outoforder.errors import ConfigError
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 PairArray = npt.NDArray[np.int64]  # (n, 2): R index, S index
-OPS = ("<", "<=", ">=", ">", "=")
 
 
 @dataclass(frozen=True)
@@ -52,25 +52,13 @@ class Theta:
 
     @classmethod
     def parse(cls, text: str) -> Theta:
-        """``<``, ``<=``, ``>=``, ``>``, ``=`` or ``band:c``.
+        """``<``, ``<=``, ``>=``, ``>``, ``=`` or ``band:c`` (:mod:`outoforder.core.theta.predicate`).
 
         >>> Theta.parse("band:2.5")
         Theta(op='band', band=2.5)
         """
-        if text in OPS:
-            return cls(text)
-        if text.startswith("band:"):
-            try:
-                c = float(text.split(":", 1)[1])
-            except ValueError as e:
-                msg = f"bad band predicate {text!r}: expected band:c with c >= 0"
-                raise ConfigError(msg) from e
-            if not c >= 0:
-                msg = f"band width must be >= 0, got {c}"
-                raise ConfigError(msg)
-            return cls("band", c)
-        msg = f"unknown θ operator {text!r}; known: {', '.join(OPS)}, band:c"
-        raise ConfigError(msg)
+        op, band = parse_predicate(text)
+        return cls(op, band)
 
     def holds(self, a: FloatArray, b: FloatArray) -> npt.NDArray[np.bool_]:
         """Elementwise ``a θ b`` (False where either is NaN)."""

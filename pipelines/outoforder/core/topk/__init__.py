@@ -1,1 +1,1 @@
-"""Continuous top-k over out-of-order sliding windows (SEEDS.md §3): references and the cache controller."""
+"""Continuous top-k over out-of-order sliding windows (docs/topk.md): references and the cache controller."""

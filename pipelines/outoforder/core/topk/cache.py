@@ -1,4 +1,4 @@
-"""The adaptive cache duration of the out-of-order top-k query (SEEDS.md §3, seed §2.1).
+"""The adaptive cache duration of the out-of-order top-k query (Wu & Fang 2021, §2.1; docs/topk.md).
 
 The user states the lowest acceptable accuracy ``ε_min``. The controller keeps a candidate
 interval ``(K_down, K_up]``, initially ``(0, K]``, cut into ``m`` durations

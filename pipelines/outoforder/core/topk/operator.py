@@ -1,4 +1,4 @@
-"""The continuous top-k operator over an out-of-order stream, tuple at a time (SEEDS.md §3).
+"""The continuous top-k operator over an out-of-order stream, tuple at a time (docs/operators.md).
 
 State (the modified MinTopk of the seed, after Yang et al., EDBT 2011):
 
@@ -26,16 +26,27 @@ feeds the controller. Tuples that arrive after all their windows were emitted ar
 Step(emitted=[Emission(window_id=0, tids=[0], at_index=1, cache_us=0)], late=[])
 >>> op.process(25, 3.0, 3).late, op.flush()[-1]
 ([], Emission(window_id=2, tids=[3], at_index=4, cache_us=0))
+
+:class:`TopK` is the same operator with the streaming protocol (:mod:`outoforder.core.protocol`):
+a batch of arrivals (``value`` is the score) in, emitted windows and late memberships out.
+
+>>> from outoforder.core.protocol import Arrival
+>>> op = TopK(TopKQuery(Windows(10, 10), k=1), cache=0)
+>>> out = op.process([Arrival(0, 1, 1.0), Arrival(1, 12, 7.0), Arrival(2, 5, 9.0)])
+>>> [(e.window_id, e.tids) for e in out.emitted], out.late
+([(0, [0])], [Late(id=2, ts=5, window=0)])
 """
 
 from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from outoforder.core.topk.cache import Decision
+from outoforder.core.protocol import Arrival, Late, Output
+from outoforder.core.topk.cache import CacheDurationController, CacheSettings, Decision
 from outoforder.core.topk.reference import hit_rate
 from outoforder.core.windows.assign import Windows
 from outoforder.errors import ConfigError, StateError
@@ -140,6 +151,9 @@ class ContinuousTopK:
     recorded: dict[int, list[list[int]]] = field(default_factory=dict)  # wid -> lists per candidate K
     settling: dict[int, _Settling] = field(default_factory=dict)
     decisions: list[Decision] = field(default_factory=list)
+    decided_at: list[tuple[int, float]] = field(
+        default_factory=list
+    )  # (arrival index, progress) per decision
     _next_record: float = -math.inf  # the smallest progress at which a candidate list is due
     _stale: bool = True  # the cached worst minimum needs a refresh
     _run: tuple[int, int] | None = None  # the newest run of consecutive open, full windows
@@ -271,6 +285,7 @@ class ContinuousTopK:
             d = self.cache.observe([hit_rate(r, truth) for r in s.recorded])
             if d is not None:
                 self.decisions.append(d)
+                self.decided_at.append((self.index - 1, self.progress))
                 self._next_record = -math.inf  # new candidate durations
 
     def snapshot(self) -> dict[str, Any]:
@@ -326,3 +341,59 @@ class ContinuousTopK:
         recorded = sum(len(r) for rec in self.recorded.values() for r in rec)
         settling = sum(len(s.exact) + sum(len(r) for r in s.recorded) for s in self.settling.values())
         return len(self.candidates) + sum(len(t) for t in self.open.values()) + recorded + settling
+
+
+class TopK:
+    """The continuous top-k as a streaming operator: :class:`ContinuousTopK` behind the protocol.
+
+    ``cache`` is the cache duration's settings (:class:`CacheSettings`: adaptive, the seed's
+    controller) or a fixed duration in µs. An arrival's ``value`` is its score; an arrival without
+    a score (NaN) is not ranked and is counted in :attr:`unscored`. Late items are memberships of
+    windows emitted before the tuple arrived.
+    """
+
+    def __init__(self, query: TopKQuery, cache: CacheSettings | float = 2_000_000.0) -> None:
+        self.query = query
+        self.cache = cache
+        self.unscored = 0  # arrivals without a score since this object was built
+        self.op = ContinuousTopK(query, self._policy(None))
+
+    def _policy(self, snap: Mapping[str, Any] | None) -> CachePolicy:
+        if not isinstance(self.cache, CacheSettings):
+            return FixedCache(float(self.cache))
+        if snap is None:
+            return CacheDurationController(self.cache)
+        return CacheDurationController.restore(self.cache, dict(snap))
+
+    def process(self, batch: Sequence[Arrival]) -> Output[Emission]:
+        """Rank each arrival into its open windows; windows emitted and late memberships, in order."""
+        out: Output[Emission] = Output()
+        for a in batch:
+            if math.isnan(a.value):
+                self.unscored += 1
+                continue
+            step = self.op.process(int(a.ts), float(a.value), int(a.id))
+            out.emitted.extend(step.emitted)
+            out.late.extend(Late(a.id, a.ts, wid) for wid in step.late)
+        return out
+
+    def flush(self) -> Output[Emission]:
+        """The end of the stream: every open window with what it has."""
+        return Output(self.op.flush())
+
+    def snapshot(self) -> dict[str, Any]:
+        """``{"operator": …, "cache": …}``: the operator's state and the controller's (None if fixed)."""
+        cache = self.op.cache
+        return {
+            "operator": self.op.snapshot(),
+            "cache": cache.snapshot() if isinstance(cache, CacheDurationController) else None,
+        }
+
+    def restore(self, snapshot: Mapping[str, Any]) -> None:
+        """Load a :meth:`snapshot` of a top-k with the same query and cache settings."""
+        try:
+            operator, cache = snapshot["operator"], snapshot.get("cache")
+        except (KeyError, TypeError, AttributeError) as e:
+            msg = f"not a top-k snapshot ({type(e).__name__}: {e})"
+            raise StateError(msg) from e
+        self.op = ContinuousTopK.restore(self.query, self._policy(cache), operator)

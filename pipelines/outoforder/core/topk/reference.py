@@ -3,10 +3,11 @@
 The query: for every sliding window (``Windows``, event time) the ``k`` tuples of highest score,
 ties broken by the smaller tuple id, so every result is one well-defined list.
 
-A cache of duration ``K`` (SEEDS.md §3, after Fig. 2 of the seed) emits window ``w`` once the
-stream's progress (the largest event time seen so far) reaches ``end(w) + K``: its result is the
-top-k of the members that arrived before that moment. A window the stream never passes is
-emitted at the end, from everything. ``K = inf`` is the exact answer; ``K = 0`` emits at the close.
+A cache of duration ``K`` (Wu & Fang 2021, after the paper's Fig. 2; docs/topk.md) emits window
+``w`` once the stream's progress (the largest event time seen so far) reaches ``end(w) + K``: its
+result is the top-k of the members that arrived before that moment. A window the stream never
+passes is emitted at the end, from everything. ``K = inf`` is the exact answer; ``K = 0`` emits at
+the close.
 
 Accuracy of an emitted list against the truth is the hit rate ``|result ∩ truth| / |truth|``
 (the seed divides by k; a window with fewer than k tuples has a shorter truth).

@@ -2,27 +2,10 @@
 
 Tuple at a time (the reference) and set at a time (given the buffer schedule), over one stream.
 
-The operator (SEEDS.md §2) keeps ``t_max`` (largest event time seen), ``k`` (largest delay seen)
-and the *close frontier* ``C`` (the running maximum of ``t_max − K``: a window whose end is at or
-before ``C`` is closed and emitted; ``C`` never moves back, so a growing K never reopens a window).
-On the arrival ``i`` of a tuple ``(ts, v)``:
-
-1. its delay ``t_max − ts`` (0 if on time) is shown to the policy and ``k`` grows to it;
-2. for each window containing ``ts``: if it is already closed (end ``<= C``) the membership is
-   *late* and goes to the late-tuple ledger (HPM's class 3, and class 2 for the closed windows
-   of a class-2 tuple: a repair needs every late membership to make the results exact); otherwise
-   ``v`` joins the window;
-3. ``t_max`` moves to ``ts`` if ahead; ``K = policy.slack(k)``; ``C = max(C, t_max − K)``;
-4. every window that ``C`` now passes is emitted, in window order, with the aggregate of the
-   tuples it received, its count, the K in force and ``λ_thr`` from its received values
-   (:mod:`outoforder.core.windows.quality`). Windows that received nothing are not emitted;
-5. a closed window's coverage ``λ = n_rcv / (n_rcv + n_late)`` is *observed* once ``C`` passes
-   its end by the coverage horizon ``H`` (late tuples that come later are not counted, as in HPM:
-   "within a period after the close"); the observation goes to the policy (the PD controller).
-   With ``control_points`` the policy only sees observations at those arrivals (the end of each
-   micro-batch): that is how the pipeline's per-interval stage runs.
-
-At the end of the input the still-open windows are flushed (``emitted_at == n``) when asked.
+The operator's semantics, tuple at a time, are those of :class:`outoforder.core.windows.hpm.HPM`
+(its module docstring lists them step by step); :func:`buffered_reference` drives it over a
+whole input, optionally with control points (the policy sees observations only at those arrivals,
+the end of each micro-batch: how the pipeline's per-interval stage runs).
 
 Set form (:func:`buffered_set`): given ``K`` per arrival, everything is a prefix maximum and a
 search: ``C(i)`` is the running max of ``t_max(i) − K(i)``; window ``w`` closes at the first
@@ -41,9 +24,9 @@ observed at the first ``i`` with ``C(i) >= end_w + H``, counting late members ``
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -113,7 +96,8 @@ class BufferedRun:
         return np.asarray(self.obs_received / total, dtype=np.float64)
 
 
-def _threshold(query: WindowQuery, vals: Sequence[float]) -> float:
+def threshold(query: WindowQuery, vals: Sequence[float]) -> float:
+    """λ_thr of a window that received ``vals``: the coverage its (ε, δ) target needs."""
     v = np.asarray(vals, dtype=np.float64)
     count = np.array([v.size], dtype=np.int64)
     cv = received_cv(count.astype(np.float64), np.array([v.sum()]), np.array([(v * v).sum()]))
@@ -128,79 +112,46 @@ def buffered_reference(
     control_points: Sequence[int] | None = None,
     flush: bool = True,
 ) -> BufferedRun:
-    """The operator, literally, one arrival at a time (tuples in arrival order)."""
-    w = query.windows
-    ts_l = [int(t) for t in ts]
-    v_l = [float(x) for x in values]
-    n = len(ts_l)
-    controls = None if control_points is None else set(control_points)
-    t_max, k, frontier = NEG, 0, NEG
-    closed_upto = None  # the largest window id whose end is <= frontier
-    open_vals: dict[int, list[float]] = {}
-    open_heap: list[int] = []
-    watched: dict[int, list[int]] = {}  # closed, coverage not yet observed: [n_rcv, n_late]
-    watch_heap: list[int] = []
-    out: dict[str, list[float]] = {key: [] for key in BufferedRun.__dataclass_fields__}
-    pending: list[tuple[float, float]] = []
-    lambdas: dict[int, float] = {}
+    """The operator, literally, one arrival at a time (tuples in arrival order).
 
-    def close(wid: int, at: int, slack: int) -> None:
-        vals = open_vals.pop(wid)
-        lam = _threshold(query, vals)
-        out["window_ids"].append(wid)
-        out["values"].append(reference_aggregate(vals, query.aggregate))
-        out["received"].append(len(vals))
-        out["emitted_at"].append(at)
-        out["slack_at_close"].append(slack)
-        out["lag_us"].append(t_max - int(w.end_of(wid)))
-        out["lambda_thr"].append(lam)
-        watched[wid] = [len(vals), 0]
-        lambdas[wid] = lam
-        heapq.heappush(watch_heap, wid)
+    Drives :class:`~outoforder.core.windows.hpm.HPM` (the arrival index is the tuple id): with
+    ``control_points``, one batch per control point, the policy seeing each batch's observations
+    at its end, as the pipeline's per-interval stage runs it.
+    """
+    from outoforder.core.protocol import Arrival
+    from outoforder.core.windows.hpm import HPM
 
-    for i in range(n):
-        t, v = ts_l[i], v_l[i]
-        delay = max(t_max - t, 0) if t_max != NEG else 0
-        policy.observe_delay(delay)
-        k = max(k, delay)
-        for wid in w.ids_of(t).tolist():
-            if closed_upto is not None and wid <= closed_upto:
-                out["late_arrival"].append(i)
-                out["late_window"].append(wid)
-                if wid in watched:
-                    watched[wid][1] += 1
-                elif int(w.end_of(wid)) + query.coverage_horizon_us > frontier:
-                    watched[wid] = [0, 1]  # nothing arrived in time: coverage 0 when observed
-                    lambdas[wid] = _threshold(query, [])
-                    heapq.heappush(watch_heap, wid)
-            else:
-                if wid not in open_vals:
-                    open_vals[wid] = []
-                    heapq.heappush(open_heap, wid)
-                open_vals[wid].append(v)
-        t_max = max(t_max, t)
-        slack = policy.slack(k)
-        out["slack"].append(slack)
-        frontier = max(frontier, t_max - slack)
-        closed_upto = int(np.floor_divide(frontier - w.size_us, w.slide_us))
-        while open_heap and open_heap[0] <= closed_upto:
-            close(heapq.heappop(open_heap), i, slack)
-        while watch_heap and int(w.end_of(watch_heap[0])) + query.coverage_horizon_us <= frontier:
-            wid = heapq.heappop(watch_heap)
-            n_rcv, n_late = watched.pop(wid)
-            out["obs_window"].append(wid)
-            out["obs_at"].append(i)
-            out["obs_received"].append(n_rcv)
-            out["obs_late"].append(n_late)
-            out["obs_lambda_thr"].append(lambdas.pop(wid))
-            pending.append((n_rcv / max(n_rcv + n_late, 1), out["obs_lambda_thr"][-1]))
-        if controls is None or (i + 1) in controls:
-            for coverage, lam in pending:
-                policy.observe_window(coverage, lam)
-            pending.clear()
+    arrivals = [Arrival(i, int(t), float(v)) for i, (t, v) in enumerate(zip(ts, values, strict=True))]
+    n = len(arrivals)
+    op = HPM(query, policy, control="arrival" if control_points is None else "batch")
+    cuts = [0, n] if control_points is None else sorted({0, n, *(c for c in control_points if 0 < c <= n)})
+    outputs = []
+    for lo, hi in pairwise(cuts):
+        # arrivals after the last control point: their observations wait for a point that never comes
+        last = control_points is not None and hi == n and n not in control_points
+        outputs.append(op.feed(arrivals[lo:hi], control=not last))
     if flush:
-        while open_heap:
-            close(heapq.heappop(open_heap), n, int(out["slack"][-1]) if n else 0)
+        outputs.append(op.flush())
+    out: dict[str, list[float]] = {key: [] for key in BufferedRun.__dataclass_fields__}
+    for o in outputs:
+        for e in o.emitted:
+            out["window_ids"].append(e.window_id)
+            out["values"].append(e.value)
+            out["received"].append(e.received)
+            out["emitted_at"].append(e.emitted_at)
+            out["slack_at_close"].append(e.slack_us)
+            out["lag_us"].append(e.lag_us)
+            out["lambda_thr"].append(e.lambda_thr)
+        for late in o.late:
+            out["late_arrival"].append(late.id)
+            out["late_window"].append(late.window if late.window is not None else 0)
+        for ob in o.observations:
+            out["obs_window"].append(ob.window_id)
+            out["obs_at"].append(ob.at)
+            out["obs_received"].append(ob.received)
+            out["obs_late"].append(ob.late)
+            out["obs_lambda_thr"].append(ob.lambda_thr)
+        out["slack"] += o.slack
     return _as_run(out)
 
 
@@ -273,7 +224,7 @@ def buffered_set(
     n_rcv = _count_by(cand, wid[received & (close_at < n)])
     n_late = _count_by(cand, wid[counted_late])
     lam_of = dict(zip(ids.tolist(), lam.tolist(), strict=True))
-    empty = _threshold(query, [])
+    empty = threshold(query, [])
     obs_lam = np.array([lam_of.get(c, empty) for c in cand.tolist()], dtype=np.float64)
     obs_order = np.lexsort((cand, obs_at))
     return BufferedRun(

@@ -2,7 +2,7 @@
 
 A result emitted when a window closes is computed from the ``n`` tuples received by then, out of the
 ``N`` the window finally holds; its coverage is ``λ = n / N``. The target is
-``P(error >= ε) <= δ``. Like HPM (SEEDS.md §2, after Ji et al. 2015 and Law et al.), we treat the
+``P(error >= ε) <= δ``. Like HPM (docs/operators.md; after Ji et al. 2015 and Law et al.), we treat the
 received tuples as a simple random sample *without replacement* of the window: lateness is assumed
 independent of the value. Then the coverage a target needs, ``λ_thr``, follows from sampling theory.
 

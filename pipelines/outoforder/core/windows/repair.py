@@ -1,7 +1,7 @@
 """HPM's batch module: the late-tuple ledger, the Γ rule, and what repairs do to the results.
 
 Every late membership (a tuple arriving after a window it belongs to was emitted) is recorded in
-the ledger. HPM's Γ rule (SEEDS.md §2): when the event times of the *pending* late tuples span more
+the ledger. HPM's Γ rule (docs/operators.md, HPM): when the event times of the *pending* late tuples span more
 than Γ (``max(ts) − min(ts) > Γ``), they form one repair batch; the batch recomputes every window
 they belong to exactly, from everything stored so far, and the ledger starts again empty. Batching
 trades freshness for fewer reads of the history: one read per batch instead of one per late tuple.

@@ -1,4 +1,4 @@
-"""HPM's time-domain split of an arriving tuple into three classes (SEEDS.md §2).
+"""HPM's time-domain split of an arriving tuple into three classes (docs/operators.md, HPM).
 
 With ``t_max`` the largest event time seen, ``K`` the buffer in force and ``|W|`` the window size:
 

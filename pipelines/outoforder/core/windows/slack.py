@@ -1,4 +1,4 @@
-"""How long a window waits: the buffer policies of HPM and its baselines (SEEDS.md §2).
+"""How long a window waits: the buffer policies of HPM and its baselines (docs/operators.md).
 
 Each policy is told every arrival's delay (``t_max − ts`` before it, 0 if on time) and, when a
 window's coverage becomes known, that coverage and the coverage its target needs; it answers the
@@ -13,7 +13,7 @@ buffer ``K`` in force given ``k``, the largest delay seen so far.
   seed only names AQ-K-slack; this is what we implemented.)
 
 Policies are small mutable objects built from their settings; :meth:`snapshot` returns the state to
-persist between micro-batches, and :func:`restore` rebuilds it.
+persist between micro-batches, and ``restore`` loads it into a policy built from the same settings.
 
 >>> p = HPMSlack(PDController(lambda_thr=0.9, alpha_initial=0.5))
 >>> p.slack(2_000)
@@ -26,7 +26,7 @@ persist between micro-batches, and :func:`restore` rebuilds it.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -54,6 +54,10 @@ class SlackPolicy(Protocol):
         """The state to persist (JSON-serialisable)."""
         ...
 
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        """Load a :meth:`snapshot` of a policy with the same settings."""
+        ...
+
 
 @dataclass
 class FixedSlack:
@@ -76,6 +80,9 @@ class FixedSlack:
         """See :class:`SlackPolicy`."""
         return {"policy": self.name, "k_us": self.k_us}
 
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        """Nothing changes: K is a setting."""
+
 
 @dataclass
 class MaxDelaySlack:
@@ -97,36 +104,41 @@ class MaxDelaySlack:
         """See :class:`SlackPolicy`."""
         return {"policy": self.name}
 
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        """Nothing to load: the operator tracks the largest delay."""
+
 
 @dataclass
 class HPMSlack:
-    """HPM: K = α·k, α driven by the PD controller."""
+    """HPM: K = α·k, α driven by the PD controller (from its initial state, or from ``resume``)."""
 
     controller: PDController
-    state: PDState | None = None
+    resume: InitVar[PDState | None] = None
     name: str = "hpm"
+    state: PDState = field(init=False)
 
-    def __post_init__(self) -> None:
-        if self.state is None:
-            self.state = self.controller.initial()
+    def __post_init__(self, resume: PDState | None) -> None:
+        self.state = self.controller.initial() if resume is None else resume
 
     def observe_delay(self, delay_us: int) -> None:
         """Unused: the operator tracks the largest delay."""
 
     def observe_window(self, coverage: float, lambda_thr: float) -> None:
         """See :class:`SlackPolicy`."""
-        assert self.state is not None
         self.state = self.controller.update(self.state, coverage, lambda_thr)
 
     def slack(self, max_delay_us: int) -> int:
         """See :class:`SlackPolicy`."""
-        assert self.state is not None
         return self.controller.buffer_us(self.state, max_delay_us)
 
     def snapshot(self) -> dict[str, Any]:
         """See :class:`SlackPolicy`."""
-        assert self.state is not None
         return {"policy": self.name, "alpha": self.state.alpha, "last_error": self.state.last_error}
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        """See :class:`SlackPolicy`."""
+        err = snapshot["last_error"]
+        self.state = PDState(float(snapshot["alpha"]), None if err is None else float(err))
 
 
 @dataclass
@@ -167,4 +179,18 @@ class AQSlack:
 
     def snapshot(self) -> dict[str, Any]:
         """See :class:`SlackPolicy`."""
-        return {"policy": self.name, "u": self._state.alpha, "level": self._level, "k_us": self._k}
+        return {
+            "policy": self.name,
+            "u": self._state.alpha,
+            "last_error": self._state.last_error,
+            "level": self._level,
+            "k_us": self._k,
+            "delays": list(self._delays),
+        }
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        """See :class:`SlackPolicy`."""
+        err = snapshot["last_error"]
+        self._state = PDState(float(snapshot["u"]), None if err is None else float(err))
+        self._level, self._k = float(snapshot["level"]), int(snapshot["k_us"])
+        self._delays = deque((int(d) for d in snapshot["delays"]), maxlen=self.history)

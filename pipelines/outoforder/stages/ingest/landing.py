@@ -13,6 +13,7 @@ before it deletes, so no crash loses an object.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +21,9 @@ from outoforder.config import Settings
 from outoforder.errors import InputError
 from outoforder.io import objectstore
 from outoforder.sources.readers import READERS
-from outoforder.stages.ingest import IngestSummary, ingest_file
+from outoforder.stages.ingest.files import IngestSummary, ingest_file
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -40,10 +43,10 @@ class LandingOutcome:
 
 
 def ingest_landing(spark: Any, settings: Settings, limit: int | None = None) -> list[LandingOutcome]:
-    """Ingest every pending landing object (at most ``limit``), printing a line per object."""
+    """Ingest every pending landing object (at most ``limit``), logging a line per object."""
     storage = settings.storage
     items = objectstore.pending(storage)[:limit]
-    print(f"[landing] {len(items)} files waiting under {storage.landing_uri}/incoming/", flush=True)
+    log.info("[landing] %d files waiting under %s/incoming/", len(items), storage.landing_uri)
     folder = settings.work_dir / "landing-s3"
     out = []
     for item in items:
@@ -60,6 +63,6 @@ def ingest_landing(spark: Any, settings: Settings, limit: int | None = None) -> 
         else:
             local.unlink(missing_ok=True)
             outcome = LandingOutcome(item.uri, objectstore.mark_ingested(storage, item), summary)
-        print(outcome.line(), flush=True)
+        log.info("%s", outcome.line())
         out.append(outcome)
     return out

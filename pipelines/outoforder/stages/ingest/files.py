@@ -14,6 +14,7 @@ ordinal is reused, committed batches are skipped by Delta, the numbers come out 
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -30,6 +31,8 @@ from outoforder.io import delta
 from outoforder.io.conflicts import retry_on_conflict
 from outoforder.io.tables import BRONZE, INGEST_LOG, QUARANTINE, SEQ_PER_FILE
 from outoforder.sources.readers import make_reader, read_file
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -139,8 +142,8 @@ def ingest_file(
     ingest_id = f"{source}@{sha[:20]}"
     for table in (BRONZE, QUARANTINE, INGEST_LOG):
         delta.ensure(spark, table, settings.lake_root)
-    log = delta.read(spark, INGEST_LOG, settings.lake_root)
-    done = log.where((F.col("ingest_id") == ingest_id) & (F.col("status") == "done"))
+    ingest_log = delta.read(spark, INGEST_LOG, settings.lake_root)
+    done = ingest_log.where((F.col("ingest_id") == ingest_id) & (F.col("status") == "done"))
     if done.limit(1).count():
         return IngestSummary(source, shown, ingest_id, True, 0, 0, 0, 0, {}, 0.0)
     now = now_us if now_us is not None else int(datetime.now(UTC).timestamp() * 1_000_000)
@@ -206,8 +209,10 @@ def ingest_file(
             delta.append_once(rejected, QUARANTINE, settings.lake_root, ingest_id, batch_no)
         if dups is not None:
             dups.unpersist()  # only after both writes: they read it
-        print(f"[ingest] {source}: {counts.lines:,} lines read ({time.monotonic() - t0:.1f} s)", flush=True)
-    assert counts is not None
+        log.info("[ingest] %s: %s lines read (%.1f s)", source, f"{counts.lines:,}", time.monotonic() - t0)
+    if counts is None:  # read_file yields at least one batch, even for an empty file
+        msg = f"reading {path} produced no batch at all"
+        raise InputError(msg)
     accepted = counts.accepted - cross_dups
     quarantined = counts.quarantined + cross_dups
     done_row = (

@@ -1,9 +1,10 @@
 """Join evaluation: QJoin and the K-slack baselines over one arrival sequence, against the truth.
 
 The input is a bronze source (``--source``) or a file of your own (``--file``, CSV or Parquet with
-columns ``stream`` or ``side``, ``event_ts`` or ``ts`` in µs, optional ``x``, ``y``, ``key``; the
-row order is the arrival order). Two stream sets form R and S. Every candidate runs on the same
-arrivals with the same query; each is measured against the exact join, per period P:
+columns ``stream`` or ``side``, ``event_ts`` or ``ts`` in µs, and ``x``, ``y`` for a distance join
+or ``key`` for a key join; the row order is the arrival order). Two stream sets form R and S.
+Every candidate runs on the same arrivals with the same query; each is measured against the exact
+join, per period P:
 
 - ``qjoin-learned`` / ``qjoin-paper``: QJoin adapted every L with either estimator;
 - ``qjoin-hindsight``: the smallest constant retention that meets Q_user in every period, found
@@ -14,15 +15,16 @@ arrivals with the same query; each is measured against the exact join, per perio
 The summary (JSON) has one record per method with recall, periods meeting the target, buffered
 tuples, logical latency, throughput of the set form (tuples/s, this machine) and ratios to
 MP-K-slack; the per-period figures go to the Delta table ``gold/join_metrics`` when run on bronze.
-This evaluates whole sequences; the per-interval streaming stage comes with the join DAGs.
+This evaluates whole sequences; the per-interval stream stage is :mod:`outoforder.stages.join.stream`.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,15 +32,18 @@ import numpy as np
 import pandas as pd
 
 from outoforder.config import Settings
-from outoforder.core.joins.adaptation import AdaptationSettings, run_adaptive_qjoin, run_aq_kslack
+from outoforder.core.joins.adaptation import run_adaptive_qjoin, run_aq_kslack
 from outoforder.core.joins.kslack import FixedK, MaxDelayK, kslack_set
 from outoforder.core.joins.metrics import summarize
 from outoforder.core.joins.qjoin import JoinRun, qjoin_set
 from outoforder.core.joins.query import JoinInput, JoinQuery, PairArray, exact_join
 from outoforder.errors import ConfigError, InputError
+from outoforder.stages.join.spec import METHODS, JoinJob
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
 
 COST_COLUMNS = (
     "buffered_mean_r",
@@ -48,64 +53,61 @@ COST_COLUMNS = (
     "latency_mean_us",
     "latency_p95_us",
 )
-METHODS = ("qjoin-learned", "qjoin-paper", "qjoin-hindsight", "kslack-hindsight", "mp-kslack", "aq-kslack")
 
 
-@dataclass(frozen=True)
-class JoinJob:
-    """What to join and how to judge it."""
+def input_from_frame(
+    df: pd.DataFrame, job: JoinJob, what: str = "the input", both_sides: bool = False
+) -> JoinInput:
+    """Arrivals (rows in arrival order) to a JoinInput; rows of other streams are ignored.
 
-    r_streams: tuple[str, ...] = ("ball",)
-    s_streams: tuple[str, ...] = ("team_a", "team_b")
-    window_us: int = 500_000
-    theta: float = 2.0
-    predicate: str = "distance"
-    q_user: float = 0.95
-    period_us: int = 5_000_000
-    interval_us: int = 500_000
-    granularity_us: int = 10_000
-    warmup_periods: int = 1
-
-    def query(self) -> JoinQuery:
-        """The join query."""
-        return JoinQuery(self.window_us, self.theta, self.predicate)  # type: ignore[arg-type]
-
-    def adaptation(self, estimator: str = "learned") -> AdaptationSettings:
-        """The controller's settings."""
-        return AdaptationSettings(
-            q_user=self.q_user,
-            period_us=self.period_us,
-            interval_us=self.interval_us,
-            granularity_us=self.granularity_us,
-            basic_window_us=self.granularity_us,
-            estimator=estimator,  # type: ignore[arg-type]
-        )
-
-
-def input_from_frame(df: pd.DataFrame, job: JoinJob) -> JoinInput:
-    """Arrivals (rows in arrival order) to a JoinInput; rows of other streams are ignored."""
+    Nothing is assumed: a distance join needs ``x`` and ``y`` (numbers) on every joined tuple and
+    a key join a ``key`` column; a missing column, and with ``both_sides`` a side without rows,
+    is an :class:`InputError` that names it (``what`` names the input in the message).
+    """
+    columns = ", ".join(map(str, df.columns))
     ts_col = "event_ts" if "event_ts" in df.columns else "ts"
     if ts_col not in df.columns:
-        msg = "the input needs an event_ts (or ts) column in µs"
+        msg = f"{what} needs an event_ts (or ts) column in µs; its columns: {columns}"
         raise InputError(msg)
     if "side" in df.columns:
         side = df["side"].to_numpy(dtype=np.int64)
         keep = np.isin(side, (0, 1))
+        names = ("side 0", "side 1")
     elif "stream" in df.columns:
         stream = df["stream"].astype(str)
         r, s = stream.isin(job.r_streams).to_numpy(), stream.isin(job.s_streams).to_numpy()
         side = np.where(r, 0, 1).astype(np.int64)
         keep = r | s
+        names = (f"R ({','.join(job.r_streams)})", f"S ({','.join(job.s_streams)})")
     else:
-        msg = "the input needs a side (0/1) or a stream column"
+        msg = f"{what} needs a side (0/1) or a stream column; its columns: {columns}"
+        raise InputError(msg)
+    need = {"distance": ("x", "y"), "key": ("key",)}[job.predicate]
+    missing = [c for c in need if c not in df.columns]
+    if missing:
+        msg = (
+            f"a {job.predicate} join needs the column{'s' if len(missing) > 1 else ''} "
+            f"{', '.join(missing)}; {what} has: {columns}"
+        )
         raise InputError(msg)
     sub = df[keep]
     n = len(sub)
-    xs = sub["x"].fillna(np.nan).to_numpy(np.float64) if "x" in sub else np.zeros(n)
-    ys = sub["y"].fillna(np.nan).to_numpy(np.float64) if "y" in sub else np.zeros(n)
+    if both_sides:
+        empty = [names[k] for k in (0, 1) if not (side[keep] == k).any()]
+        if empty:
+            seen = sorted(df["stream"].astype(str).unique())[:10] if "stream" in df.columns else ["0/1"]
+            msg = f"{what} has no rows of {' or '.join(empty)}; its streams: {', '.join(seen)}"
+            raise InputError(msg)
+    # not numeric -> NaN, which a distance join then refuses with a count
+    xs = pd.to_numeric(sub["x"], errors="coerce").to_numpy(np.float64) if "x" in sub else np.zeros(n)
+    ys = pd.to_numeric(sub["y"], errors="coerce").to_numpy(np.float64) if "y" in sub else np.zeros(n)
     keys = pd.factorize(sub["key"].astype(str))[0].astype(np.int64) if "key" in sub else np.zeros(n, np.int64)
     if job.predicate == "distance" and (np.isnan(xs).any() or np.isnan(ys).any()):
-        msg = "a distance join needs x and y on every tuple of the joined streams"
+        bad = int((np.isnan(xs) | np.isnan(ys)).sum())
+        msg = (
+            f"a distance join needs numeric x and y on every tuple of the joined streams; "
+            f"{bad:,} rows of {what} lack one"
+        )
         raise InputError(msg)
     return JoinInput(side[keep], sub[ts_col].to_numpy(np.int64), xs, ys, keys)
 
@@ -165,11 +167,11 @@ def evaluate(inp: JoinInput, job: JoinJob, methods: tuple[str, ...] = METHODS) -
             params=params,
         )
         records[m] = rec
-        print(
-            f"[join] {m}: recall {rec['recall_mean']:.4f}, {100 * rec['periods_meeting_target']:.0f}% of "
-            f"periods meet {job.q_user}, buffered {rec['buffered_mean']:.0f}, {seconds:.1f} s",
-            flush=True,
-        )
+        log.info(
+            "[join] %s: recall %.4f, %.0f%% of periods meet %s, buffered %.0f, %.1f s",
+            m, rec["recall_mean"], 100 * rec["periods_meeting_target"], job.q_user, rec["buffered_mean"],
+            seconds,
+        )  # fmt: skip
     base = records.get("mp-kslack")
     for rec in records.values():
         if base:
@@ -260,6 +262,13 @@ def read_user_file(path: Path) -> pd.DataFrame:
         raise InputError(msg) from e
 
 
+def evaluate_file(path: Path, job: JoinJob, methods: tuple[str, ...] = METHODS) -> dict[str, Any]:
+    """Evaluate the join candidates on a user's file of arrivals (see :func:`input_from_frame`)."""
+    result = evaluate(input_from_frame(read_user_file(path), job, path.name, both_sides=True), job, methods)
+    result["file"] = str(path)
+    return result
+
+
 def write_summary(result: dict[str, Any], path: Path) -> Path:
     """The JSON quality summary."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -283,7 +292,7 @@ def run_join_on_source(
     if pdf.empty:
         msg = f"bronze has no rows for source {source!r}"
         raise InputError(msg)
-    result = evaluate(input_from_frame(pdf, job), job, methods)
+    result = evaluate(input_from_frame(pdf, job, f"source {source}", both_sides=True), job, methods)
     result["source"] = source
     rows = [
         (

@@ -1,0 +1,240 @@
+"""HPM: sliding-window aggregates over an out-of-order stream with a buffer that meets an (ε, δ) target.
+
+The incremental operator of HPM's stream module (Yang et al., Guangxi Sciences 26(4), 2019; the
+PD-controlled buffer K = α·k; docs/operators.md), tuple at a time, with the protocol of
+:mod:`outoforder.core.protocol`. The buffer policy is pluggable:
+:class:`~outoforder.core.windows.slack.HPMSlack` is HPM's, and the K-slack family
+(:class:`~outoforder.core.windows.slack.FixedSlack`, ``MaxDelaySlack``, ``AQSlack``) are the
+baselines. State: ``t_max`` (largest event time seen), ``k`` (largest delay seen) and the *close
+frontier* ``C``, the running maximum of ``t_max − K``: a window whose end is at or before ``C``
+is closed and emitted, and ``C`` never moves back, so a growing K never reopens a window.
+
+On the arrival of a tuple ``(ts, v)``:
+
+1. its delay ``t_max − ts`` (0 if on time) is shown to the policy and ``k`` grows to it;
+2. for each window containing ``ts``: if it is already closed the membership is *late* and is
+   returned as a :class:`~outoforder.core.protocol.Late` item (HPM's class 3, and class 2 for the
+   closed windows of a class-2 tuple: a repair needs every late membership to make the results
+   exact); otherwise ``v`` joins the window;
+3. ``t_max`` moves to ``ts`` if ahead; ``K = policy.slack(k)``; ``C = max(C, t_max − K)``;
+4. every window that ``C`` now passes is emitted, in window order, with the aggregate of the
+   tuples it received, its count, the K in force and ``λ_thr`` from its received values
+   (:mod:`outoforder.core.windows.quality`). Windows that received nothing are not emitted;
+5. a closed window's coverage ``λ = n_rcv / (n_rcv + n_late)`` is *observed* once ``C`` passes
+   its end by the coverage horizon ``H`` (late tuples that come later are not counted, as in HPM:
+   "within a period after the close"); the observation goes to the policy (the PD controller),
+   after every arrival (``control="arrival"``) or at the end of each batch (``control="batch"``:
+   how the pipeline's per-interval stage runs, one batch per interval; then, and only then, the
+   adaptation cadence depends on the batches).
+
+:meth:`HPM.flush` emits the still-open windows at the end of the stream.
+
+>>> from outoforder.core.protocol import Arrival
+>>> from outoforder.core.windows.assign import Windows
+>>> from outoforder.core.windows.buffered import WindowQuery
+>>> from outoforder.core.windows.slack import FixedSlack
+>>> op = HPM(WindowQuery(Windows(100, 50), "sum", coverage_horizon_us=100), FixedSlack(20))
+>>> arrivals = [Arrival(i, t, v) for i, (t, v) in enumerate([(10, 1.0), (60, 2.0), (160, 4.0), (30, 8.0)])]
+>>> out = op.process(arrivals)
+>>> [(e.window_id, e.value) for e in out.emitted], [(x.id, x.window) for x in out.late]
+([(-1, 1.0), (0, 3.0)], [(3, -1), (3, 0)])
+>>> [(e.window_id, e.value) for e in op.flush().emitted]  # the tuple at ts 30 came too late for both
+[(1, 2.0), (2, 4.0), (3, 4.0)]
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from outoforder.core.joins.progress import NEG
+from outoforder.core.protocol import Arrival, Late, Output
+from outoforder.core.windows.aggregate import reference_aggregate
+from outoforder.core.windows.buffered import WindowQuery, threshold
+from outoforder.core.windows.slack import HPMSlack, SlackPolicy
+from outoforder.errors import ConfigError, StateError
+
+
+@dataclass(frozen=True, slots=True)
+class WindowResult:
+    """An emitted window: its aggregate over the tuples received in time, and how it was emitted."""
+
+    window_id: int
+    value: float
+    received: int  # n_rcv
+    emitted_at: int  # the arrival index whose frontier closed it (the arrival count at a flush)
+    slack_us: int  # K in force
+    lag_us: int  # t_max − end at emission: the logical latency
+    lambda_thr: float  # the coverage its (ε, δ) target needs
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """A closed window's coverage, observed once the frontier passed its end by the horizon."""
+
+    window_id: int
+    at: int  # arrival index
+    received: int
+    late: int
+    lambda_thr: float
+
+    @property
+    def coverage(self) -> float:
+        """λ = n_rcv / (n_rcv + n_late)."""
+        return self.received / max(self.received + self.late, 1)
+
+
+@dataclass(frozen=True)
+class HPMOutput(Output[WindowResult]):
+    """An :class:`~outoforder.core.protocol.Output`, with the coverage observations and K per arrival."""
+
+    observations: list[Observation] = field(default_factory=list)
+    slack: list[int] = field(default_factory=list)
+
+
+class HPM:
+    """HPM's buffered sliding-window aggregate (see the module docstring); K-slack with another policy.
+
+    ``policy`` defaults to HPM's PD controller aiming at the query's coverage ``1 − ε``.
+    """
+
+    def __init__(
+        self,
+        query: WindowQuery,
+        policy: SlackPolicy | None = None,
+        control: Literal["arrival", "batch"] = "arrival",
+    ) -> None:
+        from outoforder.core.control.pd import PDController
+
+        if control not in ("arrival", "batch"):
+            msg = f"control must be 'arrival' or 'batch', got {control!r}"
+            raise ConfigError(msg)
+        self.query = query
+        self.policy: SlackPolicy = policy or HPMSlack(PDController(lambda_thr=1.0 - query.eps))
+        self.control = control
+        self.index = 0  # arrivals processed
+        self.t_max = NEG
+        self.k = 0
+        self.frontier = NEG
+        self.slack_now = 0
+        self.closed_upto: int | None = None  # the largest window id whose end is <= frontier
+        self.open: dict[int, list[float]] = {}  # window id -> values received in time
+        self._open_heap: list[int] = []
+        self.watched: dict[int, list[float]] = {}  # closed, coverage not yet observed: [n_rcv, n_late, λ_thr]
+        self._watch_heap: list[int] = []
+        self.pending: list[tuple[float, float]] = []  # observations the policy has not seen: (λ, λ_thr)
+
+    # --- the protocol ---------------------------------------------------------------------
+
+    def process(self, batch: Sequence[Arrival]) -> HPMOutput:
+        """Handle a batch of arrivals (the policy sees observations per arrival, or at the batch's end)."""
+        return self.feed(batch, control=True)
+
+    def feed(self, batch: Sequence[Arrival], control: bool = True) -> HPMOutput:
+        """:meth:`process`; ``control=False`` keeps a batch's observations pending (``"batch"`` control)."""
+        out = HPMOutput()
+        for a in batch:
+            self._arrive(a, out)
+        if self.control == "batch" and control:
+            self._observe()
+        return out
+
+    def flush(self) -> HPMOutput:
+        """The end of the stream: emit every open window with what it received."""
+        out = HPMOutput()
+        while self._open_heap:
+            self._close(heapq.heappop(self._open_heap), self.index, self.slack_now, out)
+        return out
+
+    def snapshot(self) -> dict[str, Any]:
+        """The state as plain data (the policy's included)."""
+        return {
+            "index": self.index,
+            "t_max": self.t_max,
+            "k": self.k,
+            "frontier": self.frontier,
+            "slack": self.slack_now,
+            "closed_upto": self.closed_upto,
+            "open": [[w, list(v)] for w, v in self.open.items()],
+            "watched": [[w, *v] for w, v in self.watched.items()],
+            "pending": [list(p) for p in self.pending],
+            "policy": self.policy.snapshot(),
+        }
+
+    def restore(self, snapshot: Mapping[str, Any]) -> None:
+        """Load a :meth:`snapshot` of an operator with the same query and kind of policy."""
+        try:
+            self.index, self.t_max, self.k = (
+                int(snapshot["index"]),
+                int(snapshot["t_max"]),
+                int(snapshot["k"]),
+            )
+            self.frontier, self.slack_now = int(snapshot["frontier"]), int(snapshot["slack"])
+            upto = snapshot["closed_upto"]
+            self.closed_upto = None if upto is None else int(upto)
+            self.open = {int(w): [float(x) for x in v] for w, v in snapshot["open"]}
+            self.watched = {
+                int(w): [float(r), float(lt), float(lam)] for w, r, lt, lam in snapshot["watched"]
+            }
+            self.pending = [(float(c), float(lam)) for c, lam in snapshot["pending"]]
+            self.policy.restore(dict(snapshot["policy"]))
+        except (KeyError, TypeError, ValueError) as e:
+            msg = f"not an HPM snapshot ({type(e).__name__}: {e})"
+            raise StateError(msg) from e
+        self._open_heap = sorted(self.open)
+        self._watch_heap = sorted(self.watched)
+
+    # --- one arrival ------------------------------------------------------------------------
+
+    def _arrive(self, a: Arrival, out: HPMOutput) -> None:
+        w, horizon = self.query.windows, self.query.coverage_horizon_us
+        t, i = int(a.ts), self.index
+        delay = max(self.t_max - t, 0) if self.t_max != NEG else 0
+        self.policy.observe_delay(delay)
+        self.k = max(self.k, delay)
+        for wid in w.ids_of(t).tolist():
+            if self.closed_upto is not None and wid <= self.closed_upto:
+                out.late.append(Late(a.id, t, wid))
+                if wid in self.watched:
+                    self.watched[wid][1] += 1
+                elif int(w.end_of(wid)) + horizon > self.frontier:
+                    # nothing arrived in time: coverage 0 when observed
+                    self.watched[wid] = [0, 1, threshold(self.query, [])]
+                    heapq.heappush(self._watch_heap, wid)
+            else:
+                if wid not in self.open:
+                    self.open[wid] = []
+                    heapq.heappush(self._open_heap, wid)
+                self.open[wid].append(float(a.value))
+        self.t_max = max(self.t_max, t)
+        self.slack_now = self.policy.slack(self.k)
+        out.slack.append(self.slack_now)
+        self.frontier = max(self.frontier, self.t_max - self.slack_now)
+        self.closed_upto = (self.frontier - w.size_us) // w.slide_us
+        while self._open_heap and self._open_heap[0] <= self.closed_upto:
+            self._close(heapq.heappop(self._open_heap), i, self.slack_now, out)
+        while self._watch_heap and int(w.end_of(self._watch_heap[0])) + horizon <= self.frontier:
+            wid = heapq.heappop(self._watch_heap)
+            n_rcv, n_late, lam = self.watched.pop(wid)
+            ob = Observation(wid, i, int(n_rcv), int(n_late), lam)
+            out.observations.append(ob)
+            self.pending.append((ob.coverage, lam))
+        self.index += 1
+        if self.control == "arrival":
+            self._observe()
+
+    def _observe(self) -> None:
+        for coverage, lam in self.pending:
+            self.policy.observe_window(coverage, lam)
+        self.pending.clear()
+
+    def _close(self, wid: int, at: int, slack: int, out: HPMOutput) -> None:
+        vals = self.open.pop(wid)
+        lam = threshold(self.query, vals)
+        end = int(self.query.windows.end_of(wid))
+        value = reference_aggregate(vals, self.query.aggregate)
+        out.emitted.append(WindowResult(wid, value, len(vals), at, slack, self.t_max - end, lam))
+        self.watched[wid] = [len(vals), 0, lam]
+        heapq.heappush(self._watch_heap, wid)

@@ -1,0 +1,115 @@
+"""The late-tuple ledger of the aggregates: what is pending since the last repair, and HPM's Γ rule over it.
+
+Every late membership (a tuple that arrived after a window it belongs to was emitted) is a row of
+``silver/agg_ledger``; a repair records the interval end it repaired up to in ``gold/agg_repairs``,
+so the *pending* ledger is the entries newer than that. After every interval the stream stage
+leaves the ledger's status in a small JSON file (:func:`status_path`) that the ``aggregate_stream``
+DAG reads without Spark to decide whether to start ``late_repair``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from outoforder.config import Settings
+from outoforder.core.windows.repair import gamma_due
+from outoforder.stages.aggregate.spec import AggJob
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def pending_ledger(spark: SparkSession, settings: Settings, source: str, job: AggJob) -> DataFrame:
+    """Ledger entries newer than the last repair."""
+    from pyspark.sql import functions as F
+
+    from outoforder.io import delta
+    from outoforder.io.tables import AGG_LEDGER, AGG_REPAIRS
+    from outoforder.stages.interval import where_job
+
+    mine = where_job(source, job.job_id())
+    for t in (AGG_LEDGER, AGG_REPAIRS):
+        delta.ensure(spark, t, settings.lake_root)
+    done = delta.read(spark, AGG_REPAIRS, settings.lake_root).where(mine).agg(F.max("repair_id")).first()
+    upto = -(2**62) if done is None or done[0] is None else int(done[0])
+    return delta.read(spark, AGG_LEDGER, settings.lake_root).where(
+        mine & (F.col("interval_end_us") > F.lit(upto))
+    )
+
+
+@dataclass(frozen=True)
+class Pending:
+    """The pending ledger in figures: late tuples, their event-time range, newest interval, windows."""
+
+    late_tuples: int
+    lo_ts: int
+    hi_ts: int
+    upto_us: int
+    windows: int
+
+    @property
+    def span_us(self) -> int:
+        """The event time the pending late tuples span."""
+        return self.hi_ts - self.lo_ts
+
+    def due(self, gamma_us: int) -> bool:
+        """HPM's Γ rule on the pending tuples' event times."""
+        return gamma_due(np.array([self.lo_ts, self.hi_ts], dtype=np.int64), gamma_us)
+
+
+def summarize(pending: DataFrame) -> Pending | None:
+    """One aggregation over the pending ledger (None when it is empty)."""
+    from pyspark.sql import functions as F
+
+    row = pending.agg(
+        F.countDistinct("seq"),
+        F.min("ts"),
+        F.max("ts"),
+        F.max("interval_end_us"),
+        F.countDistinct("window_id"),
+    ).first()
+    if row is None or not row[0]:
+        return None
+    return Pending(*(int(x) for x in row))
+
+
+def status_path(settings: Settings, source: str, job: AggJob) -> Path:
+    """Where the stream stage leaves the ledger's Γ status for the scheduler (a small JSON file)."""
+    safe = source.replace("/", "__")
+    return settings.work_dir / "status" / "aggregate" / f"{safe}__{job.job_id()}.json"
+
+
+def ledger_status(spark: SparkSession, settings: Settings, source: str, job: AggJob) -> dict[str, Any]:
+    """The pending ledger's size and event-time span, and whether the Γ rule calls for a repair."""
+    pending = summarize(pending_ledger(spark, settings, source, job))
+    n, span = (0, 0) if pending is None else (pending.late_tuples, pending.span_us)
+    return {
+        "source": source,
+        "job": job.job_id(),
+        "pending_late_tuples": n,
+        "pending_span_us": span,
+        "gamma_us": job.gamma_us,
+        "repair_due": pending is not None and pending.due(job.gamma_us),
+    }
+
+
+def write_ledger_status(spark: SparkSession, settings: Settings, source: str, job: AggJob) -> dict[str, Any]:
+    """Compute :func:`ledger_status` and write it to :func:`status_path` (atomically)."""
+    status = ledger_status(spark, settings, source, job)
+    path = status_path(settings, source, job)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(status, indent=1))
+    tmp.replace(path)
+    return status
+
+
+def read_status(settings: Settings, source: str, job: AggJob) -> dict[str, Any] | None:
+    """The status the stream stage left (None before its first interval); no Spark needed."""
+    path = status_path(settings, source, job)
+    return json.loads(path.read_text()) if path.exists() else None

@@ -1,0 +1,178 @@
+"""``aggregate-repair``: HPM's batch module, which makes the aggregates exact once late tuples are in bronze.
+
+It looks at the *pending* ledger (:mod:`outoforder.stages.aggregate.ledger`). When the late
+tuples' event times span more than Γ (or when forced), it recomputes every affected window
+exactly from bronze (the arrivals up to the newest ledger interval), reading only the event-time
+ranges of those windows, and MERGEs: a changed value gets version + 1, ``final``, the previous
+value and the late tuples that caused it; an unchanged one only becomes ``final``; a window the
+stream never emitted (all its tuples were late) is inserted. The repair is recorded in
+``gold/agg_repairs`` last: a rerun after a crash recomputes the same values and changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from outoforder.config import Settings
+from outoforder.core.windows.repair import window_runs
+from outoforder.io.conflicts import retry_on_conflict
+from outoforder.io.tables import AGG_REPAIRS, AGG_RESULTS, BRONZE
+from outoforder.stages.aggregate.ledger import pending_ledger, summarize
+from outoforder.stages.aggregate.spec import AggJob
+from outoforder.stages.aggregate.stream import agg_tuples
+from outoforder.stages.interval import where_job
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, SparkSession
+
+log = logging.getLogger(__name__)
+
+# the columns a repair rewrites in a window whose value changed
+CHANGED_COLUMNS = (
+    "value", "n_tuples", "version", "final", "produced_by", "previous_value", "caused_by",
+    "written_by_us", "written_at_us",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RepairSummary:
+    """What one repair check did (``ran`` is False when nothing was pending or Γ was not met)."""
+
+    source: str
+    job: str
+    ran: bool
+    reason: str
+    late_tuples: int = 0
+    late_span_us: int = 0
+    windows: int = 0
+    changed: int = 0
+    added: int = 0
+    rows_read: int = 0
+    affected_rows: int = 0
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        """One progress line."""
+        if not self.ran:
+            return f"[aggregate-repair] {self.source} ({self.job}): no repair: {self.reason}"
+        return (
+            f"[aggregate-repair] {self.source} ({self.job}): {self.reason}: {self.late_tuples:,} late tuples "
+            f"spanning {self.late_span_us / 1e6:.2f} s -> {self.windows:,} windows recomputed, "
+            f"{self.changed:,} changed, {self.added:,} added; read {self.rows_read:,} rows for "
+            f"{self.affected_rows:,} rows in the affected windows, {self.seconds:.1f} s"
+        )
+
+
+@retry_on_conflict
+def repair(
+    spark: SparkSession, settings: Settings, source: str, job: AggJob, force: bool = False
+) -> RepairSummary:
+    """Run one repair if the Γ rule (or ``force``) calls for it; idempotent."""
+    from pyspark.sql import functions as F
+
+    from outoforder.io import delta
+    from outoforder.spark.windows import exact_windows, window_members
+
+    t0 = time.monotonic()
+    jid = job.job_id()
+    lake = settings.lake_root
+    delta.ensure(spark, AGG_RESULTS, lake)
+    pending = pending_ledger(spark, settings, source, job).localCheckpoint()
+    todo = summarize(pending)
+    if todo is None:
+        return RepairSummary(source, jid, False, "the ledger has no pending late tuples")
+    n_late, span, upto, n_windows = todo.late_tuples, todo.span_us, todo.upto_us, todo.windows
+    due = todo.due(job.gamma_us)
+    if not due and not force:
+        why = f"{n_late} pending late tuples span {span / 1e6:.2f} s <= Γ = {job.gamma_us / 1e6:g} s"
+        return RepairSummary(source, jid, False, why)
+    w = job.query().windows
+    targets = pending.select(F.col("window_id").alias("wid")).distinct()
+    ids = np.array([int(r[0]) for r in targets.collect()], dtype=np.int64)
+    in_windows = F.lit(False)
+    for lo, hi in window_runs(ids, w):
+        in_windows = in_windows | ((F.col("event_ts") >= F.lit(lo)) & (F.col("event_ts") < F.lit(hi)))
+    bronze = delta.read_arrivals(spark, BRONZE, lake, source=source)
+    read = agg_tuples(bronze.where((F.col("arrival_ts") < F.lit(upto)) & in_windows), job).localCheckpoint()
+    rows_read = read.count()
+    exact = exact_windows(read, w, job.aggregate, targets).localCheckpoint()
+    # rows of bronze that belong to an affected window (what an ideal repair would read)
+    affected_rows = window_members(read, w).join(F.broadcast(targets), "wid").select("seq").distinct().count()
+    causes = pending.groupBy(F.col("window_id").alias("wid")).agg(
+        F.sort_array(F.collect_set("seq")).alias("caused_by")
+    )
+    current = delta.read(spark, AGG_RESULTS, lake).where(where_job(source, jid))
+    now_us = time.time_ns() // 1000
+
+    def same_as(col: str) -> Column:
+        return F.col(col).isNotNull() & (
+            F.abs(F.col("value") - F.col(col)) <= F.lit(1e-9) * F.abs(F.col("value")) + F.lit(1e-12)
+        )
+
+    # A run killed between the results MERGE and the log row leaves results this repair already
+    # wrote (produced_by "repair", written_by_us = upto): the log counts them against the value
+    # they replaced, so the rerun logs what an uninterrupted repair would have.
+    mine = (F.col("produced_by") == "repair") & (F.col("written_by_us") == F.lit(upto))
+    joined = (
+        exact.join(causes, "wid", "left")
+        .join(
+            current.select(
+                F.col("window_id").alias("wid"),
+                F.col("value").alias("old"),
+                "version",
+                F.when(mine, F.col("previous_value")).otherwise(F.col("value")).alias("before"),
+            ),
+            "wid",
+            "left",
+        )
+        .withColumn("same", same_as("old"))
+        .localCheckpoint()
+    )
+    changed = joined.where(F.col("before").isNotNull() & ~same_as("before")).count()
+    added = joined.where(F.col("before").isNull()).count()
+    updates = joined.select(
+        F.lit(source).alias("source"),
+        F.lit(jid).alias("job"),
+        F.col("wid").alias("window_id"),
+        (F.col("wid") * F.lit(w.slide_us)).alias("window_start_us"),
+        (F.col("wid") * F.lit(w.slide_us) + F.lit(w.size_us)).alias("window_end_us"),
+        "value",
+        F.col("n_rcv").alias("n_tuples"),
+        F.coalesce(F.col("version") + 1, F.lit(1)).cast("long").alias("version"),
+        F.lit(True).alias("final"),
+        F.lit("repair").alias("produced_by"),
+        F.col("old").alias("previous_value"),
+        "caused_by",
+        F.lit(None).cast("double").alias("stream_value"),
+        F.lit(None).cast("long").alias("emitted_at_seq"),
+        F.lit(None).cast("long").alias("slack_us"),
+        F.lit(None).cast("double").alias("lambda_thr"),
+        F.lit(upto).cast("long").alias("written_by_us"),
+        F.lit(now_us).cast("long").alias("written_at_us"),
+        "same",
+    )
+    delta.upsert(
+        updates,
+        AGG_RESULTS,
+        lake,
+        keys=("source", "job", "window_id"),
+        match={"source": source, "job": jid},
+        updates=[("NOT n.same", CHANGED_COLUMNS), ("n.same AND NOT t.final", ("final", "written_at_us"))],
+    )
+    summary = RepairSummary(
+        source, jid, True, "Γ rule" if due else "forced", n_late, span, n_windows, changed, added, rows_read,
+        affected_rows, time.monotonic() - t0,
+    )  # fmt: skip
+    row = (
+        source, jid, upto, "gamma" if due else "forced", n_late, span, n_windows, changed, added, rows_read,
+        affected_rows, summary.seconds, now_us,
+    )  # fmt: skip
+    delta.merge_new(
+        spark.createDataFrame([row], AGG_REPAIRS.schema), AGG_REPAIRS, lake, ("source", "job", "repair_id")
+    )
+    return summary

@@ -1,0 +1,83 @@
+"""The aggregate job: streams, aggregate, sliding windows, the (ε, δ) target, HPM's controller and Γ.
+
+The defaults are HPM's experiments.
+
+Every parameter is declared once here (see :mod:`outoforder.stages.spec`); the CLI, the DAGs
+``aggregate_stream`` and ``late_repair`` and the job id derive from it. Standard library only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from outoforder.errors import ConfigError
+from outoforder.stages.spec import Job, param
+
+if TYPE_CHECKING:
+    from outoforder.core.control.pd import PDController
+    from outoforder.core.windows.buffered import WindowQuery
+
+
+@dataclass(frozen=True)
+class AggJob(Job):
+    """What to aggregate and the quality target.
+
+    Γ paces the repair, not the stream: it does not identify the job, so a repair with another Γ
+    works on the same tables.
+
+    >>> base = AggJob().job_id()
+    >>> AggJob(gamma_us=1).job_id() == base, AggJob(aggregate="avg").job_id() == base
+    (True, False)
+    """
+
+    PREFIX = "ag"
+
+    streams: tuple[str, ...] = param((), help="streams to aggregate (comma-separated; empty: all)")
+    aggregate: str = param("sum", help="sum, count, avg, min, max, median or quantile:q")
+    size_us: int = param(500_000, unit="ms", option="window", help="window size", above=0)
+    slide_us: int = param(100_000, unit="ms", option="slide", help="window slide", above=0)
+    eps: float = param(0.05, help="ε: the relative error bound", above=0, below=1)
+    delta: float = param(0.05, help="δ: the share of windows allowed to miss ε", above=0, below=1)
+    k_p: float = param(0.2, option="kp", help="the PD controller's K_p")
+    k_d: float = param(4.0, option="kd", help="the PD controller's K_d")
+    alpha_initial: float = param(0.6, option="alpha0", help="initial α (K = α · largest delay)",
+                                 minimum=0, maximum=1)  # fmt: skip
+    # K never below 5 % of the largest delay (docs/aggregates.md says why)
+    alpha_min: float = param(0.05, help="the floor of α (0: the paper's controller)", minimum=0, maximum=1)
+    coverage_horizon_us: int = param(1_000_000, unit="ms", option="horizon",
+                                     help="a window's coverage is observed this long after it closed",
+                                     minimum=0)  # fmt: skip
+    gamma_us: int = param(5_000_000, unit="s", option="gamma", identifies=False, minimum=0,
+                          help="Γ: repair once the pending late tuples span more event time")  # fmt: skip
+
+    def check(self) -> None:
+        """Sliding windows without gaps (the aggregate's name is checked by :meth:`query`)."""
+        if self.slide_us > self.size_us:
+            msg = f"--slide-ms ({self.slide_us / 1e3:g}) > --window-ms ({self.size_us / 1e3:g}) leaves gaps"
+            raise ConfigError(msg)
+
+    def query(self) -> WindowQuery:
+        """The window query and its target."""
+        from outoforder.core.windows.assign import Windows
+        from outoforder.core.windows.buffered import WindowQuery
+
+        return WindowQuery(
+            Windows(self.size_us, self.slide_us),
+            self.aggregate,
+            self.eps,
+            self.delta,
+            self.coverage_horizon_us,
+        )
+
+    def controller(self) -> PDController:
+        """HPM's PD controller (the target coverage is given per window)."""
+        from outoforder.core.control.pd import PDController
+
+        return PDController(
+            lambda_thr=1.0 - self.eps,
+            k_p=self.k_p,
+            k_d=self.k_d,
+            alpha_initial=self.alpha_initial,
+            alpha_min=self.alpha_min,
+        )

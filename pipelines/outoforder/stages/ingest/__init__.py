@@ -1,0 +1,1 @@
+"""Getting arrivals into bronze: files, the landing bucket, and synthetic replays."""

@@ -1,0 +1,461 @@
+"""The skeleton every stream stage runs: one arrival-time interval per run, the operator's state in Delta.
+
+A stream stage (the join, the aggregates, the top-k) processes the bronze arrivals of one
+arrival-time interval ``[start, end)`` per run and keeps its operator state as snapshots *as of* an
+interval end: one row in a state table keyed by (source, job, as_of_us), and for larger state
+(buffered tuples, open windows) rows in snapshot tables with the same key. :class:`IntervalStage`
+is the template; a stage fills in two hooks, :meth:`~IntervalStage.tuples` (bronze rows to operator
+input) and :meth:`~IntervalStage.step` (restore, run the operator, write the results). The
+skeleton does the rest, in this order, so that every run is idempotent:
+
+1. **resume**: the snapshot as of ``start`` (:func:`snapshot_before`). No snapshot means the job's
+   first interval; a run that would skip arrivals fails with the interval to run first;
+2. **step**: the operator restores its state, reads the interval's arrivals, and MERGEs its
+   results on their natural keys (a rerun inserts nothing);
+3. **budget**: a state over ``stream.state_budget_rows`` stops the run before it is written;
+4. **state**: the snapshot tables, then the state row, as of ``end`` (replacing an earlier write
+   of the same snapshot). The state goes last: a run killed before it reruns from the old one and
+   finds its results already there;
+5. **prune**: snapshots older than ``keep_snapshots`` intervals are deleted;
+6. **summary**: what the interval did, one progress line.
+
+:meth:`IntervalStage.run` is the loop the CLI and the main job use: from where the job stopped
+(or a given start) to the newest arrival (or a given end), in steps of a given length.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+
+from outoforder.config import Settings
+from outoforder.errors import ConfigError, InputError, SchemaError, StateError
+from outoforder.io.conflicts import retrying
+from outoforder.stages.spec import Job
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+    from outoforder.io.tables import Table
+
+log = logging.getLogger(__name__)
+J = TypeVar("J", bound=Job)
+
+
+def split_span(start: int, end: int, step: int) -> list[tuple[int, int]]:
+    """[start, end) cut into intervals of ``step`` µs (the last one may be shorter).
+
+    >>> split_span(0, 10, 4)
+    [(0, 4), (4, 8), (8, 10)]
+    """
+    if step <= 0 or end <= start:
+        msg = f"need start < end and a positive interval (got [{start}, {end}), step {step} µs)"
+        raise ConfigError(msg)
+    return [(lo, min(lo + step, end)) for lo in range(start, end, step)]
+
+
+def where_job(source: str, job: str) -> Column:
+    """The filter on (source, job) of a stage's tables."""
+    from pyspark.sql import functions as F
+
+    return (F.col("source") == source) & (F.col("job") == job)
+
+
+@dataclass(frozen=True, kw_only=True)
+class IntervalSummary:
+    """What one run of a stream stage did; each stage adds its own figures (:meth:`figures`)."""
+
+    stage: ClassVar[str] = "stream"
+    source: str
+    job: str
+    start_us: int
+    end_us: int
+    arrivals: int
+    state_rows: int  # what the stage carries to the next interval (bounded by stream.state_budget_rows)
+    seconds: float
+
+    def figures(self) -> str:
+        """The stage's own part of the progress line."""
+        return ""
+
+    def line(self) -> str:
+        """One progress line."""
+        figures = self.figures()
+        return (
+            f"[{self.stage}] {self.source} [{self.start_us}, {self.end_us}): {self.arrivals:,} arrivals"
+            f"{', ' + figures if figures else ''}, {self.seconds:.1f} s"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The figures as plain data (for JSON summaries)."""
+        return {"stage": self.stage, **asdict(self)}
+
+
+S = TypeVar("S", bound=IntervalSummary)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """What a stage's :meth:`~IntervalStage.step` works on."""
+
+    start_us: int
+    end_us: int
+    now_us: int  # wall clock of the run, for the written_at_us columns
+    first_start_us: int  # the start of the job's first interval
+    before: Mapping[str, int]  # the cumulative counters as of start (zeros on the first interval)
+
+
+@dataclass(frozen=True)
+class Step:
+    """What a stage's step did: its input, its new state, and the figures of its summary."""
+
+    arrivals: int
+    state: Mapping[str, Any]  # the operator's own columns of the state row
+    state_rows: int  # rows of state carried to the next interval
+    snapshots: Mapping[str, DataFrame] = field(default_factory=dict)  # snapshot table name -> rows
+    added: Mapping[str, int] = field(default_factory=dict)  # increments of the cumulative counters
+    figures: Mapping[str, Any] = field(default_factory=dict)  # the summary's stage-specific fields
+
+
+class IntervalStage(ABC, Generic[J, S]):
+    """A stream stage over arrival-time intervals (see the module docstring for the order of work)."""
+
+    name: ClassVar[str]  # the stage, as the CLI and the progress lines call it
+    what: ClassVar[str]  # what its state is of, in messages ("stream join")
+    state_table: ClassVar[Table]
+    snapshot_tables: ClassVar[tuple[Table, ...]] = ()  # keyed by as_of_us like the state row
+    tables: ClassVar[tuple[Table, ...]] = ()  # created before the first interval (the checks read them)
+    counters: ClassVar[tuple[str, ...]] = ("arrivals",)  # cumulative columns of the state row
+    summary_type: type[S]
+
+    def __init__(
+        self, spark: SparkSession, settings: Settings, source: str, job: J, keep_snapshots: int = 48
+    ) -> None:
+        self.spark = spark
+        self.settings = settings
+        self.source = source
+        self.job = job
+        self.jid = job.job_id()
+        self.keep_snapshots = keep_snapshots
+
+    # --- hooks ------------------------------------------------------------------------------
+
+    @abstractmethod
+    def tuples(self, bronze: DataFrame) -> DataFrame:
+        """Bronze rows of the job's streams as the operator's input."""
+
+    @abstractmethod
+    def step(self, interval: Interval, prev: Mapping[str, Any] | None) -> Step:
+        """Restore the state from ``prev`` (None: empty), process the interval, write its results."""
+
+    def finish(self, summary: S) -> None:
+        """After the state is written (the aggregates leave their ledger status here)."""
+
+    def before_interval(self, start_us: int) -> None:
+        """In :meth:`run`, before each interval (the join adapts its retention here)."""
+
+    def after_interval(self, summary: S) -> None:
+        """In :meth:`run`, after each interval (the aggregates may repair here)."""
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def arrivals(self, lo: int, hi: int) -> DataFrame:
+        """The operator input of the bronze rows with ``lo <= arrival_ts < hi``."""
+        from outoforder.io import delta
+        from outoforder.io.tables import BRONZE
+
+        bronze = delta.read_arrivals(
+            self.spark, BRONZE, self.settings.lake_root, source=self.source, arrival_ts_range=(lo, hi)
+        )
+        return self.tuples(bronze)
+
+    def mine(self) -> Column:
+        """The filter on this job's rows of the stage's tables."""
+        return where_job(self.source, self.jid)
+
+    def read(self, table: Table) -> DataFrame:
+        """The rows of this job in one of the stage's tables."""
+        from outoforder.io import delta
+
+        return delta.read(self.spark, table, self.settings.lake_root).where(self.mine())
+
+    def snapshot(self, table: Table, prev: Mapping[str, Any]) -> DataFrame:
+        """The rows of a snapshot table as of the snapshot ``prev``."""
+        from pyspark.sql import functions as F
+
+        return self.read(table).where(F.col("as_of_us") == prev["as_of_us"])
+
+    # --- the skeleton -----------------------------------------------------------------------
+
+    def run_interval(self, start_us: int, end_us: int) -> S:
+        """Process the arrivals of ``[start_us, end_us)``; idempotent, retried whole on a write conflict."""
+        return retrying(f"{self.name}.run_interval", lambda: self._run_interval(start_us, end_us))
+
+    def _run_interval(self, start_us: int, end_us: int) -> S:
+        from outoforder.io import delta
+
+        if end_us <= start_us:
+            msg = f"empty interval [{start_us}, {end_us})"
+            raise InputError(msg)
+        t0 = time.monotonic()
+        lake = self.settings.lake_root
+        for t in (self.state_table, *self.snapshot_tables, *self.tables):
+            delta.ensure(self.spark, t, lake)
+        prev = snapshot_before(
+            self.spark, self.settings, self.state_table, self.source, self.jid, start_us,
+            lambda lo, hi: bool(self.arrivals(lo, hi).limit(1).count()), self.what,
+        )  # fmt: skip
+        before = {c: 0 if prev is None else int(prev[c]) for c in self.counters}
+        first = start_us if prev is None else int(prev["interval_start_us"])
+        now_us = time.time_ns() // 1000
+        done = self.step(Interval(start_us, end_us, now_us, first, before), prev)
+        check_state_budget(self.settings, self.what, self.source, self.jid, end_us, done.state_rows)
+        self._write_state(end_us, first, now_us, before, done)
+        prune_snapshots(
+            self.spark, self.settings, self.state_table, self.snapshot_tables, self.source, self.jid,
+            self.keep_snapshots,
+        )  # fmt: skip
+        summary = self.summary_type(
+            source=self.source,
+            job=self.jid,
+            start_us=start_us,
+            end_us=end_us,
+            arrivals=done.arrivals,
+            state_rows=done.state_rows,
+            seconds=time.monotonic() - t0,
+            **done.figures,
+        )
+        self.finish(summary)
+        return summary
+
+    def _write_state(
+        self, end_us: int, first: int, now_us: int, before: Mapping[str, int], done: Step
+    ) -> None:
+        from pyspark.sql import functions as F
+
+        from outoforder.io import delta
+
+        lake = self.settings.lake_root
+        key: dict[str, str | int] = {"source": self.source, "job": self.jid, "as_of_us": end_us}
+        tagged = [F.lit(v).alias(k) for k, v in key.items()]
+        by_name = {t.name: t for t in self.snapshot_tables}
+        unknown = sorted(set(done.snapshots) - set(by_name))
+        if unknown:
+            msg = f"{self.name} wrote snapshots of {unknown}, which are not among its snapshot tables"
+            raise SchemaError(msg)
+        for name, rows in done.snapshots.items():
+            table = by_name[name]
+            own = [f.name for f in table.schema.fields if f.name not in key]
+            delta.replace_where(rows.select(*tagged, *own), table, lake, key)
+        values = {
+            **key,
+            "interval_start_us": first,
+            "written_at_us": now_us,
+            **{c: before[c] + int(done.added.get(c, 0)) for c in self.counters},
+            **done.state,
+        }
+        names = self.state_table.schema.fieldNames()
+        missing = [n for n in names if n not in values]
+        if missing:
+            msg = f"{self.name}'s state row lacks {missing}"
+            raise SchemaError(msg)
+        row = self.spark.createDataFrame([tuple(values[n] for n in names)], self.state_table.schema)
+        delta.replace_where(row, self.state_table, lake, key)
+
+    # --- where the job is -------------------------------------------------------------------
+
+    def last_processed(self) -> int | None:
+        """The end of the newest interval the job has processed (None before its first run)."""
+        return last_processed(self.spark, self.settings, self.state_table, self.source, self.jid)
+
+    def first_start(self) -> int | None:
+        """The start of the job's first interval (every state row carries it); None before its first run."""
+        return first_start(self.spark, self.settings, self.state_table, self.source, self.jid)
+
+    def pending_span(self) -> tuple[int, int] | None:
+        """The arrivals still to process: [resume point, newest arrival + 1), or None when there are none."""
+        return pending_span(self.spark, self.settings, self.source, self.last_processed())
+
+    def run(
+        self, start_us: int | None = None, end_us: int | None = None, every_us: int | None = None
+    ) -> list[S]:
+        """Run the intervals of ``[start, end)`` in steps of ``every_us`` (default: one interval).
+
+        A missing start is where the job stopped (or the source's first arrival); a missing end is
+        just after the newest arrival in bronze. Logs each interval's progress line.
+        """
+        if start_us is None or end_us is None:
+            span = self.pending_span()
+            if span is None:
+                log.info("[%s] %s: every arrival in bronze is processed already", self.name, self.source)
+                return []
+            start_us = span[0] if start_us is None else start_us
+            end_us = span[1] if end_us is None else end_us
+        summaries = []
+        for lo, hi in split_span(start_us, end_us, every_us or end_us - start_us):
+            self.before_interval(lo)
+            summary = self.run_interval(lo, hi)
+            log.info("%s", summary.line())
+            summaries.append(summary)
+            self.after_interval(summary)
+        return summaries
+
+
+def snapshot_before(
+    spark: SparkSession,
+    settings: Settings,
+    state_table: Table,
+    source: str,
+    job: str,
+    start_us: int,
+    has_arrivals: Callable[[int, int], bool],
+    what: str,
+) -> dict[str, Any] | None:
+    """The state row to resume from at ``start_us`` (None = the job's first interval).
+
+    ``has_arrivals(lo, hi)`` says whether the job has input in ``[lo, hi)``: a run may start after
+    the newest snapshot only if nothing arrived in between.
+    """
+    from pyspark.sql import functions as F
+
+    from outoforder.io import delta
+
+    delta.ensure(spark, state_table, settings.lake_root)
+    states = delta.read(spark, state_table, settings.lake_root).where(where_job(source, job))
+    row = states.where(F.col("as_of_us") <= start_us).orderBy(F.col("as_of_us").desc()).first()
+    if row is None:
+        later = states.agg(F.min("interval_start_us")).first()
+        if later is not None and later[0] is not None and later[0] < start_us:
+            msg = (
+                f"no {what} state of {source} ({job}) at or before {start_us}: its snapshots were "
+                "removed (keep_snapshots); re-running this far back needs a restart of the job"
+            )
+            raise StateError(msg)
+        if later is not None and later[0] is not None and later[0] > start_us:
+            msg = f"the {what} of {source} ({job}) starts at {later[0]}; [{start_us}, ...) lies before it"
+            raise StateError(msg)
+        return None
+    state = row.asDict()
+    if state["as_of_us"] < start_us and has_arrivals(state["as_of_us"], start_us):
+        msg = (
+            f"the {what} of {source} ({job}) has processed arrivals up to {state['as_of_us']}; "
+            f"run [{state['as_of_us']}, {start_us}) first (intervals depend on the previous one)"
+        )
+        raise StateError(msg)
+    return state
+
+
+def _job_agg(
+    spark: SparkSession, settings: Settings, state_table: Table, source: str, job: str, agg: str, col: str
+) -> int | None:
+    from pyspark.sql import functions as F
+
+    from outoforder.io import delta
+
+    delta.ensure(spark, state_table, settings.lake_root)
+    fn = {"max": F.max, "min": F.min}[agg]
+    row = (
+        delta.read(spark, state_table, settings.lake_root).where(where_job(source, job)).agg(fn(col)).first()
+    )
+    return None if row is None or row[0] is None else int(row[0])
+
+
+def last_processed(
+    spark: SparkSession, settings: Settings, state_table: Table, source: str, job: str
+) -> int | None:
+    """The end of the newest interval the job has processed (None before its first run)."""
+    return _job_agg(spark, settings, state_table, source, job, "max", "as_of_us")
+
+
+def first_start(
+    spark: SparkSession, settings: Settings, state_table: Table, source: str, job: str
+) -> int | None:
+    """The start of the job's first interval (None before its first run)."""
+    return _job_agg(spark, settings, state_table, source, job, "min", "interval_start_us")
+
+
+def pending_span(
+    spark: SparkSession, settings: Settings, source: str, done: int | None
+) -> tuple[int, int] | None:
+    """The arrivals still to process: [resume point, newest arrival + 1), or None when there are none.
+
+    The resume point is ``done`` (where the job stopped), or the source's first arrival.
+    """
+    from pyspark.sql import functions as F
+
+    from outoforder.io import delta
+    from outoforder.io.tables import BRONZE
+
+    span = (
+        delta.read_arrivals(spark, BRONZE, settings.lake_root, source=source)
+        .agg(F.min("arrival_ts"), F.max("arrival_ts"))
+        .first()
+    )
+    if span is None or span[0] is None:
+        msg = f"bronze has no arrivals with an arrival_ts for source {source!r}"
+        raise InputError(msg)
+    start = int(span[0]) if done is None else done
+    end = int(span[1]) + 1
+    return (start, end) if start < end else None
+
+
+def prune_snapshots(
+    spark: SparkSession,
+    settings: Settings,
+    state_table: Table,
+    snapshot_tables: Sequence[Table],
+    source: str,
+    job: str,
+    keep: int,
+) -> None:
+    """Delete all but the newest ``keep`` snapshots (bounded history: what a re-run may still need)."""
+    from pyspark.sql import functions as F
+
+    from outoforder.io import delta
+
+    kept = (
+        delta.read(spark, state_table, settings.lake_root)
+        .where(where_job(source, job))
+        .select("as_of_us")
+        .orderBy(F.col("as_of_us").desc())
+        .limit(keep)
+        .agg(F.min("as_of_us"))
+        .first()
+    )
+    if kept is None or kept[0] is None:
+        return
+    match: dict[str, str | int] = {"source": source, "job": job}
+    below = ("as_of_us", int(kept[0]))
+    # one look at the state table, then the snapshot tables and the state table last: a run
+    # killed in between leaves state rows behind, and the next prune deletes the rest
+    if delta.delete_where(spark, state_table, settings.lake_root, match, below, only_look=True):
+        for t in (*snapshot_tables, state_table):
+            delta.delete_where(spark, t, settings.lake_root, match, below, look_first=False)
+
+
+def check_state_budget(settings: Settings, what: str, source: str, job: str, end_us: int, rows: int) -> None:
+    """Fail before a state of more than ``stream.state_budget_rows`` rows is written as of ``end_us``.
+
+    The interval's results may already be merged; they are keyed, so the rerun after the budget is
+    raised (or the job narrowed) inserts nothing twice and continues from the unchanged old state.
+
+    >>> from outoforder.config import load_settings
+    >>> check_state_budget(load_settings(env={"OOO_STATE_BUDGET_ROWS": "10"}), "top-k", "s", "j", 5, 10)
+    >>> check_state_budget(load_settings(env={"OOO_STATE_BUDGET_ROWS": "10"}), "top-k", "s", "j", 5, 11)
+    ... # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    outoforder.errors.StateError: the top-k state of s (j) as of 5 would hold 11 rows, over ... = 10 ...
+    """
+    budget = settings.stream.state_budget_rows
+    if rows > budget:
+        msg = (
+            f"the {what} state of {source} ({job}) as of {end_us} would hold {rows:,} rows, over "
+            f"stream.state_budget_rows = {budget:,} (OOO_STATE_BUDGET_ROWS); its state was not written: "
+            "raise the budget or narrow the job, then rerun from this interval"
+        )
+        raise StateError(msg)

@@ -1,0 +1,75 @@
+"""``join-adapt``: choose the stream join's retention in force from a time on, from the history.
+
+It looks at the history up to ``until`` (:mod:`outoforder.stages.join.history`): the exact join
+of bronze and the pairs the stream produced, and writes the retention for the next intervals with
+the statistics it came from to ``silver/join_params`` (either estimator of
+:mod:`outoforder.core.joins.adaptation`). Rerunning it rewrites the same row.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from outoforder.config import Settings
+from outoforder.core.joins.adaptation import decide
+from outoforder.errors import InputError
+from outoforder.io.conflicts import retry_on_conflict
+from outoforder.io.tables import JOIN_PARAMS
+from outoforder.stages.join import history
+from outoforder.stages.join.spec import JoinJob
+from outoforder.stages.join.stream import params_in_force
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+
+def adapted_at(spark: SparkSession, settings: Settings, source: str, job: JoinJob, at_us: int) -> bool:
+    """Whether an adaptation took effect exactly at ``at_us`` (:func:`adapt` with ``until_us = at_us``)."""
+    return params_in_force(spark, settings, source, job.job_id(), at_us)[2] == at_us
+
+
+@retry_on_conflict
+def adapt(
+    spark: SparkSession, settings: Settings, source: str, job: JoinJob, until_us: int
+) -> dict[str, Any]:
+    """Choose the retention in force from ``until_us`` on; store it with its statistics."""
+    from outoforder.io import delta
+
+    jid = job.job_id()
+    # the controller looks at the last period (eq. 3) and learns from pairs up to a period old:
+    # three periods of arrivals bound the work however long the job has run
+    seen = history.judged(spark, settings, source, job, until_us, span_us=3 * job.period_us)
+    if seen is None:
+        msg = f"no arrivals of {source} before {until_us}: nothing to adapt on"
+        raise InputError(msg)
+    step = decide(seen.inp, job.query(), job.adaptation(), seen.produced, seen.truth)
+    row = {
+        "source": source,
+        "job": jid,
+        "valid_from_us": until_us,
+        "progress_us": step.progress_us,
+        "estimator": job.estimator,
+        "q_user": job.q_user,
+        "q_l": step.q_l,
+        "d_r_us": step.d_r_us,
+        "d_s_us": step.d_s_us,
+        "estimated_q": step.estimated_q,
+        "stats_json": json.dumps(step.stats, sort_keys=True),
+        "computed_at_us": time.time_ns() // 1000,
+    }
+    df = spark.createDataFrame([tuple(row[f.name] for f in JOIN_PARAMS.schema.fields)], JOIN_PARAMS.schema)
+    delta.replace_where(
+        df, JOIN_PARAMS, settings.lake_root, {"source": source, "job": jid, "valid_from_us": until_us}
+    )
+    log.info(
+        "[join-adapt] %s (%s) from %d: Q_L = %.4f, d = (%g, %g) ms, estimated recall %.4f; "
+        "%s arrivals, %s true pairs, %s produced",
+        source, jid, until_us, step.q_l, step.d_r_us / 1000, step.d_s_us / 1000, step.estimated_q,
+        f"{len(seen.inp):,}", f"{seen.truth.shape[0]:,}", f"{int(seen.produced.sum()):,}",
+    )  # fmt: skip
+    return row

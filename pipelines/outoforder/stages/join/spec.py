@@ -1,0 +1,63 @@
+"""The stream join's job: the query (R and S streams, window, predicate), the recall target and its cadence.
+
+Every parameter is declared once here (see :mod:`outoforder.stages.spec`); the CLI, the DAGs
+``join_stream`` and ``join_adapt`` and the job id derive from it. Standard library only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from outoforder.stages.spec import Job, param
+
+if TYPE_CHECKING:
+    from outoforder.core.joins.adaptation import AdaptationSettings
+    from outoforder.core.joins.query import JoinQuery
+
+ESTIMATORS = ("learned", "paper")
+# what the evaluation (``join`` stage) runs side by side (outoforder.stages.join.evaluate)
+METHODS = ("qjoin-learned", "qjoin-paper", "qjoin-hindsight", "kslack-hindsight", "mp-kslack", "aq-kslack")
+
+
+@dataclass(frozen=True)
+class JoinJob(Job):
+    """What to join and how to judge it; the defaults are the main job's ball-vs-players query.
+
+    >>> JoinJob().job_id(), JoinJob(q_user=0.9).job_id() == JoinJob().job_id()
+    ('qj-f8c62465a1', False)
+    """
+
+    PREFIX = "qj"
+
+    r_streams: tuple[str, ...] = param(("ball",), help="streams forming R (comma-separated)")
+    s_streams: tuple[str, ...] = param(("team_a", "team_b"), help="streams forming S (comma-separated)")
+    window_us: int = param(500_000, unit="ms", help="w: pairs with |r.ts - s.ts| <= w", minimum=0)
+    theta: float = param(2.0, help="distance threshold (metres) of the distance predicate", minimum=0)
+    predicate: str = param("distance", help="distance (x, y within θ) or key (equal keys)",
+                           choices=("distance", "key"))  # fmt: skip
+    q_user: float = param(0.95, help="recall target per period", above=0, maximum=1)
+    period_us: int = param(5_000_000, unit="s", help="P, the period recall is judged over", above=0)
+    interval_us: int = param(500_000, unit="s", help="L, the adaptation interval of the estimator", above=0)
+    granularity_us: int = param(10_000, option=None, help="g, the step of the retention search")
+    warmup_periods: int = param(1, option=None, help="periods left out of the evaluation's summary")
+    estimator: str = param("learned", help="how the retention is chosen", choices=ESTIMATORS)
+
+    def query(self) -> JoinQuery:
+        """The join query."""
+        from outoforder.core.joins.query import JoinQuery
+
+        return JoinQuery(self.window_us, self.theta, self.predicate)  # type: ignore[arg-type]
+
+    def adaptation(self, estimator: str | None = None) -> AdaptationSettings:
+        """The controller's settings (with this job's estimator unless another is named)."""
+        from outoforder.core.joins.adaptation import AdaptationSettings
+
+        return AdaptationSettings(
+            q_user=self.q_user,
+            period_us=self.period_us,
+            interval_us=self.interval_us,
+            granularity_us=self.granularity_us,
+            basic_window_us=self.granularity_us,
+            estimator=estimator or self.estimator,  # type: ignore[arg-type]
+        )

@@ -1,0 +1,224 @@
+"""The stream join as a pipeline stage: one arrival-time interval per run, state carried in Delta.
+
+``join-stream`` (:class:`JoinStream`, on the skeleton of :mod:`outoforder.stages.interval`)
+processes the bronze arrivals of ``[start, end)`` (by ``arrival_ts``) with QJoin's Spark twin
+(:func:`outoforder.spark.joins.qjoin_batch`):
+
+1. the operator state *as of* ``start`` (stream maxima, horizons, buffered tuples) comes from
+   ``silver/join_state`` and ``silver/join_buffer``;
+2. the retention in force is the newest row of ``silver/join_params`` valid from ``start`` or
+   earlier (written by ``join-adapt``, :mod:`outoforder.stages.join.adapt`), or the initial one;
+3. result pairs are MERGEd into ``gold/join_results`` on (source, job, r_seq, s_seq) with the
+   interval, the retention and the parameter version that produced them, so a rerun adds nothing;
+4. the state as of ``end`` is written last.
+
+A *job* is one query and target (:class:`~outoforder.stages.join.spec.JoinJob`); its id is a
+digest of them, so two joins of one source (say two targets) keep separate state and results.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from outoforder.config import Settings
+from outoforder.errors import InputError
+from outoforder.io.tables import JOIN_BUFFER, JOIN_PARAMS, JOIN_RESULTS, JOIN_STATE
+from outoforder.stages.interval import Interval, IntervalStage, IntervalSummary, Step, where_job
+from outoforder.stages.join.spec import JoinJob
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+INITIAL_PARAMS_VERSION = -1
+
+
+@dataclass(frozen=True, kw_only=True)
+class JoinIntervalSummary(IntervalSummary):
+    """What one run of the stream join did."""
+
+    stage: ClassVar[str] = "join-stream"
+    new_pairs: int
+    total_pairs: int
+    buffered: int
+    d_r_us: int
+    d_s_us: int
+    params_version: int
+
+    def figures(self) -> str:
+        """Pairs, buffered tuples and the retention in force."""
+        return (
+            f"{self.new_pairs:,} new pairs ({self.total_pairs:,} so far), {self.buffered:,} buffered, "
+            f"d = ({self.d_r_us / 1000:g}, {self.d_s_us / 1000:g}) ms (params {self.params_version})"
+        )
+
+
+def join_tuples(bronze: DataFrame, job: JoinJob) -> DataFrame:
+    """Bronze rows of the joined streams as operator tuples (seq, side, ts, x, y, key, no_location)."""
+    from pyspark.sql import functions as F
+
+    df = bronze.where(F.col("stream").isin(*job.r_streams, *job.s_streams))
+    key = F.xxhash64("key") if job.predicate == "key" else F.lit(0).cast("long")
+    return df.select(
+        F.col("arrival_seq").alias("seq"),
+        F.when(F.col("stream").isin(*job.r_streams), 0).otherwise(1).cast("long").alias("side"),
+        F.col("event_ts").alias("ts"),
+        F.coalesce("x", F.lit(0.0)).alias("x"),
+        F.coalesce("y", F.lit(0.0)).alias("y"),
+        key.alias("key"),
+        (F.col("x").isNull() | F.col("y").isNull()).alias("no_location"),
+    )
+
+
+def params_in_force(
+    spark: SparkSession, settings: Settings, source: str, jid: str, at_us: int
+) -> tuple[int, int, int]:
+    """(d_r, d_s, version) valid at ``at_us``; the initial retention (0, 0) before any adaptation."""
+    from pyspark.sql import functions as F
+
+    from outoforder.io import delta
+
+    delta.ensure(spark, JOIN_PARAMS, settings.lake_root)
+    row = (
+        delta.read(spark, JOIN_PARAMS, settings.lake_root)
+        .where(where_job(source, jid) & (F.col("valid_from_us") <= at_us))
+        .orderBy(F.col("valid_from_us").desc())
+        .select("d_r_us", "d_s_us", "valid_from_us")
+        .first()
+    )
+    return (0, 0, INITIAL_PARAMS_VERSION) if row is None else (int(row[0]), int(row[1]), int(row[2]))
+
+
+def merge_pairs(pairs: DataFrame, settings: Settings) -> int:
+    """Insert the pairs not yet in ``gold/join_results``; the MERGE reads only the files of their seqs."""
+    from outoforder.io import delta
+
+    keys = ("source", "job", "r_seq", "s_seq")
+    return delta.merge_new(pairs, JOIN_RESULTS, settings.lake_root, keys, prune=("r_seq", "s_seq"))
+
+
+class JoinStream(IntervalStage[JoinJob, JoinIntervalSummary]):
+    """QJoin over arrival-time intervals; with ``adapt_every_us`` :meth:`run` also adapts the retention.
+
+    Adaptation times are multiples of ``adapt_every_us`` after the job's first interval (1: every
+    interval start but the job's first; 0: never). Adapting *before* the interval, unless it was
+    done already, makes a resumed run adapt at the same times as one that never stopped: a run
+    killed between an interval's commits and the adaptation after it used to resume past that time
+    with the older retention (found by the reliability run, docs/reliability.md).
+    """
+
+    name = "join-stream"
+    what = "stream join"
+    state_table = JOIN_STATE
+    snapshot_tables = (JOIN_BUFFER,)
+    tables = (JOIN_RESULTS,)
+    counters = ("arrivals", "pairs")
+    summary_type = JoinIntervalSummary
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        settings: Settings,
+        source: str,
+        job: JoinJob,
+        adapt_every_us: int = 0,
+        keep_snapshots: int = 48,
+    ) -> None:
+        super().__init__(spark, settings, source, job, keep_snapshots)
+        self.adapt_every_us = adapt_every_us
+        self._anchor: int | None = None
+
+    def tuples(self, bronze: DataFrame) -> DataFrame:
+        """See :func:`join_tuples`."""
+        return join_tuples(bronze, self.job)
+
+    def step(self, interval: Interval, prev: Mapping[str, Any] | None) -> Step:
+        """QJoin's Spark twin over the interval, from the buffered tuples of ``prev``."""
+        from pyspark.sql import functions as F
+
+        from outoforder.spark.joins import TUPLE_COLS, QJoinState, qjoin_batch
+
+        source, jid, lo, hi = self.source, self.jid, interval.start_us, interval.end_us
+        if prev is None:
+            state = QJoinState.empty(self.spark)
+        else:
+            buffer = self.snapshot(JOIN_BUFFER, prev).select(*TUPLE_COLS)
+            state = QJoinState(prev["m_r"], prev["m_s"], prev["h_r"], prev["h_s"], buffer)
+        d_r, d_s, version = params_in_force(self.spark, self.settings, source, jid, lo)
+
+        batch = self.arrivals(lo, hi).localCheckpoint()
+        if self.job.predicate == "distance":
+            missing = batch.where("no_location").count()
+            if missing:
+                msg = (
+                    f"{missing} arrivals of {source} in [{lo}, {hi}) have no x/y: a distance join needs them"
+                )
+                raise InputError(msg)
+        n = batch.count()
+        batch = (
+            batch.drop("no_location")
+            .withColumn("d_r", F.lit(d_r).cast("long"))
+            .withColumn("d_s", F.lit(d_s).cast("long"))
+        )
+        pairs, new_state = qjoin_batch(batch, state, self.job.query())
+        results = pairs.select(
+            F.lit(source).alias("source"),
+            F.lit(jid).alias("job"),
+            "r_seq",
+            "s_seq",
+            "r_ts",
+            "s_ts",
+            F.col("emitted_at").alias("emitted_at_seq"),
+            F.lit("stream").alias("produced_by"),
+            F.lit(lo).cast("long").alias("interval_start_us"),
+            F.lit(hi).cast("long").alias("interval_end_us"),
+            F.lit(d_r).cast("long").alias("d_r_us"),
+            F.lit(d_s).cast("long").alias("d_s_us"),
+            F.lit(version).cast("long").alias("params_version"),
+            F.lit(interval.now_us).cast("long").alias("written_at_us"),
+        ).localCheckpoint()
+        produced = results.count()
+        new = merge_pairs(results, self.settings)
+        buffered = new_state.buffer.count()
+        return Step(
+            arrivals=n,
+            state={"m_r": new_state.m_r, "m_s": new_state.m_s, "h_r": new_state.h_r, "h_s": new_state.h_s},
+            state_rows=buffered,  # the buffered tuples are the join's whole state
+            snapshots={JOIN_BUFFER.name: new_state.buffer},
+            added={"arrivals": n, "pairs": produced},
+            figures={
+                "new_pairs": new,
+                "total_pairs": interval.before["pairs"] + produced,
+                "buffered": buffered,
+                "d_r_us": d_r,
+                "d_s_us": d_s,
+                "params_version": version,
+            },
+        )
+
+    def before_interval(self, start_us: int) -> None:
+        """Adapt the retention before an interval that starts at an adaptation time, unless done."""
+        from outoforder.stages.join.adapt import adapt, adapted_at
+
+        if not self.adapt_every_us:
+            return
+        if self._anchor is None:  # the job's first interval, or this run's first if it is the job's first
+            self._anchor = self.first_start() or start_us
+        lo = start_us - self._anchor
+        if (
+            lo > 0
+            and lo % self.adapt_every_us == 0
+            and not adapted_at(self.spark, self.settings, self.source, self.job, start_us)
+        ):
+            adapt(self.spark, self.settings, self.source, self.job, start_us)
+
+
+def run_interval(
+    spark: SparkSession, settings: Settings, source: str, job: JoinJob, start_us: int, end_us: int
+) -> JoinIntervalSummary:
+    """One interval of the stream join (see :class:`JoinStream`)."""
+    return JoinStream(spark, settings, source, job).run_interval(start_us, end_us)

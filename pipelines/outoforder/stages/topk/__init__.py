@@ -1,0 +1,1 @@
+"""Continuous top-k with the adaptive cache duration: the job, the stream stage and its checks."""

@@ -1,0 +1,103 @@
+"""Every DAG Param maps to a CLI flag of the stage it feeds, and every job option of that stage to a Param.
+
+The DAGs are parsed once (a fresh interpreter, as Airflow does); each StageOperator's templated
+arguments are rendered with the DAG's Param defaults and parsed by the real CLI parser, and the
+job the stage would run equals the job the DAG's Params describe. Runs in seconds: no Spark.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from outoforder.stages import spec
+from outoforder.stages.cli import STAGE_JOBS, build_parser
+from tests.airflow.conftest import REPO, run_probe
+
+pytestmark = pytest.mark.airflow
+
+PROBE = r"""
+import json, sys
+from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
+sys.path.insert(0, sys.argv[1])
+import jinja2
+from airflow.dag_processing.dagbag import DagBag
+from outoforder_airflow.operators import StageOperator
+
+bag = DagBag(dag_folder=sys.argv[1])
+end = datetime(1970, 1, 1, 3, tzinfo=timezone.utc)
+out = {"errors": {k: str(v) for k, v in bag.import_errors.items()}, "dags": {}}
+for dag in bag.dags.values():
+    defaults = {k: dag.params[k] for k in dag.params}
+    context = {
+        "params": defaults, "data_interval_start": end - timedelta(minutes=1), "data_interval_end": end,
+        "logical_date": end, "macros": SimpleNamespace(timedelta=timedelta), "run_id": "manual__t",
+        "dag": SimpleNamespace(dag_id=dag.dag_id), "ti": SimpleNamespace(xcom_pull=lambda **kw: "ooo/d-1"),
+    }
+    tasks, templated = {}, []
+    for t in dag.tasks:
+        templated += [str(getattr(t, f, "")) for f in t.template_fields]
+        if isinstance(t, StageOperator):
+            raw = list(t.application_args)
+            rendered = [jinja2.Template(a).render(**context) for a in raw]
+            tasks[t.task_id] = {"stage": t.stage, "raw": raw, "args": rendered}
+    out["dags"][dag.dag_id] = {"params": defaults, "tasks": tasks, "templated": templated}
+print("PARAMS" + json.dumps(out, default=str))
+"""
+
+
+@pytest.fixture(scope="module")
+def dags(airflow_env):
+    got = run_probe(sys.executable, PROBE, "PARAMS", airflow_env, str(REPO / "dags"))
+    assert got["errors"] == {}
+    return got["dags"]
+
+
+def _stage_tasks(dags):
+    return [(d, t, spec_) for d, dag in dags.items() for t, spec_ in dag["tasks"].items()]
+
+
+def test_every_stage_task_parses_with_the_dags_defaults_and_runs_the_dags_job(dags):
+    parser = build_parser()
+    checked = 0
+    for dag_id, task_id, task in _stage_tasks(dags):
+        try:
+            args = parser.parse_args(task["args"])
+        except SystemExit:  # argparse reports on stderr; name the task here
+            pytest.fail(f"{dag_id}.{task_id}: the CLI rejects {task['args']}")
+        job = STAGE_JOBS.get(task["stage"])
+        if job is None:
+            continue
+        params = dags[dag_id]["params"]
+        assert job.from_options(vars(args)) == job.from_options(params), f"{dag_id}.{task_id}"
+        checked += 1
+    assert checked >= 10  # the join, aggregate, θ and top-k DAGs' stage tasks
+
+
+def test_every_param_reference_is_a_param_and_every_job_option_is_passed(dags):
+    for dag_id, task_id, task in _stage_tasks(dags):
+        params = dags[dag_id]["params"]
+        raw = " ".join(task["raw"])
+        referenced = {p for p in params if f"params.{p} " in raw or f"params.{p}}}" in raw}
+        unknown = [a for a in task["raw"] if "params." in a and not any(f"params.{p}" in a for p in params)]
+        assert not unknown, f"{dag_id}.{task_id} refers to Params it does not declare: {unknown}"
+        job = STAGE_JOBS.get(task["stage"])
+        if job is None:
+            continue
+        options = {o.name for o in job.options()} - ({"estimator"} if task["stage"] == "join" else set())
+        missing = options - referenced
+        assert not missing, f"{dag_id}.{task_id} does not pass the job options {sorted(missing)}"
+        for o in options:  # the flag in front of each Param is the option's own
+            i = next(i for i, a in enumerate(task["raw"]) if f"params.{o} " in a or f"params.{o}}}" in a)
+            assert task["raw"][i - 1] == job.option(o).flag, f"{dag_id}.{task_id}: {o}"
+
+
+def test_every_param_of_a_dag_is_read_by_one_of_its_tasks(dags):
+    # the verdict and the config file go to every stage through the operator; a Param nobody reads
+    # would silently do nothing when a user sets it
+    for dag_id, dag in dags.items():
+        used = {spec.ON_VIOLATION.name, spec.CONFIG.name}
+        used |= {p for p in dag["params"] if any(f"params.{p}" in a for a in dag["templated"])}
+        assert set(dag["params"]) <= used, f"{dag_id}: Params no task reads: {set(dag['params']) - used}"
