@@ -9,7 +9,10 @@ How a stage is submitted to Spark is the plugin's ``StageOperator`` (plugins/out
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
+
+import pendulum
 
 from outoforder.stages import spec
 from outoforder.stages.aggregate.spec import AggJob
@@ -69,3 +72,20 @@ def topk_params() -> dict[str, Any]:
 
 
 TOPK_ARGS = spec.stage_args(TopKJob)
+
+
+# The @dag arguments shared by the stream DAGs that process one arrival-time interval per run: runs
+# depend on the previous one (the operator's state is carried in Delta), so one run at a time and
+# no catch-up. Replay clocks start near the epoch (the DEBS 2013 game clock): backfills over them
+# must lie after the start date.
+INTERVAL_DAG: dict[str, Any] = {
+    "start_date": pendulum.datetime(1970, 1, 1, tz="UTC"),
+    "catchup": False,
+    "max_active_runs": 1,
+    "default_args": {
+        "retries": 2,
+        "retry_delay": timedelta(seconds=30),
+        "owner": "outoforder",
+        "depends_on_past": True,
+    },
+}

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import pendulum
-from _spark_stage import AGG_ARGS, LEDGER_DUE_URI, agg_params
+from _spark_stage import AGG_ARGS, INTERVAL_DAG, LEDGER_DUE_URI, agg_params
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import Asset, dag, task
 from outoforder_airflow.operators import StageOperator
@@ -61,18 +60,10 @@ def gamma_rule(params: dict[str, object] | None = None) -> bool:
 @dag(
     dag_id="aggregate_stream",
     schedule=INTERVAL,
-    start_date=pendulum.datetime(1970, 1, 1, tz="UTC"),  # replay clocks start near the epoch
-    catchup=False,
-    max_active_runs=1,
     tags=["outoforder", "aggregate", "gold"],
     doc_md=DOC,
-    default_args={
-        "retries": 2,
-        "retry_delay": timedelta(seconds=30),
-        "owner": "outoforder",
-        "depends_on_past": True,
-    },
     params=agg_params(),
+    **INTERVAL_DAG,
 )
 def aggregate_stream() -> None:
     """Aggregate one interval; trigger a repair when due; check the quality so far."""

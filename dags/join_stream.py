@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import pendulum
-from _spark_stage import JOIN_ARGS, join_params
+from _spark_stage import INTERVAL_DAG, JOIN_ARGS, join_params
 from airflow.sdk import dag
 from outoforder_airflow.operators import INTERVAL_END, StageOperator
 
@@ -37,20 +36,10 @@ replay's arrival times) use `airflow backfill create --dag-id join_stream --from
 @dag(
     dag_id="join_stream",
     schedule=INTERVAL,
-    # arrival clocks of replays start near the epoch (the DEBS 2013 game clock): backfills over
-    # them must lie after the start date; catchup is off, so no run is created for the past
-    start_date=pendulum.datetime(1970, 1, 1, tz="UTC"),
-    catchup=False,
-    max_active_runs=1,
     tags=["outoforder", "join", "gold"],
     doc_md=DOC,
-    default_args={
-        "retries": 2,
-        "retry_delay": timedelta(seconds=30),
-        "owner": "outoforder",
-        "depends_on_past": True,
-    },
     params=join_params(),
+    **INTERVAL_DAG,
 )
 def join_stream() -> None:
     """Join one interval, then check the quality so far."""

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import pendulum
-from _spark_stage import TOPK_ARGS, topk_params
+from _spark_stage import INTERVAL_DAG, TOPK_ARGS, topk_params
 from airflow.sdk import dag
 from outoforder_airflow.operators import StageOperator
 
@@ -39,18 +38,10 @@ depend on the previous one).
 @dag(
     dag_id="topk_stream",
     schedule=INTERVAL,
-    start_date=pendulum.datetime(1970, 1, 1, tz="UTC"),  # replay clocks start near the epoch
-    catchup=False,
-    max_active_runs=1,
     tags=["outoforder", "topk", "gold"],
     doc_md=DOC,
-    default_args={
-        "retries": 2,
-        "retry_delay": timedelta(seconds=30),
-        "owner": "outoforder",
-        "depends_on_past": True,
-    },
     params=topk_params(),
+    **INTERVAL_DAG,
 )
 def topk_stream() -> None:
     """Rank one interval's arrivals; check the accuracy so far."""

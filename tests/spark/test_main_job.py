@@ -1,9 +1,10 @@
 """The main job (the ``demo`` stage) end to end, once, on the embedded default: what each step returned.
 
 It runs on the first lines of every shared dataset (the whole files' figures are the readers'
-tests, tests/sources/test_readers.py) and a 1 s replay. Each step's idempotence is tested with its
-stage (the stage tests, test_idempotence.py), ingest on a Spark cluster over MinIO with PostgreSQL
-metadata by tests/airflow/test_scale_out.py, and the ``pipeline`` DAG's wiring by
+tests, tests/sources/test_readers.py) and a 1.5 s replay (the shortest of this seed in which the
+θ-join finds pairs). Each step's idempotence is tested with its stage (the stage tests,
+test_idempotence.py), ingest on a Spark cluster over MinIO with PostgreSQL metadata by
+tests/airflow/test_scale_out.py, and the ``pipeline`` DAG's wiring by
 tests/airflow/test_dag_params.py.
 """
 
@@ -21,7 +22,7 @@ from outoforder.stages.ingest.replay import replay_source
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta, pytest.mark.integration]
 
-DEMO = '[demo]\nsynthetic_seconds = 1.0\npreset = "qjoin_d1"\n[ingest]\nbatch_rows = 50000\n'
+DEMO = '[demo]\nsynthetic_seconds = 1.5\npreset = "qjoin_d1"\n[ingest]\nbatch_rows = 50000\n'
 LINES = 1_500  # of each shared dataset
 
 
@@ -71,7 +72,7 @@ def test_the_main_job_ingests_everything_and_reports_the_datasets_disorder(ran):
 
 def test_every_operator_runs_as_the_pipeline_runs_it_and_passes_its_checks(ran):
     settings, results = ran
-    source = replay_source("qjoin_d1", 1.0, settings.demo.seed)
+    source = replay_source("qjoin_d1", 1.5, settings.demo.seed)
     join = results["join"]
     assert set(join["methods"]) >= {"qjoin-learned", "mp-kslack"} and join["true_pairs"] > 0
     stream = results["stream-join"]
@@ -84,7 +85,7 @@ def test_every_operator_runs_as_the_pipeline_runs_it_and_passes_its_checks(ran):
     assert theta["backfill"].output_rows > 0
     assert _suites(theta["suites"]) == {"theta_completeness": True, "theta_results": True}
     topk = results["topk"]
-    assert topk["intervals"] and topk["suites"] == []  # 4 s windows + K 2 s: a 1 s replay closes none
+    assert topk["intervals"] and topk["suites"] == []  # 4 s windows + K 2 s: a 1.5 s replay closes none
     assert (settings.quality.reports_dir / "disorder_stats.json").is_file()
     assert all(s.source == source for s in stream["intervals"] + aggregates["intervals"] + topk["intervals"])
 

@@ -131,7 +131,7 @@ JOIN_METRICS_SCHEMA = _s(
     ("latency_p95_us", DoubleType(), True),
 )
 
-# The stream join (stages/join_stream.py). ``job`` names one query + target (a digest of them),
+# The stream join (stages/join/stream.py). ``job`` names one query + target (a digest of them),
 # so several joins of one source live side by side; ``as_of_us`` is an arrival-time interval end.
 JOIN_RESULTS_SCHEMA = _s(
     ("source", StringType(), False),
@@ -189,7 +189,7 @@ JOIN_PARAMS_SCHEMA = _s(
 )
 
 
-# Sliding-window aggregates (stages/aggregate_stream.py, HPM). One row per window in the results:
+# Sliding-window aggregates (stages/aggregate/stream.py, HPM). One row per window in the results:
 # the stream writes version 1; a repair that changes the value writes version + 1 with the previous
 # value and the late tuples that caused it; ``stream_value`` keeps what the stream emitted.
 AGG_RESULTS_SCHEMA = _s(
@@ -282,7 +282,7 @@ AGG_CONTROL_SCHEMA = _s(  # every coverage observation and the α it led to (the
     ("alpha_after", DoubleType(), False),
 )
 
-# θ-join backfills (stages/theta_backfill.py): per event-time window of a job, the rows of the
+# θ-join backfills (stages/theta/backfill.py): per event-time window of a job, the rows of the
 # multi-way θ-join (one arrival_seq and join value per stream, in stream order) and the run's counters.
 THETA_RESULTS_SCHEMA = _s(
     ("source", StringType(), False),
@@ -314,7 +314,7 @@ QUARANTINE = Table("bronze/quarantine", QUARANTINE_SCHEMA, ("source",))
 INGEST_LOG = Table("bronze/ingest_log", INGEST_LOG_SCHEMA)
 JOIN_METRICS = Table("gold/join_metrics", JOIN_METRICS_SCHEMA, ("source",))
 JOIN_RESULTS = Table("gold/join_results", JOIN_RESULTS_SCHEMA, ("source",))
-# The stream top-k (stages/topk_stream.py). The operator's state is one JSON snapshot per
+# The stream top-k (stages/topk/stream.py). The operator's state is one JSON snapshot per
 # interval end: small (k entries per open window), and the pure operator restores from it.
 TOPK_STATE_SCHEMA = _s(
     ("source", StringType(), False),
