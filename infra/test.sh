@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # Set everything up (idempotent) and run the checks and tests. Two tiers:
 #
-#   bash infra/test.sh            the full suite (what CI runs): lint, types, import contracts, then
-#                                 four pytest runs side by side, each with its own log:
-#                                   spark-unit  Spark venv: unit, property, oracle, contract and
-#                                               Spark/Delta tests, doctests (-m "not integration")
-#                                   spark-e2e   Spark venv: the end-to-end ones (-m integration): the main
-#                                               job, a crash trial, maintenance's idempotence
-#                                   airflow     Airflow venv: DAG integrity and Params, the plugin,
-#                                               `airflow dags test` runs, the scale-out stack (Spark
-#                                               cluster, MinIO, PostgreSQL)
-#                                   scheduler   Airflow venv: Airflow standalone (scheduler, DAG runs
-#                                               and a backfill) and the browser test
+#   bash infra/test.sh            the full suite (what CI runs): lint, types, then five pytest runs
+#                                 side by side, each with its own log:
+#                                   spark-unit    Spark venv: unit, property, oracle and contract tests,
+#                                                 doctests, the Spark twins and the batch stages
+#                                                 (-m "not integration")
+#                                   spark-stream  Spark venv: the stream stages over arrival intervals
+#                                                 (join, aggregates with their repair, top-k, θ backfill)
+#                                                 and the concurrent-writer tests
+#                                   spark-e2e     Spark venv: the end-to-end ones (-m integration): the main
+#                                                 job, a crash trial, maintenance's idempotence
+#                                   airflow       Airflow venv: DAG integrity and Params, the plugin,
+#                                                 `airflow dags test` runs, the scale-out stack (Spark
+#                                                 cluster, MinIO, PostgreSQL)
+#                                   scheduler     Airflow venv: Airflow standalone (scheduler, DAG runs
+#                                                 and a backfill) and the browser test
 #   bash infra/test.sh --fast     the inner loop, a few minutes: lint, types, and every test that starts
 #                                 no Spark session and no service (core operators and their contract,
 #                                 sources, CLI parsing, job declarations, DAG integrity and Params)
@@ -78,11 +82,17 @@ if [ "$tier" = fast ]; then
   run_pytest fast-airflow "$airflow_py" tests/airflow -m "not integration" "$@"
   rc=$?; cat "$reports/fast-airflow.log"; [ $rc -eq 0 ] || { echo "[test] fast-airflow pytest exited $rc"; status=1; }
 else
-  step "four pytest runs side by side (logs in $reports/*.log; each is printed when it ends)"
+  step "five pytest runs side by side (logs in $reports/*.log; each is printed when it ends)"
+  # the stream-stage tests: the longest Spark-venv files, in a run of their own so that the two
+  # Spark-venv runs end at about the same time
+  stream=(tests/spark/test_aggregate_stream.py tests/spark/test_join_stream.py tests/spark/test_topk_stream.py
+    tests/spark/test_theta_backfill.py tests/spark/test_concurrent_writers.py)
   declare -A pids
   run_pytest spark-unit "$spark_py" tests "${doctests[@]}" --doctest-modules --ignore=tests/airflow \
-    -m "not integration" --durations=15 "$@" &
+    "${stream[@]/#/--ignore=}" -m "not integration" --durations=15 "$@" &
   pids[spark-unit]=$!
+  run_pytest spark-stream "$spark_py" "${stream[@]}" -m "not integration" --durations=15 "$@" &
+  pids[spark-stream]=$!
   OOO_TEST_SPARK_CONF=production run_pytest spark-e2e "$spark_py" tests --ignore=tests/airflow -m integration \
     --durations=15 "$@" &
   pids[spark-e2e]=$!
@@ -90,7 +100,7 @@ else
   pids[airflow]=$!
   run_pytest scheduler "$airflow_py" tests/airflow/test_standalone.py --durations=15 "$@" &
   pids[scheduler]=$!
-  remaining=(spark-unit spark-e2e airflow scheduler)
+  remaining=(spark-unit spark-stream spark-e2e airflow scheduler)
   while [ ${#remaining[@]} -gt 0 ]; do
     wait -n "${pids[@]}" 2>/dev/null
     still=()

@@ -7,13 +7,13 @@ venv (infra/test.sh runs both). Nothing here imports pyspark at module level.
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from outoforder.config import Settings, load_settings
+from tests import sparkconf
 
 DATA = load_settings().data_dir
 
@@ -32,25 +32,15 @@ def data_dir() -> Path:
     return DATA
 
 
-# Spark settings for tests on tiny data, where planning and code generation cost more than the work:
-# no adaptive re-planning, no whole-stage code generation (Spark interprets the same expressions,
-# with the same results), one partition for Delta's log. They cut a third of the suite's CPU. The
-# end-to-end tests run with the production settings (infra/test.sh sets OOO_TEST_SPARK_CONF).
-TEST_SPARK_CONF = {
-    "spark.sql.adaptive.enabled": "false",
-    "spark.sql.codegen.wholeStage": "false",
-    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
-    "spark.databricks.delta.snapshotPartitions": "1",
-}
-
-
 @pytest.fixture(scope="session")
 def base_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     s = load_settings()
     conf = dict(s.spark.conf)
-    if os.environ.get("OOO_TEST_SPARK_CONF", "tiny") == "tiny":
-        conf |= TEST_SPARK_CONF
-    spark = dataclasses.replace(s.spark, shuffle_partitions=2, driver_memory="3g", conf=conf)
+    if sparkconf.tiny():
+        conf |= sparkconf.TEST_SPARK_CONF
+    spark = dataclasses.replace(
+        s.spark, shuffle_partitions=sparkconf.SHUFFLE_PARTITIONS, driver_memory="3g", conf=conf
+    )
     ingest = dataclasses.replace(s.ingest, batch_rows=5_000)
     root = tmp_path_factory.mktemp("lake-session")
     quality = dataclasses.replace(

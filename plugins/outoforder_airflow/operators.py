@@ -89,4 +89,8 @@ class StageOperator(SparkSubmitOperator):
         """Resolve the jars (Delta's, and s3a's for a remote lake), then submit."""
         # resolved here, not at parse: a DAG file must parse where the jar cache is not set up
         self.conf = {**(self.conf or {}), **load_settings().spark_conf()}
+        if not (self.env_vars or {}).get("OOO_CONFIG"):
+            # an empty config Param: the stage reads the worker's own OOO_CONFIG, as the Spark
+            # settings above do, rather than none at all
+            self.env_vars = {k: v for k, v in (self.env_vars or {}).items() if k != "OOO_CONFIG"}
         super().execute(context)

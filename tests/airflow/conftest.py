@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import sparkconf
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -31,6 +33,7 @@ def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
             "OOO_LAKE_ROOT": str(home / "lake"),
             "PATH": f"{spark_venv}/bin:{Path(sys.executable).parent}:{env.get('PATH', '')}",
             "PYSPARK_PYTHON": f"{spark_venv}/bin/python",
+            **sparkconf.stage_env(home),
         }
     )
     return env

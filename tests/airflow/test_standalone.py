@@ -31,6 +31,7 @@ from outoforder.stages import spec
 from outoforder.stages.theta.spec import DEMO_JOB as THETA_DEMO
 from outoforder.stages.theta.spec import ThetaJob
 from outoforder.stages.topk.spec import DEMO_JOB as TOPK_DEMO
+from tests import sparkconf
 from tests.airflow.conftest import REPO, run_probe
 from tests.services import free_port
 
@@ -75,19 +76,22 @@ from outoforder.spark.session import get_spark
 from outoforder.io import delta
 from outoforder.io.tables import THETA_RESULTS, THETA_WINDOWS, TOPK_RESULTS, TOPK_WINDOWS
 s = load_settings(); spark = get_spark(s)
-def rows(table, cols):
-    df = delta.read(spark, table, s.lake_root).select(*cols)
-    return sorted([list(r) for r in df.collect()], key=repr)
-print("OUT" + json.dumps({
-    "topk_results": rows(TOPK_RESULTS, ["job", "window_id", "rank", "seq", "ts", "score"]),
-    "topk_windows": rows(
-        TOPK_WINDOWS, ["job", "window_id", "window_end_us", "size", "emitted_at_seq", "cache_us"]
-    ),
-    "theta_results": rows(THETA_RESULTS, ["job", "window_start_us", "seqs"]),
-    "theta_windows": rows(
-        THETA_WINDOWS, ["job", "window_start_us", "output_rows", "prefilter", "rows", "kept_rows"]
-    ),
-}))
+def outputs(root):
+    def rows(table, cols):
+        df = delta.read(spark, table, root).select(*cols)
+        return sorted([list(r) for r in df.collect()], key=repr)
+    return {
+        "topk_results": rows(TOPK_RESULTS, ["job", "window_id", "rank", "seq", "ts", "score"]),
+        "topk_windows": rows(
+            TOPK_WINDOWS, ["job", "window_id", "window_end_us", "size", "emitted_at_seq", "cache_us"]
+        ),
+        "theta_results": rows(THETA_RESULTS, ["job", "window_start_us", "seqs"]),
+        "theta_windows": rows(
+            THETA_WINDOWS, ["job", "window_start_us", "output_rows", "prefilter", "rows", "kept_rows"]
+        ),
+    }
+# this process's own lake (the direct runs'), and the lake the DAG runs wrote
+print("OUT" + json.dumps({"direct": outputs(s.lake_root), "airflow": outputs(sys.argv[2])}))
 """
 
 
@@ -118,6 +122,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory):
             "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "900",
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "900",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "900",
+            **sparkconf.stage_env(home),
         }
     )
     _stage(env, "replay", "--seconds", str(SECONDS))
@@ -210,9 +215,9 @@ def test_scheduler_runs_the_pipeline_and_a_backfill_like_a_direct_run(standalone
     assert sorted(r["logical_date"] for r in pipeline["topk"]) == TOPK_DATES
     assert [r["state"] for r in pipeline["theta"]] == ["success"]
     spark_python = str(Path(env["OOO_SPARK_VENV"]) / "bin" / "python")
-    through_airflow = run_probe(spark_python, OUTPUTS, "OUT", env)
 
     # the same stages run directly on a copy of the same bronze, in one process (one Spark session)
+    # that then reads both lakes' outputs
     direct = dict(env, OOO_LAKE_ROOT=str(home / "direct-lake"))
     runs = [
         ["topk-stream", "--source", SOURCE, *TOPK_DIRECT, "--start", TOPK_SPAN[0], "--end", TOPK_SPAN[1],
@@ -220,7 +225,8 @@ def test_scheduler_runs_the_pipeline_and_a_backfill_like_a_direct_run(standalone
         ["theta-join", "--source", SOURCE, *THETA_DIRECT, "--start", "1970-01-01T02:59:00",
          "--end", "1970-01-01T03:00:00"],
     ]  # fmt: skip
-    expected = run_probe(spark_python, DIRECT + OUTPUTS, "OUT", direct, json.dumps(runs))
+    both = run_probe(spark_python, DIRECT + OUTPUTS, "OUT", direct, json.dumps(runs), env["OOO_LAKE_ROOT"])
+    through_airflow, expected = both["airflow"], both["direct"]
 
     assert through_airflow["topk_results"], "the replay produced no top-k result"
     assert through_airflow["theta_results"], "the backfill produced no θ-join row"

@@ -11,7 +11,7 @@ from outoforder.core.windows.buffered import buffered_reference
 from outoforder.core.windows.slack import HPMSlack
 from outoforder.errors import QualityError, StateError
 from outoforder.io import delta
-from outoforder.io.tables import AGG_CONTROL, AGG_LEDGER, AGG_RESULTS
+from outoforder.io.tables import AGG_CONTROL, AGG_LEDGER, AGG_REPAIRS, AGG_RESULTS
 from outoforder.sources.disorder import inject
 from outoforder.stages.aggregate.repair import repair
 from outoforder.stages.aggregate.spec import AggJob
@@ -54,7 +54,9 @@ def snapshot(spark, settings):
     }
 
 
-def test_intervals_equal_the_reference_then_repair_makes_every_window_exact(spark, settings, load_bronze):
+def test_intervals_equal_the_reference_then_repair_makes_every_window_exact(
+    spark, settings, load_bronze, monkeypatch
+):
     frame = arrivals()
     load_bronze(frame, SOURCE, 0)
     n = len(frame)
@@ -92,17 +94,36 @@ def test_intervals_equal_the_reference_then_repair_makes_every_window_exact(spar
     for name in before:
         pd.testing.assert_frame_equal(before[name], after[name])
 
-    # stream results miss (ε, δ)? then validate reports it; after a forced repair everything is exact
+    # stream results miss (ε, δ)? then a forced repair makes everything exact. Its first attempt is
+    # killed between the results MERGE and its log row (the reliability run found it: the rerun
+    # logged 0 windows changed, comparing against results the first attempt had already fixed)
+    merge_new, intended = delta.merge_new, []
+
+    def killed_before_the_log(df, table, *args, **kwargs):
+        if table is AGG_REPAIRS:
+            intended.extend(df.drop("seconds", "written_at_us").collect())
+            raise RuntimeError("killed")
+        return merge_new(df, table, *args, **kwargs)
+
+    monkeypatch.setattr(delta, "merge_new", killed_before_the_log)
+    with pytest.raises(RuntimeError, match="killed"):
+        repair(spark, settings, SOURCE, JOB, force=True)
+    monkeypatch.setattr(delta, "merge_new", merge_new)
+    (row,) = intended
     first = repair(spark, settings, SOURCE, JOB, force=True)
     assert first.ran and first.changed > 0
+    assert (first.changed, first.added) == (row["windows_changed"], row["windows_added"])
     assert first.rows_read == first.affected_rows
+    logged = delta.read(spark, AGG_REPAIRS, settings.lake_root).drop("seconds", "written_at_us").collect()
+    assert logged == [row]
     again = repair(spark, settings, SOURCE, JOB, force=True)
     assert not again.ran  # nothing pending any more
     fixed = results(spark, settings)
     quality = window_quality(spark, settings, SOURCE, JOB)
     assert quality["exact_now"].all() and (quality["pending"] == 0).all()
     rewritten = fixed[fixed["version"] > 1]
-    assert len(rewritten) == first.changed
+    assert len(rewritten) == first.changed  # rewritten once, not twice
+    assert fixed["version"].max() == 2
     assert (rewritten["produced_by"] == "repair").all() and rewritten["final"].all()
     assert rewritten["previous_value"].notna().all() and rewritten["caused_by"].map(len).min() >= 1
     assert fixed["window_id"].is_unique
@@ -136,37 +157,3 @@ def test_validate_fails_on_a_target_the_stream_cannot_meet(spark, settings, load
     run_interval(spark, settings, SOURCE, strict, T0, T0 + 600 * STEP)
     with pytest.raises(QualityError):
         validate(spark, settings, SOURCE, strict, fail=True)
-
-
-def test_a_repair_killed_before_its_log_row_reruns_to_the_same_row(spark, settings, load_bronze, monkeypatch):
-    # the reliability run found it: a kill between the results MERGE and the log row made the
-    # rerun log 0 windows changed (it compared against results the first attempt had already fixed)
-    from outoforder.io.tables import AGG_REPAIRS
-
-    frame = arrivals()
-    load_bronze(frame, SOURCE, 0)
-    for lo, hi in pairwise([T0, T0 + 600 * STEP, T0 + len(frame) * STEP]):
-        run_interval(spark, settings, SOURCE, JOB, lo, hi)
-    merge_new, intended = delta.merge_new, []
-
-    def killed_before_the_log(df, table, *args, **kwargs):
-        if table is AGG_REPAIRS:
-            intended.extend(df.drop("seconds", "written_at_us").collect())
-            raise RuntimeError("killed")
-        return merge_new(df, table, *args, **kwargs)
-
-    monkeypatch.setattr(delta, "merge_new", killed_before_the_log)
-    with pytest.raises(RuntimeError, match="killed"):
-        repair(spark, settings, SOURCE, JOB, force=True)
-    monkeypatch.setattr(delta, "merge_new", merge_new)
-    (row,) = intended
-    assert row["windows_changed"] > 0
-
-    rerun = repair(spark, settings, SOURCE, JOB, force=True)
-
-    assert (rerun.changed, rerun.added) == (row["windows_changed"], row["windows_added"])
-    logged = delta.read(spark, AGG_REPAIRS, settings.lake_root).drop("seconds", "written_at_us").collect()
-    assert logged == [row]
-    fixed = results(spark, settings)
-    assert (fixed["version"] > 1).sum() == row["windows_changed"]  # rewritten once, not twice
-    assert fixed["version"].max() == 2

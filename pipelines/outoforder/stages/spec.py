@@ -343,7 +343,9 @@ SOURCE = Setting("source", "synthetic/hpm_game1-20s-seed7", "the bronze source i
 ON_VIOLATION = Setting(
     "on_violation", "fail", "a missed target fails the run, or is only reported", ("fail", "warn")
 )
-CONFIG = Setting("config", "", "path of a TOML file overriding the configuration")
+CONFIG = Setting(
+    "config", "", "path of a TOML file overriding the configuration (empty: $OOO_CONFIG, if set)"
+)
 SAMPLE = Setting("sample", 3, "windows whose result count is checked against DuckDB", kind="int")
 
 
