@@ -43,8 +43,10 @@ def base_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     )
     ingest = dataclasses.replace(s.ingest, batch_rows=5_000)
     root = tmp_path_factory.mktemp("lake-session")
+    # no Data Docs (GX renders every validation to HTML): tests/spark/test_quality.py turns them on
+    # and checks them, and the Airflow tests check them on the pages a run links
     quality = dataclasses.replace(
-        s.quality, reports_dir=root / "reports", docs_dir=root / "reports" / "data_docs"
+        s.quality, reports_dir=root / "reports", docs_dir=root / "reports" / "data_docs", build_docs=False
     )
     return dataclasses.replace(s, spark=spark, ingest=ingest, lake_root=root / "lake", quality=quality)
 

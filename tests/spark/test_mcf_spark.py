@@ -27,7 +27,7 @@ def join_size(lists):
     return sum(math.prod(c[k] for c in counts) for k in common)
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(lists=frames_st, bits=st.sampled_from([4, 8, 16]))
 def test_prefilters_keep_every_joining_row_and_semi_keeps_only_those(spark, lists, bits):
     frames = [

@@ -25,6 +25,12 @@ def _frames(spark, recall):
     return {"join_results": results, "join_recall": spark.createDataFrame(pd.DataFrame({"recall": recall}))}
 
 
+@pytest.fixture
+def settings(settings):
+    """The session's test settings with Data Docs on: this module checks them."""
+    return dataclasses.replace(settings, quality=dataclasses.replace(settings.quality, build_docs=True))
+
+
 def test_checkpoint_keeps_results_docs_and_one_row_per_suite_per_run(spark, settings):
     first = run_checkpoint(
         settings,

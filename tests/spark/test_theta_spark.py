@@ -76,7 +76,7 @@ def check_all_methods(spark, r, s, op, partitions):
             assert stats.null_rows == sum(v is None or math.isnan(v) for v in r + s)
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     r=st.lists(values, max_size=25),
     s=st.lists(values, max_size=25),
