@@ -41,6 +41,12 @@ export AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES=1
 export AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="${AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL:-30}"
 export AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL="${AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL:-30}"
 export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="admin:admin"
+# SQLite by default. A writer waits for the database lock up to 60 s (SQLite's busy timeout) rather
+# than 5: an `airflow backfill create` or `dags trigger` writing while a busy scheduler does would
+# otherwise fail with "database is locked".
+mkdir -p "$AIRFLOW_HOME"
+AIRFLOW_HOME="$(cd "$AIRFLOW_HOME" && pwd)"
+export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-sqlite:///$AIRFLOW_HOME/airflow.db?timeout=60}"
 # The Spark connection follows the configuration (spark.master, OOO_SPARK_MASTER): local[2] by
 # default, the standalone cluster of infra/spark-cluster.sh when pointed at it.
 if [ -z "${AIRFLOW_CONN_SPARK_DEFAULT:-}" ]; then
@@ -70,7 +76,7 @@ case "${1:-start}" in
       say "port $port is taken by another server: set OOO_AIRFLOW_PORT" >&2
       exit 1
     fi
-    db_kind="SQLite under $AIRFLOW_HOME"; [ -n "${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-}" ] && db_kind="${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN%%:*}"
+    db_kind="${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN%%:*}"; [ "$db_kind" = sqlite ] && db_kind="SQLite under $AIRFLOW_HOME"
     say "migrating the metadata DB ($db_kind)"
     airflow db migrate >"$AIRFLOW_HOME/migrate.log" 2>&1 || { tail -20 "$AIRFLOW_HOME/migrate.log" >&2; exit 1; }
     say "starting airflow standalone (log: $log)"

@@ -112,6 +112,8 @@ def standalone(tmp_path_factory: pytest.TempPathFactory):
     env.update(
         {
             "AIRFLOW_HOME": str(home / "airflow"),
+            # what infra/airflow.sh sets by default, here for this test's own CLI calls as well
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow' / 'airflow.db'}?timeout=60",
             "OOO_LAKE_ROOT": str(home / "lake"),
             "OOO_AIRFLOW_PORT": str(free_port()),
             "OOO_AIRFLOW_LOG_PORT": str(free_port()),
