@@ -147,7 +147,14 @@ def standalone(tmp_path_factory: pytest.TempPathFactory):
 
 def _airflow(env: dict[str, str], *args: str) -> str:
     exe = Path(sys.executable).parent / "airflow"
-    done = _run([str(exe), *args], env, timeout=300)
+    for _ in range(4):
+        done = _run([str(exe), *args], env, timeout=300)
+        # SQLite in WAL mode refuses at once (whatever its busy timeout) a write from a transaction
+        # that read before the scheduler's latest commit; the whole command was rolled back, so it
+        # is run again (PostgreSQL, the scale-out metadata database, has no such refusal)
+        if done.returncode == 0 or "database is locked" not in done.stdout + done.stderr:
+            break
+        time.sleep(3)
     assert done.returncode == 0, f"airflow {' '.join(args)}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
     return done.stdout
 
