@@ -29,7 +29,7 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from outoforder.config import Settings
@@ -89,10 +89,6 @@ class IntervalSummary:
             f"[{self.stage}] {self.source} [{self.start_us}, {self.end_us}): {self.arrivals:,} arrivals"
             f"{', ' + figures if figures else ''}, {self.seconds:.1f} s"
         )
-
-    def as_dict(self) -> dict[str, Any]:
-        """The figures as plain data (for JSON summaries)."""
-        return {"stage": self.stage, **asdict(self)}
 
 
 S = TypeVar("S", bound=IntervalSummary)
