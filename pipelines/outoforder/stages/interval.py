@@ -311,7 +311,7 @@ def snapshot_before(
     has_arrivals: Callable[[int, int], bool],
     what: str,
 ) -> dict[str, Any] | None:
-    """The state row to resume from at ``start_us`` (None = the job's first interval).
+    """The state row to resume from at ``start_us`` (None = the job's first interval); the table exists.
 
     ``has_arrivals(lo, hi)`` says whether the job has input in ``[lo, hi)``: a run may start after
     the newest snapshot only if nothing arrived in between.
@@ -320,7 +320,6 @@ def snapshot_before(
 
     from outoforder.io import delta
 
-    delta.ensure(spark, state_table, settings.lake_root)
     states = delta.read(spark, state_table, settings.lake_root).where(where_job(source, job))
     row = states.where(F.col("as_of_us") <= start_us).orderBy(F.col("as_of_us").desc()).first()
     if row is None:
