@@ -147,14 +147,15 @@ def standalone(tmp_path_factory: pytest.TempPathFactory):
 
 def _airflow(env: dict[str, str], *args: str) -> str:
     exe = Path(sys.executable).parent / "airflow"
-    for _ in range(4):
+    for attempt in range(8):
         done = _run([str(exe), *args], env, timeout=300)
         # SQLite in WAL mode refuses at once (whatever its busy timeout) a write from a transaction
         # that read before the scheduler's latest commit; the whole command was rolled back, so it
-        # is run again (PostgreSQL, the scale-out metadata database, has no such refusal)
+        # is run again, a little later each time (PostgreSQL, the scale-out metadata database, has
+        # no such refusal)
         if done.returncode == 0 or "database is locked" not in done.stdout + done.stderr:
             break
-        time.sleep(3)
+        time.sleep(2 + 2 * attempt)
     assert done.returncode == 0, f"airflow {' '.join(args)}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
     return done.stdout
 
@@ -206,14 +207,16 @@ def _wait(standalone: dict[str, Any], dag_id: str, count: int, timeout_s: int = 
 @pytest.fixture(scope="module")
 def pipeline(standalone):
     env = standalone["env"]
-    for dag_id in ("topk_stream", "theta_backfill"):
-        _airflow(env, "dags", "unpause", dag_id)
-    for date in TOPK_DATES:  # in order: each run depends on the previous one (state)
-        _airflow(env, "dags", "trigger", "topk_stream", "--logical-date", date, "-c", json.dumps(CONF))
+    # the backfill first, while the scheduler has no run to write about (a busy scheduler's commits
+    # made every attempt of it fail on SQLite, see _airflow); it starts when its DAG is unpaused
     _airflow(
         env, "backfill", "create", "--dag-id", "theta_backfill",
         "--from-date", THETA_FROM, "--to-date", THETA_TO, "--dag-run-conf", json.dumps(THETA_CONF),
     )  # fmt: skip
+    for dag_id in ("topk_stream", "theta_backfill"):
+        _airflow(env, "dags", "unpause", dag_id)
+    for date in TOPK_DATES:  # in order: each run depends on the previous one (state)
+        _airflow(env, "dags", "trigger", "topk_stream", "--logical-date", date, "-c", json.dumps(CONF))
     topk = _wait(standalone, "topk_stream", len(TOPK_DATES))
     theta = _wait(standalone, "theta_backfill", 1)
     return {"topk": topk, "theta": theta}
