@@ -147,13 +147,18 @@ class StorageSettings:
 class IngestSettings:
     """Limits applied while reading raw files into bronze."""
 
-    batch_rows: int = 200_000
+    batch_rows: int = 200_000  # lines a task parses at a time (its memory)
     max_line_bytes: int = 1 << 20
+    part_bytes: int = 64 << 20  # a plain file is read in byte ranges of this size, one task each
+    file_rows: int = 2_000_000  # rows per bronze Parquet file a task writes (at most)
     plausible_event_us: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.batch_rows < 1 or self.max_line_bytes < 64:
-            msg = "ingest.batch_rows must be >= 1 and ingest.max_line_bytes >= 64"
+        if self.batch_rows < 1 or self.max_line_bytes < 64 or self.part_bytes < 1 or self.file_rows < 1:
+            msg = (
+                "ingest.batch_rows, ingest.part_bytes and ingest.file_rows must be >= 1 and "
+                "ingest.max_line_bytes >= 64"
+            )
             raise ConfigError(msg)
         for name, (lo, hi) in self.plausible_event_us.items():
             if lo >= hi:
@@ -377,8 +382,10 @@ def load_settings(
             data_dir=_path(env.get("OOO_DATA_DIR", data.get("shared_dir", "../shared/data"))),
             spark=spark_settings,
             ingest=IngestSettings(
-                batch_rows=int(ingest.get("batch_rows", 200_000)),
-                max_line_bytes=int(ingest.get("max_line_bytes", 1 << 20)),
+                batch_rows=int(ingest.get("batch_rows", IngestSettings.batch_rows)),
+                max_line_bytes=int(ingest.get("max_line_bytes", IngestSettings.max_line_bytes)),
+                part_bytes=int(ingest.get("part_bytes", IngestSettings.part_bytes)),
+                file_rows=int(ingest.get("file_rows", IngestSettings.file_rows)),
                 plausible_event_us=bounds,
             ),
             demo=DemoSettings(

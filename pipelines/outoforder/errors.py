@@ -28,3 +28,7 @@ class StateError(OutOfOrderError):
 
 class QualityError(OutOfOrderError):
     """A data-quality check failed (a Great Expectations suite or a stated quality target)."""
+
+
+class WriteConflict(StateError):
+    """A concurrent commit won and this write must be redone from a fresh read (retried, see io.conflicts)."""

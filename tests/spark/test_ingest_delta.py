@@ -115,33 +115,37 @@ def test_rows_repeated_by_a_later_file_of_the_same_source_are_quarantined(spark,
 def test_an_interrupted_ingest_resumes_without_loss_or_duplicates(spark, settings, tmp_path, monkeypatch):
     import dataclasses
 
-    small = dataclasses.replace(settings, ingest=dataclasses.replace(settings.ingest, batch_rows=30))
-    f = write(tmp_path / "big.csv", soccer_lines(100))
+    # small parts and files: the file is read by several tasks and lands in several Parquet files
+    ingest = dataclasses.replace(settings.ingest, part_bytes=2_000, file_rows=30, batch_rows=16)
+    small = dataclasses.replace(settings, ingest=ingest)
+    f = write(tmp_path / "big.csv", [*soccer_lines(100), soccer_lines(1)[0]])  # the last line repeats
     g = write(tmp_path / "other.csv", soccer_lines(40, start=1000))
-    real_append = delta.append_once
-    calls = {"n": 0}
+    real_commit = delta.commit_files
 
-    def crash_after_two_bronze_batches(df, table, root, app_id, ver):
+    def crash_after_bronze(spark_, table, *args, **kwargs):
+        committed = real_commit(spark_, table, *args, **kwargs)
         if table is BRONZE:
-            calls["n"] += 1
-            if calls["n"] == 3:
-                raise RuntimeError("simulated crash")
-        real_append(df, table, root, app_id, ver)
+            raise RuntimeError("simulated crash")
+        return committed
 
-    monkeypatch.setattr(delta, "append_once", crash_after_two_bronze_batches)
+    monkeypatch.setattr(delta, "commit_files", crash_after_bronze)
     with pytest.raises(RuntimeError, match="simulated crash"):
         ingest_file(spark, small, f, "debs2013", "t/crash")
-    assert delta.read(spark, BRONZE, small.lake_root).count() == 60
-    monkeypatch.setattr(delta, "append_once", real_append)
+    # bronze is committed, the quarantined duplicate and the log's done row are not
+    assert delta.read(spark, BRONZE, small.lake_root).count() == 100
+    assert delta.read(spark, QUARANTINE, small.lake_root).count() == 0
+    monkeypatch.setattr(delta, "commit_files", real_commit)
     # another file gets in between: it must not take the crashed file's sequence numbers
     other = ingest_file(spark, small, g, "debs2013", "t/other")
     s = ingest_file(spark, small, f, "debs2013", "t/crash")
-    assert (s.accepted, s.quarantined, other.accepted) == (100, 0, 40)
+    assert (s.accepted, s.quarantined, s.reasons, other.accepted) == (100, 1, {"duplicate_row": 1}, 40)
     bronze = delta.read(spark, BRONZE, small.lake_root)
     crashed = bronze.where(F.col("source") == "t/crash").orderBy("arrival_seq").collect()
     assert [r["arrival_seq"] for r in crashed] == list(range(1, 101))
     assert [r["line_no"] for r in crashed] == list(range(1, 101))
     assert bronze.select("arrival_seq").distinct().count() == 140
+    (dup,) = delta.read(spark, QUARANTINE, small.lake_root).collect()
+    assert (dup["line_no"], dup["reason"]) == (101, "duplicate_row")
     log = delta.read(spark, INGEST_LOG, small.lake_root).where(F.col("status") == "done").collect()
     assert sorted((r["source"], r["file_ordinal"]) for r in log) == [("t/crash", 0), ("t/other", 1)]
     validate_bronze(spark, small)

@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
-from outoforder.errors import StateError
+from outoforder.errors import StateError, WriteConflict
 
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
@@ -45,6 +45,8 @@ def conflicts_seen() -> dict[str, int]:
 
 
 def _retryable(e: BaseException) -> bool:
+    if isinstance(e, WriteConflict):  # a Delta Kernel commit lost (io.delta.commit_files)
+        return True
     try:
         from delta.exceptions import base
     except ImportError:  # no Delta, so no Delta conflict

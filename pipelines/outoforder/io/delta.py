@@ -16,7 +16,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from outoforder.errors import SchemaError
+from outoforder.errors import SchemaError, WriteConflict
 from outoforder.io.tables import ALL_TABLES, VOLATILE_COLUMNS, Table
 
 
@@ -64,6 +64,127 @@ def append_once(df: DataFrame, table: Table, lake_root: Path | str, app_id: str,
     if table.partition_by:
         writer = writer.partitionBy(*table.partition_by)
     writer.save(table.path(lake_root))
+
+
+def _kernel(spark: SparkSession) -> tuple[Any, Any, Any]:
+    """The JVM, Delta Kernel's classes and an engine on the session's Hadoop configuration (s3a included)."""
+    jvm = spark.sparkContext._jvm
+    if jvm is None:
+        msg = "committing files needs a classic Spark session with a JVM (not Spark Connect)"
+        raise SchemaError(msg)
+    engine = _engines.get(id(spark.sparkContext))
+    if engine is None:
+        conf = spark.sparkContext._jsc.hadoopConfiguration()
+        engine = jvm.io.delta.kernel.defaults.engine.DefaultEngine.create(conf)
+        _engines[id(spark.sparkContext)] = engine
+    return jvm, jvm.io.delta.kernel, engine
+
+
+_engines: dict[int, Any] = {}
+
+
+def _transaction(
+    spark: SparkSession, table: Table, lake_root: Path | str, app: tuple[str, int] | None
+) -> Any:
+    _, kernel, engine = _kernel(spark)
+    snapshot = kernel.TableManager.loadSnapshot(table.path(lake_root)).build(engine)
+    builder = snapshot.buildUpdateTableTransaction("outoforder", kernel.Operation.WRITE)
+    if app is not None:
+        builder = builder.withTransactionId(app[0], app[1])
+    return builder.build(engine)
+
+
+def _partition(spark: SparkSession, table: Table, partition: Mapping[str, str]) -> Any:
+    if sorted(partition) != sorted(table.partition_by):
+        msg = f"{table.name} is partitioned by {table.partition_by}, got values for {sorted(partition)}"
+        raise SchemaError(msg)
+    jvm, kernel, _ = _kernel(spark)
+    values = jvm.java.util.HashMap()
+    for col, value in partition.items():
+        values.put(col, kernel.expressions.Literal.ofString(value))
+    return values
+
+
+def table_folder(
+    spark: SparkSession, table: Table, lake_root: Path | str, partition: Mapping[str, str]
+) -> str:
+    """Where the files of one partition of ``table`` go (Delta's own path escaping), as a path or URI."""
+    jvm, kernel, engine = _kernel(spark)
+    ensure(spark, table, lake_root)
+    state = _transaction(spark, table, lake_root, None).getTransactionState(engine)
+    target = kernel.Transaction.getWriteContext(engine, state, _partition(spark, table, partition))
+    return str(jvm.org.apache.hadoop.fs.Path(target.getTargetDirectory()).toString())
+
+
+def stats_columns(table: Table) -> list[str]:
+    """The columns Delta keeps file statistics of: the first 32 that are not partition columns."""
+    return [f.name for f in table.schema.fields if f.name not in table.partition_by][:32]
+
+
+def committed_version(spark: SparkSession, table: Table, lake_root: Path | str, app_id: str) -> int | None:
+    """The newest transaction version committed to ``table`` under ``app_id`` (None: none yet)."""
+    _, kernel, engine = _kernel(spark)
+    if not exists(spark, table, lake_root):
+        return None
+    snapshot = kernel.TableManager.loadSnapshot(table.path(lake_root)).build(engine)
+    found = snapshot.getLatestTransactionVersion(engine, app_id)
+    return int(found.get()) if found.isPresent() else None
+
+
+def commit_files(
+    spark: SparkSession,
+    table: Table,
+    lake_root: Path | str,
+    partition: Mapping[str, str],
+    files: Sequence[Any],
+    app_id: str,
+    version: int,
+) -> bool:
+    """Commit Parquet files written by tasks (:class:`outoforder.io.files.WrittenFile`) as one append.
+
+    Idempotent like :func:`append_once`: nothing is committed when ``(app_id, version)`` (or a later
+    version of ``app_id``) is in the table already, and False is returned. Delta Kernel writes the
+    commit (with the transaction id) and, every tenth version, the checkpoint that keeps reads fast.
+    A concurrent writer's commit is retried by Kernel; one that changed the table's schema raises
+    :class:`~outoforder.errors.WriteConflict`, which the caller's conflict retry redoes
+    (:mod:`outoforder.io.conflicts`).
+    """
+    from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
+
+    jvm, kernel, engine = _kernel(spark)
+    ensure(spark, table, lake_root)
+    done = committed_version(spark, table, lake_root, app_id)
+    if done is not None and done >= version:
+        return False
+    try:
+        txn = _transaction(spark, table, lake_root, (app_id, version))
+    except Py4JJavaError as e:
+        if "ConcurrentTransactionException" in str(e.java_exception.getClass().getName()):
+            return False  # another attempt committed this transaction id since the check above
+        raise
+    state = txn.getTransactionState(engine)
+    context = kernel.Transaction.getWriteContext(engine, state, _partition(spark, table, partition))
+    schema = txn.getSchema(engine)
+    statuses = jvm.java.util.ArrayList()
+    for f in files:
+        stats = kernel.statistics.DataFileStatistics.deserializeFromJson(f.stats, schema)
+        statuses.add(kernel.utils.DataFileStatus(f.uri, f.size, f.modified_ms, stats))
+    actions = kernel.Transaction.generateAppendActions(
+        engine, state, kernel.internal.util.Utils.toCloseableIterator(statuses.iterator()), context
+    )
+    try:
+        result = txn.commit(engine, kernel.utils.CloseableIterable.inMemoryIterable(actions))
+    except Py4JJavaError as e:
+        name = str(e.java_exception.getClass().getName())
+        if name.endswith("ConcurrentTransactionException"):
+            return False
+        if name.endswith("ConcurrentWriteException"):
+            msg = f"a concurrent commit to {table.name} conflicts with this append ({app_id}, {version})"
+            raise WriteConflict(msg) from e
+        raise
+    for hook in result.getPostCommitHooks():
+        hook.threadSafeInvoke(engine)
+    return True
 
 
 def sql_literal(value: str | int) -> str:

@@ -5,10 +5,10 @@ this module is the driver-side client (the ``minio`` SDK) for everything else:
 
 * :func:`ensure_buckets` creates the buckets a deployment needs;
 * the landing zone: raw files dropped under ``storage.landing_uri`` as
-  ``<reader>/<source id>/<file name>`` are listed (:func:`pending`), fetched to a local folder for
-  the readers, and after their ingest moved under ``ingested/`` (or, when they cannot be ingested,
-  under ``rejected/`` with a ``.reason.txt`` object beside them), so each is ingested once and
-  none is lost;
+  ``<reader>/<source id>/<file name>`` are listed (:func:`pending`), read by ingest's Spark tasks
+  (:mod:`outoforder.io.files`), and after their ingest moved under ``ingested/`` (or, when they
+  cannot be ingested, under ``rejected/`` with a ``.reason.txt`` object beside them), so each is
+  ingested once and none is lost;
 * :func:`publish` uploads a folder (the quality report, Data Docs) under a URI.
 """
 
@@ -116,14 +116,6 @@ def pending(storage: StorageSettings) -> list[LandingFile]:
         if not o.is_dir
     ]
     return sorted(found, key=lambda f: f.key)
-
-
-def fetch(storage: StorageSettings, item: LandingFile, folder: Path) -> Path:
-    """Download one landing object to ``folder/<relative key>`` and return the local path."""
-    dest = folder / item.relative
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    client(storage).fget_object(item.bucket, item.key, str(dest))
-    return dest
 
 
 def _move(storage: StorageSettings, item: LandingFile, to: str) -> str:

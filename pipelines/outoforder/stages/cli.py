@@ -148,7 +148,7 @@ def _yes(text: str) -> bool:
 def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
     """Ingest built-in datasets and/or one user file, or the landing bucket."""
     from outoforder.sources import catalog
-    from outoforder.stages.ingest.files import ingest_file
+    from outoforder.stages.ingest.files import FileSpec, ingest_files
 
     if args.landing:
         from outoforder.stages.ingest.landing import ingest_landing
@@ -173,8 +173,7 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
         jobs += [(d.path(settings.data_dir), d.reader, d.source) for d in catalog.select(names or None)]
     spark = _spark(settings, "ingest")
     read = accepted = quarantined = 0
-    for path, reader, source in jobs:
-        s = ingest_file(spark, settings, path, reader, source)
+    for s in ingest_files(spark, settings, [FileSpec(str(p), reader, source) for p, reader, source in jobs]):
         log.info("%s", s.line())
         read, accepted, quarantined = read + s.rows_read, accepted + s.accepted, quarantined + s.quarantined
     log.info(

@@ -88,7 +88,7 @@ def _announce(step: str, text: str) -> None:
 def ingest(spark: SparkSession, settings: Settings) -> list[Any]:
     """Step 1: the real datasets of the shared data folder into bronze."""
     from outoforder.sources import catalog
-    from outoforder.stages.ingest.files import ingest_file
+    from outoforder.stages.ingest.files import FileSpec, ingest_files
 
     missing = [
         str(d.path(settings.data_dir)) for d in catalog.BUILTIN if not d.path(settings.data_dir).exists()
@@ -100,12 +100,11 @@ def ingest(spark: SparkSession, settings: Settings) -> list[Any]:
         )
         raise InputError(msg)
     _announce("ingest", f"ingesting the real datasets from {settings.data_dir}")
-    out = []
-    for d in catalog.BUILTIN:
-        summary = ingest_file(spark, settings, d.path(settings.data_dir), d.reader, d.source)
+    specs = [FileSpec(str(d.path(settings.data_dir)), d.reader, d.source) for d in catalog.BUILTIN]
+    out = ingest_files(spark, settings, specs)
+    for summary in out:
         log.info("%s", summary.line())
-        out.append(summary)
-    return out
+    return list(out)
 
 
 def replay(spark: SparkSession, settings: Settings, preset: str) -> dict[str, Any]:

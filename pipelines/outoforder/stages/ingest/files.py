@@ -1,36 +1,58 @@
-"""Ingest stage: raw files -> bronze arrivals + quarantine + ingest log, idempotently.
+"""Ingest stage: raw files -> bronze arrivals + quarantine + ingest log, in Spark tasks, idempotently.
 
-Per file: the content hash gives an ``ingest_id``; a file with a ``done`` row in the ingest log is
-skipped ("already ingested"). Otherwise a ``started`` row claims the next file ordinal (before any
-data is written), and the file is read in bounded batches. Each row gets
-``arrival_seq = file_ordinal * SEQ_PER_FILE + line_no`` (file order = receive order); rows whose
-content an earlier file of the same source already delivered are quarantined as
-``duplicate_row``; each batch is appended to bronze and quarantine with Delta transaction ids
-(ingest_id, batch number). A crash half-way is resumed by running the stage again: the claimed
-ordinal is reused, committed batches are skipped by Delta, the numbers come out the same, and the
-``done`` row with the file's counts is written last.
+The driver plans and commits; Spark tasks read, hash, parse and write (functions in
+:mod:`outoforder.stages.ingest.tasks`). For a set of files, in this order:
+
+1. **identify** (a task per file): size, SHA-256, gzip or not. The content hash gives each file
+   an ``ingest_id``; a file whose ingest log has a ``done`` row is skipped ("already ingested").
+2. **claim**: every other file gets a ``started`` row in the ingest log claiming the next file
+   ordinal (one MERGE for all), before any data is written; a crashed attempt's claim is reused.
+   A row's ``arrival_seq = file_ordinal * SEQ_PER_FILE + line_no``: receive order, fixed up front.
+3. **parts**: a plain file is cut into byte ranges of ``ingest.part_bytes``, a gzip file is one
+   part (see :mod:`outoforder.sources.lines`).
+4. **hash pass** (a task per part), only when duplicates could cross a task's view: a source with
+   several parts or files here, or rows from earlier ingests. Each part's line count (so later
+   parts know their first line number) and the hash of every line that could be accepted. A
+   hash seen twice in the source, or already in bronze for the source, is a *suspect*.
+5. **parse pass** (a task per part, with its suspects): lines parsed
+   (:class:`~outoforder.sources.readers.LineParser`), accepted rows written straight into bronze's
+   folder as Parquet files (not yet visible to anyone), and back come only the files' names and
+   statistics, the part's counts, its quarantined lines and its suspect rows.
+6. **duplicates**: of the accepted rows with one content in one source, the first in arrival
+   order is kept; later ones in the same file are quarantined as ``duplicate_row`` (an earlier
+   line of this file), and so is every one whose content an earlier file or ingest delivered.
+   A source with one part and no history is deduplicated inside its task (the same rule).
+7. **commit**, per file: bronze's files in one Delta commit with the transaction id
+   (``ingest_id``, 0), quarantine's likewise; then one MERGE of every file's ``done`` row with
+   its counts. A crash anywhere is resumed by running the stage again: the claimed ordinals are
+   reused, the numbers come out the same, commits already made are skipped by their transaction
+   ids, and files written by the crashed attempt stay unreferenced (VACUUM removes them).
+
+For every file: lines = header + blank + accepted + quarantined, and the ingest log, bronze and
+quarantine agree (checked by the bronze suite, :mod:`outoforder.quality.bronze`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
+import math
 import time
-from dataclasses import dataclass
+from collections import defaultdict
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-
-import pyarrow as pa
-import pyarrow.compute
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+from typing import TYPE_CHECKING, Any
 
 from outoforder.config import Settings
-from outoforder.errors import InputError
 from outoforder.io import delta
 from outoforder.io.conflicts import retry_on_conflict
+from outoforder.io.files import WrittenFile
 from outoforder.io.tables import BRONZE, INGEST_LOG, QUARANTINE, SEQ_PER_FILE
-from outoforder.sources.readers import make_reader, read_file
+from outoforder.sources.readers import ACROSS_FILES, WITHIN_FILE, make_reader
+from outoforder.stages.ingest import tasks
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -63,188 +85,425 @@ class IngestSummary:
         )
 
 
-def file_sha256(path: Path) -> tuple[str, int]:
-    """Content hash and size of a file."""
-    h = hashlib.sha256()
-    size = 0
-    try:
-        with path.open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-                size += len(block)
-    except OSError as e:
-        msg = f"cannot read {path}: {e}"
-        raise InputError(msg) from e
-    return h.hexdigest(), size
+@dataclass(frozen=True)
+class FileSpec:
+    """One file to ingest: where it is (a local path or an s3a:// URI), its reader and source."""
+
+    path: str
+    reader: str
+    source: str
+    origin: str | None = None  # what the ingest log records as its path (a landing object's URI)
 
 
-def _claim_ordinal(spark: SparkSession, settings: Settings, ingest_id: str, row: tuple[object, ...]) -> int:
-    """The file's ordinal: the one a crashed attempt claimed, else the next free one (claimed now).
+@dataclass
+class _File:
+    idx: int  # among the files this ingest writes (what the tasks' rows carry)
+    spec: FileSpec
+    uri: str
+    size: int = 0
+    sha256: str = ""
+    gz: bool = False
+    ordinal: int = -1
+    parts: list[int] = field(default_factory=list)
 
-    The claim is committed to the ingest log before any data, so two files can never share
-    sequence numbers, however attempts interleave: the claim is a MERGE keyed on the ordinal, so
-    of two ingests that picked the same free ordinal, one inserts and the other inserts nothing
-    (it then takes the next one), and two MERGEs committing at once conflict in Delta (one retries).
+    @property
+    def ingest_id(self) -> str:
+        return f"{self.spec.source}@{self.sha256[:20]}"
+
+    @property
+    def shown(self) -> str:
+        return self.spec.origin or self.uri
+
+
+def _uri(path: str, settings: Settings) -> str:
+    """A local path made absolute, or a URI; the file must exist (a missing one fails before any work)."""
+    from outoforder.io.files import file_size
+
+    uri = path if "://" in path else str(Path(path).resolve())
+    file_size(uri, settings.storage)  # raises InputError naming the file
+    return uri
+
+
+def _arrow_df(spark: SparkSession, rows: list[dict[str, Any]], fields: list[tuple[str, Any]]) -> DataFrame:
+    """A DataFrame of ``rows`` with one row per partition (each becomes its own task)."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    schema = from_arrow_schema(pa.schema(fields))
+    return spark.createDataFrame(spark.sparkContext.parallelize(rows, max(len(rows), 1)), schema)
+
+
+def _spark_schema(schema: Any) -> Any:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(schema)
+
+
+def _identify(spark: SparkSession, settings: Settings, files: list[_File]) -> None:
+    storage = settings.storage
+    rows = [{"file_idx": f.idx, "uri": f.uri} for f in files]
+    df = _arrow_df(spark, rows, [("file_idx", _pa().int64()), ("uri", _pa().string())])
+    got = df.mapInArrow(
+        lambda it: tasks.identify(it, storage), _spark_schema(tasks.IDENTITY_SCHEMA)
+    ).collect()
+    for r in got:
+        f = files[r["file_idx"]]
+        f.size, f.sha256, f.gz = int(r["size"]), str(r["sha256"]), bool(r["gz"])
+
+
+def _pa() -> Any:
+    import pyarrow as pa
+
+    return pa
+
+
+def _claim_ordinals(spark: SparkSession, settings: Settings, files: list[_File], now: int) -> None:
+    """Each file's ordinal: the one a crashed attempt claimed, else the next free one (claimed now).
+
+    The claims are committed to the ingest log before any data, so two files never share sequence
+    numbers however attempts interleave: a claim is a MERGE keyed on the ordinal, so of two ingests
+    that picked the same free ordinal one inserts and the other inserts nothing (and tries the next
+    ones); two MERGEs committing at once conflict in Delta (one retries).
     """
+    from pyspark.sql import functions as F
+
+    todo = {f.ingest_id: f for f in files}
     while True:
-        log = delta.read(spark, INGEST_LOG, settings.lake_root).where(F.col("status") == "started")
-        mine = log.where(F.col("ingest_id") == ingest_id).first()
-        if mine is not None:
-            return int(mine["file_ordinal"])
-        top = log.agg(F.max("file_ordinal")).first()
-        ordinal = 0 if top is None or top[0] is None else int(top[0]) + 1
-        claim = spark.createDataFrame([(ingest_id, "started", ordinal, *row)], INGEST_LOG.schema)
-        if delta.merge_new(claim, INGEST_LOG, settings.lake_root, ("status", "file_ordinal")):
-            return ordinal
+        started = delta.read(spark, INGEST_LOG, settings.lake_root).where(F.col("status") == "started")
+        mine = (
+            started.where(F.col("ingest_id").isin(list(todo))).select("ingest_id", "file_ordinal").collect()
+        )
+        for r in mine:
+            todo.pop(r["ingest_id"]).ordinal = int(r["file_ordinal"])
+        if not todo:
+            return
+        top = started.agg(F.max("file_ordinal")).first()
+        first = 0 if top is None or top[0] is None else int(top[0]) + 1
+        claims = [
+            (f.ingest_id, "started", first + i, f.spec.source, f.shown, f.sha256, f.size, f.spec.reader,
+             0, 0, 0, 0, 0, 0, None, None, now)
+            for i, f in enumerate(todo.values())
+        ]  # fmt: skip
+        delta.merge_new(
+            spark.createDataFrame(claims, INGEST_LOG.schema),
+            INGEST_LOG,
+            settings.lake_root,
+            ("status", "file_ordinal"),
+        )
 
 
-def _seq_range(df: DataFrame) -> tuple[int | None, int | None]:
-    got = df.agg(F.min("arrival_seq"), F.max("arrival_seq")).first()
-    return (None, None) if got is None or got[0] is None else (int(got[0]), int(got[1]))
+def _part_rows(settings: Settings, files: list[_File], folders: dict[str, str]) -> list[dict[str, Any]]:
+    ing = settings.ingest
+    rows: list[dict[str, Any]] = []
+    for f in files:
+        lo, hi = ing.plausible_range(f.spec.reader)
+        bounds = [(0, -1)]
+        if not f.gz and f.size > ing.part_bytes:
+            n = math.ceil(f.size / ing.part_bytes)
+            bounds = [(i * ing.part_bytes, min((i + 1) * ing.part_bytes, f.size)) for i in range(n)]
+        for start, end in bounds:
+            f.parts.append(len(rows))
+            rows.append(
+                {
+                    "part": len(rows), "file_idx": f.idx, "uri": f.uri, "gz": f.gz, "start": start,
+                    "end": end,
+                    "first_line": 1, "reader": f.spec.reader, "lo": lo, "hi": hi,
+                    "max_line_bytes": ing.max_line_bytes, "batch_lines": ing.batch_rows,
+                    "file_rows": ing.file_rows, "ingest_id": f.ingest_id, "source": f.spec.source,
+                    "shown": f.shown,
+                    "base": f.ordinal * SEQ_PER_FILE, "folder": folders[f.spec.source], "local": False,
+                    "suspects": None,
+                }
+            )  # fmt: skip
+    return rows
 
 
-def _seq_range_arrow(table: pa.Table) -> tuple[int | None, int | None]:
-    if table.num_rows == 0:
-        return None, None
-    col = table.column("arrival_seq")
-    return int(pa.compute.min(col).as_py()), int(pa.compute.max(col).as_py())
+def _sources_with_history(spark: SparkSession, settings: Settings, files: list[_File]) -> set[str]:
+    """Sources for which an earlier ingest (a file not among ``files``) claimed an ordinal."""
+    from pyspark.sql import functions as F
+
+    ids = [f.ingest_id for f in files]
+    sources = sorted({f.spec.source for f in files})
+    rows = (
+        delta.read(spark, INGEST_LOG, settings.lake_root)
+        .where(F.col("source").isin(sources) & ~F.col("ingest_id").isin(ids))
+        .select("source")
+        .distinct()
+        .collect()
+    )
+    return {r["source"] for r in rows}
 
 
-def _with_constants(table: pa.Table, **columns: str) -> pa.Table:
-    for name, value in columns.items():
-        table = table.append_column(name, pa.array([value] * table.num_rows, pa.string()))
-    return table
+def _suspects(
+    spark: SparkSession, settings: Settings, files: list[_File], rows: list[dict[str, Any]], history: set[str]
+) -> DataFrame | None:
+    """The hash pass over the sources that need it; sets every part's ``first_line`` and ``local``.
+
+    Returns the suspects (``source``, ``row_hash``, ``in_bronze``): hashes of lines that could be
+    accepted which this ingest holds twice, or which bronze holds from an earlier ingest; None
+    when no source needs the pass. Only hash blobs and suspects cross the network.
+    """
+    from pyspark.sql import functions as F
+
+    by_source: dict[str, list[_File]] = defaultdict(list)
+    for f in files:
+        by_source[f.spec.source].append(f)
+    needs = {s for s, fs in by_source.items() if len(fs) > 1 or len(fs[0].parts) > 1 or s in history}
+    for f in files:
+        for p in f.parts:
+            rows[p]["local"] = f.spec.source not in needs
+    scan = [r for r in rows if not r["local"]]
+    if not scan:
+        return None
+    storage = settings.storage
+    t0 = time.monotonic()
+    hashed = (
+        _arrow_df(spark, scan, tasks.PART_FIELDS)
+        .mapInArrow(lambda it: tasks.hash_pass(it, storage), _spark_schema(tasks.HASH_SCHEMA))
+        .localCheckpoint()
+    )
+    lines = {
+        int(r["part"]): int(r["lines"]) for r in hashed.where("bucket < 0").select("part", "lines").collect()
+    }
+    for f in files:
+        first = 1
+        for p in f.parts:
+            rows[p]["first_line"] = first
+            first += lines.get(p, 0)
+    source_of = spark.createDataFrame([(r["part"], r["source"]) for r in scan], "part long, source string")
+    blobs = (
+        hashed.where("bucket >= 0")
+        .join(F.broadcast(source_of), "part")
+        .select("source", "bucket", "hashes", F.lit("new").alias("origin"))
+    )
+    earlier = sorted(history & needs)
+    if earlier:
+        ids = [f.ingest_id for f in files]
+        bronze = (
+            delta.read(spark, BRONZE, settings.lake_root)
+            .where(F.col("source").isin(earlier) & ~F.col("ingest_id").isin(ids))
+            .select("source", "row_hash")
+            .mapInArrow(tasks.bronze_buckets, "source string, bucket long, hashes binary")
+        )
+        blobs = blobs.unionByName(bronze.withColumn("origin", F.lit("bronze")))
+    suspects = (
+        blobs.repartition("source", "bucket")
+        .mapInArrow(tasks.find_suspects, _spark_schema(tasks.SUSPECT_SCHEMA))
+        .localCheckpoint()
+    )
+    log.info("[ingest] hash pass over %d parts: %s lines, %.1f s", len(scan), f"{sum(lines.values()):,}",
+             time.monotonic() - t0)  # fmt: skip
+    return suspects
+
+
+def _written(r: Any) -> WrittenFile:
+    """A task's row describing a file it wrote (``tasks.WRITTEN_SCHEMA``)."""
+    return WrittenFile(r["uri"], int(r["size"]), int(r["modified_ms"]), int(r["rows"]), r["stats"])
+
+
+def _decide(rows: DataFrame, suspects: DataFrame, ordinal_of: DataFrame) -> DataFrame:
+    """Suspect rows with ``keep`` and, for the others, the duplicate's detail and quarantined raw line."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    s = rows.join(F.broadcast(ordinal_of), "file_idx").join(suspects, ["source", "row_hash"], "left")
+    same = Window.partitionBy("source", "row_hash", "file_idx")
+    everywhere = Window.partitionBy("source", "row_hash")
+    s = s.withColumn("earlier_line", F.col("arrival_seq") > F.min("arrival_seq").over(same))
+    s = s.withColumn(
+        "earlier_file",
+        F.coalesce(F.col("in_bronze"), F.lit(False)) | (F.col("ordinal") > F.min("ordinal").over(everywhere)),
+    )
+    return s.select(
+        "*",
+        (~F.col("earlier_line") & ~F.col("earlier_file")).alias("keep"),
+        F.when(F.col("earlier_line"), F.lit(WITHIN_FILE)).otherwise(F.lit(ACROSS_FILES)).alias("dup_detail"),
+        F.when(F.col("earlier_line"), F.substring("raw_line", 1, 4096))
+        .otherwise(F.col("raw_line"))
+        .alias("dup_raw"),
+    )
 
 
 @retry_on_conflict
+def ingest_files(
+    spark: SparkSession, settings: Settings, specs: list[FileSpec], now_us: int | None = None
+) -> list[IngestSummary]:
+    """Ingest files into bronze in Spark tasks, idempotently (module docstring); a summary per file."""
+    from pyspark.sql import functions as F
+
+    t0 = time.monotonic()
+    for s in specs:
+        make_reader(s.reader)  # an unknown reader fails before anything is read
+    files = [_File(i, s, _uri(s.path, settings)) for i, s in enumerate(specs)]
+    if not files:
+        return []
+    lake = settings.lake_root
+    for table in (BRONZE, QUARANTINE, INGEST_LOG):
+        delta.ensure(spark, table, lake)
+    _identify(spark, settings, files)
+    ids = [f.ingest_id for f in files]
+    done = {
+        r["ingest_id"]
+        for r in delta.read(spark, INGEST_LOG, lake)
+        .where((F.col("status") == "done") & F.col("ingest_id").isin(ids))
+        .select("ingest_id")
+        .collect()
+    }
+    todo: list[_File] = []
+    for f in files:
+        if f.ingest_id not in done and all(g.ingest_id != f.ingest_id for g in todo):
+            todo.append(f)  # the same content twice in one call is ingested once
+    skipped = IngestSummary
+    summaries = {
+        id(f): skipped(f.spec.source, f.shown, f.ingest_id, True, 0, 0, 0, 0, {}, 0.0)
+        for f in files
+        if f not in todo
+    }
+    if todo:
+        now = now_us if now_us is not None else int(datetime.now(UTC).timestamp() * 1_000_000)
+        for i, f in enumerate(todo):
+            f.idx = i
+        _claim_ordinals(spark, settings, todo, now)
+        summaries |= {id(f): s for f, s in zip(todo, _ingest(spark, settings, todo, now, t0), strict=True)}
+    return [summaries[id(f)] for f in files]
+
+
+def _ingest(
+    spark: SparkSession, settings: Settings, files: list[_File], now: int, t0: float
+) -> list[IngestSummary]:
+    from pyspark.sql import functions as F
+
+    lake, storage = settings.lake_root, settings.storage
+    sources = sorted({f.spec.source for f in files})
+    bronze_dir = {s: delta.table_folder(spark, BRONZE, lake, {"source": s}) for s in sources}
+    quarantine_dir = {s: delta.table_folder(spark, QUARANTINE, lake, {"source": s}) for s in sources}
+    rows = _part_rows(settings, files, bronze_dir)
+    megabytes = sum(f.size for f in files) / 1e6
+    log.info("[ingest] %d files (%.1f MB) in %d parts", len(files), megabytes, len(rows))
+    suspects = _suspects(spark, settings, files, rows, _sources_with_history(spark, settings, files))
+
+    t1 = time.monotonic()
+    parts = _arrow_df(spark, [{**r, "suspects": None} for r in rows], tasks.PART_FIELDS)
+    if suspects is not None:
+        per_source = suspects.groupBy("source").agg(F.collect_list("row_hash").alias("suspects"))
+        parts = (
+            parts.drop("suspects")
+            .join(F.broadcast(per_source), "source", "left")
+            .select(*[name for name, _ in tasks.PART_FIELDS])
+        )
+    stats_cols = delta.stats_columns(BRONZE)
+    out = parts.mapInArrow(
+        lambda it: tasks.parse_pass(it, storage, stats_cols), _spark_schema(tasks.PARSE_SCHEMA)
+    ).localCheckpoint()
+    small = out.where(F.col("kind").isin("file", "counts")).collect()
+    files_written: dict[int, list[WrittenFile]] = defaultdict(list)
+    seq_range: dict[int, list[int]] = defaultdict(list)
+    counts: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for r in small:
+        i = int(r["file_idx"])
+        if r["kind"] == "file":
+            files_written[i].append(_written(r))
+            seq_range[i] += [int(r["seq_lo"]), int(r["seq_hi"])]
+        else:
+            for k in ("lines", "header_lines", "blank_lines", "accepted", "quarantined"):
+                counts[i][k] += int(r[k])
+    parsed = sum(c["lines"] for c in counts.values())
+    log.info(
+        "[ingest] parse pass: %s lines, %.0f lines/s",
+        f"{parsed:,}",
+        parsed / max(time.monotonic() - t1, 1e-9),
+    )
+
+    meta = spark.createDataFrame(
+        [(f.idx, f.ordinal, f.spec.source, f.ingest_id, f.shown, bronze_dir[f.spec.source],
+          quarantine_dir[f.spec.source]) for f in files],
+        "file_idx long, ordinal long, source string, ingest_id string, source_file string, folder string, "
+        "quarantine_folder string",
+    )  # fmt: skip
+    rejects = out.where(F.col("kind") == "reject").select(
+        "file_idx", "line_no", "raw_line", "reason", "detail"
+    )
+    dup_rows = None
+    if suspects is not None:
+        held = out.where(F.col("kind") == "suspect").join(
+            F.broadcast(meta.select("file_idx", "source")), "file_idx"
+        )
+        decided = _decide(held, suspects, meta.select("file_idx", "ordinal")).localCheckpoint()
+        kept = decided.where("keep").join(
+            F.broadcast(meta.select("file_idx", "ingest_id", "source_file", "folder")), "file_idx"
+        )
+        written = kept.select("file_idx", "folder", *tasks.BRONZE_FILE_COLUMNS).mapInArrow(
+            lambda it: tasks.write_rows(it, storage, list(tasks.BRONZE_FILE_COLUMNS), stats_cols, "kept"),
+            _spark_schema(tasks.WRITTEN_SCHEMA),
+        )
+        for r in written.collect():
+            i = int(r["file_idx"])
+            files_written[i].append(_written(r))
+            seq_range[i] += [int(r["seq_lo"]), int(r["seq_hi"])]
+            counts[i]["accepted"] += int(r["rows"])
+        dup_rows = decided.where(~F.col("keep")).select(
+            "file_idx", "line_no", F.col("dup_raw").alias("raw_line"), F.lit("duplicate_row").alias("reason"),
+            F.col("dup_detail").alias("detail"),
+        )  # fmt: skip
+        rejects = rejects.unionByName(dup_rows)
+    reasons: dict[int, dict[str, int]] = defaultdict(dict)
+    for r in rejects.groupBy("file_idx", "reason").count().collect():
+        reasons[int(r["file_idx"])][r["reason"]] = int(r["count"])
+    q_cols = [f.name for f in QUARANTINE.schema.fields if f.name != "source"]
+    q_stats = delta.stats_columns(QUARANTINE)
+    q_written: dict[int, list[WrittenFile]] = defaultdict(list)
+    if any(reasons.values()):
+        quarantined = (
+            rejects.join(F.broadcast(meta.select("file_idx", "ingest_id", "source_file",
+                                                 F.col("quarantine_folder").alias("folder"))), "file_idx")
+            .select("file_idx", "folder", *q_cols)
+        )  # fmt: skip
+        for r in quarantined.mapInArrow(
+            lambda it: tasks.write_rows(it, storage, q_cols, q_stats, "quarantine"),
+            _spark_schema(tasks.WRITTEN_SCHEMA),
+        ).collect():
+            q_written[int(r["file_idx"])].append(_written(r))
+
+    summaries, done_rows = [], []
+    for f in files:
+        c = counts[f.idx]
+        n_quarantined = sum(reasons[f.idx].values())
+        if files_written[f.idx]:
+            delta.commit_files(
+                spark, BRONZE, lake, {"source": f.spec.source}, files_written[f.idx], f.ingest_id, 0
+            )
+        if q_written[f.idx]:
+            delta.commit_files(
+                spark, QUARANTINE, lake, {"source": f.spec.source}, q_written[f.idx], f.ingest_id, 0
+            )
+        seqs = seq_range[f.idx]
+        accepted = c["accepted"]
+        done_rows.append(
+            (f.ingest_id, "done", f.ordinal, f.spec.source, f.shown, f.sha256, f.size, f.spec.reader,
+             c["lines"], c["header_lines"], c["blank_lines"], accepted + n_quarantined, accepted,
+             n_quarantined, min(seqs) if seqs else None, max(seqs) if seqs else None, now)
+        )  # fmt: skip
+        summaries.append(
+            IngestSummary(
+                f.spec.source, f.shown, f.ingest_id, False, c["lines"], accepted + n_quarantined, accepted,
+                n_quarantined, dict(reasons[f.idx]), time.monotonic() - t0,
+            )
+        )  # fmt: skip
+    delta.merge_new(
+        spark.createDataFrame(done_rows, INGEST_LOG.schema), INGEST_LOG, lake, ("ingest_id", "status")
+    )
+    return summaries
+
+
 def ingest_file(
     spark: SparkSession,
     settings: Settings,
-    path: Path,
+    path: Path | str,
     reader_name: str,
     source: str,
     now_us: int | None = None,
     origin: str | None = None,
 ) -> IngestSummary:
-    """Ingest one file into bronze; idempotent (see module docstring).
-
-    ``origin`` is what the ingest log records as the file's path when ``path`` is a local copy
-    (a landing-zone object's URI).
-    """
-    t0 = time.monotonic()
-    path = path.resolve()
-    if not path.is_file():
-        msg = f"no such file: {path}"
-        raise InputError(msg)
-    shown = origin or str(path)
-    reader = make_reader(reader_name)
-    sha, size = file_sha256(path)
-    ingest_id = f"{source}@{sha[:20]}"
-    for table in (BRONZE, QUARANTINE, INGEST_LOG):
-        delta.ensure(spark, table, settings.lake_root)
-    ingest_log = delta.read(spark, INGEST_LOG, settings.lake_root)
-    done = ingest_log.where((F.col("ingest_id") == ingest_id) & (F.col("status") == "done"))
-    if done.limit(1).count():
-        return IngestSummary(source, shown, ingest_id, True, 0, 0, 0, 0, {}, 0.0)
-    now = now_us if now_us is not None else int(datetime.now(UTC).timestamp() * 1_000_000)
-    claim_row = (source, shown, sha, size, reader.name, 0, 0, 0, 0, 0, 0, None, None, now)
-    base = _claim_ordinal(spark, settings, ingest_id, claim_row) * SEQ_PER_FILE
-
-    bronze = delta.read(spark, BRONZE, settings.lake_root)
-    prior: DataFrame | None = bronze.where(
-        (F.col("source") == source) & (F.col("ingest_id") != ingest_id)
-    ).select("row_hash")
-    if prior is not None and not prior.limit(1).count():
-        prior = None  # first file of this source: nothing to dedupe
-    first_seq: int | None = None
-    last_seq: int | None = None
-    reasons: dict[str, int] = {}
-    cross_dups = 0
-    counts = None
-    for batch_no, batch in enumerate(
-        read_file(
-            path,
-            reader,
-            settings.ingest.plausible_range(reader.name),
-            settings.ingest.batch_rows,
-            settings.ingest.max_line_bytes,
-        )
-    ):
-        counts = batch.counts
-        acc = batch.accepted
-        seqs = pa.compute.add(acc.column("line_no"), pa.scalar(base, pa.int64()))
-        acc = acc.append_column("arrival_seq", seqs)
-        acc = _with_constants(acc, source=source, ingest_id=ingest_id, source_file=shown)
-        rejects = _with_constants(batch.quarantined, source=source, ingest_id=ingest_id, source_file=shown)
-        for r in batch.quarantined.column("reason").to_pylist():
-            reasons[r] = reasons.get(r, 0) + 1
-        staged = spark.createDataFrame(acc) if acc.num_rows else None
-        rejected = spark.createDataFrame(rejects) if rejects.num_rows else None
-        dups = None
-        n_dups = 0
-        if staged is not None and prior is not None:
-            dups = staged.join(prior, "row_hash", "left_semi").cache()
-            n_dups = dups.count()
-            if n_dups:
-                cross_dups += n_dups
-                reasons["duplicate_row"] = reasons.get("duplicate_row", 0) + n_dups
-                dup_rows = dups.select(
-                    "source",
-                    "ingest_id",
-                    "source_file",
-                    "line_no",
-                    "raw_line",
-                    F.lit("duplicate_row").alias("reason"),
-                    F.lit("same content as a row of an earlier file of this source").alias("detail"),
-                )
-                rejected = dup_rows if rejected is None else rejected.unionByName(dup_rows)
-                staged = staged.join(prior, "row_hash", "left_anti")
-        if staged is not None:
-            delta.append_once(staged, BRONZE, settings.lake_root, ingest_id, batch_no)
-            lo, hi = _seq_range(staged) if n_dups else _seq_range_arrow(acc)
-            if lo is not None:
-                first_seq = lo if first_seq is None else first_seq
-                last_seq = hi
-        if rejected is not None:
-            delta.append_once(rejected, QUARANTINE, settings.lake_root, ingest_id, batch_no)
-        if dups is not None:
-            dups.unpersist()  # only after both writes: they read it
-        log.info("[ingest] %s: %s lines read (%.1f s)", source, f"{counts.lines:,}", time.monotonic() - t0)
-    if counts is None:  # read_file yields at least one batch, even for an empty file
-        msg = f"reading {path} produced no batch at all"
-        raise InputError(msg)
-    accepted = counts.accepted - cross_dups
-    quarantined = counts.quarantined + cross_dups
-    done_row = (
-        ingest_id,
-        "done",
-        base // SEQ_PER_FILE,
-        source,
-        shown,
-        sha,
-        size,
-        reader.name,
-        counts.lines,
-        counts.header_lines,
-        counts.blank_lines,
-        counts.rows_read,
-        accepted,
-        quarantined,
-        first_seq,
-        last_seq,
-        now,
-    )
-    log_row = spark.createDataFrame([done_row], INGEST_LOG.schema)
-    delta.append_once(log_row, INGEST_LOG, settings.lake_root, ingest_id, 1)
-    return IngestSummary(
-        source,
-        shown,
-        ingest_id,
-        False,
-        counts.lines,
-        counts.rows_read,
-        accepted,
-        quarantined,
-        reasons,
-        time.monotonic() - t0,
-    )
+    """Ingest one file (see :func:`ingest_files`); ``origin`` is what the ingest log records as its path."""
+    (summary,) = ingest_files(spark, settings, [FileSpec(str(path), reader_name, source, origin)], now_us)
+    return summary

@@ -1,13 +1,14 @@
 """Landing-zone ingest: files dropped into the landing bucket -> bronze, each exactly once.
 
-For every object under ``<storage.landing_uri>/incoming/<reader>/<source id>/<name>``, oldest key
-first: fetch it to ``<work dir>/landing-s3/``, ingest it (:func:`outoforder.stages.ingest.ingest_file`,
-recording the object's URI in the ingest log), then move it under ``ingested/``. An object that cannot
-be ingested at all (a key of the wrong shape, an unknown reader, unreadable content) is moved under
-``rejected/`` with its reason beside it; bad *rows* are quarantined as for any file.
+Every object under ``<storage.landing_uri>/incoming/<reader>/<source id>/<name>`` is ingested in
+one go (:func:`outoforder.stages.ingest.files.ingest_files`: Spark tasks read the objects from the
+store themselves, oldest key first in arrival order), then moved under ``ingested/``. An object
+that cannot be ingested at all (a key of the wrong shape, an unknown reader) is moved under
+``rejected/`` with its reason beside it; bad *rows*, and a file that is not readable text, are
+quarantined as for any file.
 
 Exactly once: the ingest log keys a file by its content hash, so a crash between the ingest and the
-move (the object is still under ``incoming/`` on the rerun) ingests nothing twice; the move copies
+moves (the objects are still under ``incoming/`` on the rerun) ingests nothing twice; a move copies
 before it deletes, so no crash loses an object.
 """
 
@@ -21,7 +22,7 @@ from outoforder.config import Settings
 from outoforder.errors import InputError
 from outoforder.io import objectstore
 from outoforder.sources.readers import READERS
-from outoforder.stages.ingest.files import IngestSummary, ingest_file
+from outoforder.stages.ingest.files import FileSpec, IngestSummary, ingest_files
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,8 @@ def ingest_landing(spark: Any, settings: Settings, limit: int | None = None) -> 
     storage = settings.storage
     items = objectstore.pending(storage)[:limit]
     log.info("[landing] %d files waiting under %s/incoming/", len(items), storage.landing_uri)
-    folder = settings.work_dir / "landing-s3"
-    out = []
+    out: list[LandingOutcome] = []
+    good: list[tuple[objectstore.LandingFile, FileSpec]] = []
     for item in items:
         try:
             reader, source, _ = item.parts()
@@ -56,13 +57,14 @@ def ingest_landing(spark: Any, settings: Settings, limit: int | None = None) -> 
                 known = ", ".join(sorted(READERS))
                 msg = f"unknown reader {reader!r} (the first folder under incoming/); known: {known}"
                 raise InputError(msg)
-            local = objectstore.fetch(storage, item, folder)
-            summary = ingest_file(spark, settings, local, reader, source, origin=item.uri)
         except InputError as e:
-            outcome = LandingOutcome(item.uri, objectstore.reject(storage, item, str(e)), None, str(e))
-        else:
-            local.unlink(missing_ok=True)
-            outcome = LandingOutcome(item.uri, objectstore.mark_ingested(storage, item), summary)
-        log.info("%s", outcome.line())
-        out.append(outcome)
+            out.append(LandingOutcome(item.uri, objectstore.reject(storage, item, str(e)), None, str(e)))
+            log.info("%s", out[-1].line())
+            continue
+        good.append((item, FileSpec(item.uri, reader, source, origin=item.uri)))
+    if good:
+        summaries = ingest_files(spark, settings, [spec for _, spec in good])
+        for (item, _), summary in zip(good, summaries, strict=True):
+            out.append(LandingOutcome(item.uri, objectstore.mark_ingested(storage, item), summary))
+            log.info("%s", out[-1].line())
     return out

@@ -1,0 +1,322 @@
+"""What ingest's Spark tasks run: pure functions over Arrow batches of work items, no Spark calls.
+
+:mod:`outoforder.stages.ingest.files` plans the work and hands these functions to ``mapInArrow``.
+A *part* is one byte range of a plain file, or a whole gzip file (see
+:mod:`outoforder.sources.lines`); each task handles the parts of its input rows:
+
+- :func:`identify`: a file's size, SHA-256 and whether it is gzip (one task per file);
+- :func:`hash_pass`: a part's line count and the hashes of its lines that could be accepted, as
+  sorted blobs per hash bucket; :func:`bronze_buckets` the same of bronze's earlier rows, and
+  :func:`find_suspects` (a task per bucket) the hashes seen twice, or seen before in bronze;
+- :func:`parse_pass`: a part parsed (:class:`~outoforder.sources.readers.LineParser`), its
+  accepted rows written as bronze Parquet files of at most ``file_rows`` rows, and back to the
+  driver only what is small or rare: the files written, the part's counts, quarantined lines and
+  the accepted rows whose hash is a *suspect* (decided over the whole source afterwards);
+- :func:`write_rows`: rows of a table (quarantined lines, suspects that were kept) written as
+  Parquet files, one per input file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from outoforder.config import StorageSettings
+from outoforder.io.files import WrittenFile, file_size, open_input, write_parquet
+from outoforder.sources.lines import is_gzip, read_line_batches
+from outoforder.sources.readers import REJECT_SCHEMA, STAGED_SCHEMA, LineParser, line_hashes, make_reader
+
+# one input row per part (see plan_parts in files.py)
+PART_FIELDS = [
+    ("part", pa.int64()),
+    ("file_idx", pa.int64()),
+    ("uri", pa.string()),
+    ("gz", pa.bool_()),
+    ("start", pa.int64()),
+    ("end", pa.int64()),  # -1: to the end of the file
+    ("first_line", pa.int64()),
+    ("reader", pa.string()),
+    ("lo", pa.int64()),
+    ("hi", pa.int64()),
+    ("max_line_bytes", pa.int64()),
+    ("batch_lines", pa.int64()),
+    ("file_rows", pa.int64()),
+    ("ingest_id", pa.string()),
+    ("source", pa.string()),
+    ("shown", pa.string()),
+    ("base", pa.int64()),
+    ("folder", pa.string()),
+    ("local", pa.bool_()),  # the part is its source's only part in this ingest: dedupe in the task
+    ("suspects", pa.list_(pa.int64())),
+]
+IDENTITY_SCHEMA = pa.schema(
+    [("file_idx", pa.int64()), ("size", pa.int64()), ("sha256", pa.string()), ("gz", pa.bool_())]
+)
+HASH_SCHEMA = pa.schema(
+    [
+        ("part", pa.int64()),
+        ("lines", pa.int64()),  # the part's line count (on its bucket -1 row)
+        ("bucket", pa.int64()),
+        ("hashes", pa.binary()),  # the bucket's hashes, int64, sorted
+    ]
+)
+SUSPECT_SCHEMA = pa.schema([("source", pa.string()), ("row_hash", pa.int64()), ("in_bronze", pa.bool_())])
+BUCKET_BITS = 6  # the duplicate search is split into 2**6 ranges of hashes, by their top bits
+# bronze's columns in a written file (the partition column ``source`` is in the Delta log, not here)
+BRONZE_FILE_COLUMNS = (
+    "stream", "key", "event_ts", "arrival_seq", "arrival_ts", "x", "y", "z", "value", "attrs", "row_hash",
+    "ingest_id", "source_file", "line_no",
+)  # fmt: skip
+_STAGED = [(f.name, f.type) for f in STAGED_SCHEMA if f.name not in ("line_no", "raw_line")]
+# a Parquet file a task wrote: what the Delta commit needs, and the arrival_seq range it holds
+_WRITTEN = [
+    ("uri", pa.string()),
+    ("size", pa.int64()),
+    ("modified_ms", pa.int64()),
+    ("rows", pa.int64()),
+    ("stats", pa.string()),
+    ("seq_lo", pa.int64()),
+    ("seq_hi", pa.int64()),
+]
+PARSE_SCHEMA = pa.schema(
+    [
+        ("kind", pa.string()),  # file | counts | reject | suspect
+        ("part", pa.int64()),
+        ("file_idx", pa.int64()),
+        *_WRITTEN,
+        # a part's counts
+        ("lines", pa.int64()),
+        ("header_lines", pa.int64()),
+        ("blank_lines", pa.int64()),
+        ("accepted", pa.int64()),
+        ("quarantined", pa.int64()),
+        # a quarantined line, or a suspect row
+        ("line_no", pa.int64()),
+        ("raw_line", pa.string()),
+        ("reason", pa.string()),
+        ("detail", pa.string()),
+        *_STAGED,
+        ("arrival_seq", pa.int64()),
+    ]
+)
+
+
+def _rows(batches: Iterator[pa.RecordBatch]) -> Iterator[dict[str, Any]]:
+    for b in batches:
+        yield from b.to_pylist()
+
+
+def identify(batches: Iterator[pa.RecordBatch], storage: StorageSettings) -> Iterator[pa.RecordBatch]:
+    """Per input file (``file_idx``, ``uri``): its size, SHA-256 and whether it is gzip."""
+    for row in _rows(batches):
+        size = file_size(row["uri"], storage)
+        digest = hashlib.sha256()
+        with open_input(row["uri"], storage) as fh:
+            head = fh.read(2)
+            digest.update(head)
+            for block in iter(lambda: fh.read(1 << 22), b""):
+                digest.update(block)
+        yield pa.RecordBatch.from_pylist(
+            [{"file_idx": row["file_idx"], "size": size, "sha256": digest.hexdigest(), "gz": is_gzip(head)}],
+            IDENTITY_SCHEMA,
+        )
+
+
+def _lines(row: dict[str, Any], storage: StorageSettings) -> Iterator[Any]:
+    with open_input(row["uri"], storage) as fh:
+        yield from read_line_batches(
+            fh,  # type: ignore[arg-type]
+            gz=row["gz"],
+            start=row["start"],
+            end=None if row["end"] < 0 else row["end"],
+            first_line_no=row["first_line"],
+            max_line_bytes=row["max_line_bytes"],
+            batch_lines=row["batch_lines"],
+        )
+
+
+def _buckets(hashes: np.ndarray[Any, np.dtype[np.int64]]) -> Iterator[tuple[int, bytes]]:
+    """(bucket, sorted hashes as bytes) for every non-empty bucket (by the hash's top bits)."""
+    if hashes.size == 0:
+        return
+    ordered = np.sort(hashes)
+    bucket = (ordered.view(np.uint64) >> np.uint64(64 - BUCKET_BITS)).astype(np.int64)
+    cuts = np.flatnonzero(np.diff(bucket)) + 1
+    for lo, hi in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [ordered.size]]), strict=True):
+        yield int(bucket[lo]), ordered[lo:hi].tobytes()
+
+
+def hash_pass(batches: Iterator[pa.RecordBatch], storage: StorageSettings) -> Iterator[pa.RecordBatch]:
+    """Per part: its line count (a ``bucket`` -1 row), and its hashes of lines that could be accepted.
+
+    The hashes come as sorted blobs per hash bucket: few rows, however many lines.
+    """
+    for row in _rows(batches):
+        reader = make_reader(row["reader"])
+        seen = 0
+        found: list[np.ndarray[Any, np.dtype[np.int64]]] = []
+        for batch in _lines(row, storage):
+            found.append(line_hashes(reader, batch)[1])
+            seen += len(batch)
+        out = [{"part": row["part"], "lines": seen, "bucket": -1, "hashes": b""}]
+        hashes = np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+        out += [{"part": row["part"], "lines": 0, "bucket": b, "hashes": h} for b, h in _buckets(hashes)]
+        yield pa.RecordBatch.from_pylist(out, HASH_SCHEMA)
+
+
+def bronze_buckets(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Bronze rows (``source``, ``row_hash``) of earlier ingests as sorted blobs per (source, bucket)."""
+    schema = pa.schema([("source", pa.string()), ("bucket", pa.int64()), ("hashes", pa.binary())])
+    for b in batches:
+        table = pa.Table.from_batches([b])
+        for source in pa.compute.unique(table.column("source")).to_pylist():
+            mine = table.filter(pa.compute.equal(table.column("source"), source)).column("row_hash")
+            rows = [{"source": source, "bucket": k, "hashes": h} for k, h in _buckets(mine.to_numpy())]
+            if rows:
+                yield pa.RecordBatch.from_pylist(rows, schema)
+
+
+def find_suspects(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Blobs of (source, bucket) groups -> the suspects: hashes this ingest holds twice, or bronze holds.
+
+    ``origin`` tells this ingest's blobs (new) from bronze's earlier rows (bronze).
+    """
+    groups: dict[tuple[str, int, str], list[bytes]] = {}
+    for row in _rows(batches):
+        groups.setdefault((row["source"], row["bucket"], row["origin"]), []).append(row["hashes"])
+    for source, bucket in sorted({(s, b) for s, b, _ in groups}):
+        new = np.frombuffer(b"".join(groups.get((source, bucket, "new"), [])), dtype=np.int64)
+        old = np.frombuffer(b"".join(groups.get((source, bucket, "bronze"), [])), dtype=np.int64)
+        values, counts = np.unique(new, return_counts=True)
+        in_bronze = np.isin(values, old)
+        pick = (counts > 1) | in_bronze
+        if pick.any():
+            n = int(pick.sum())
+            yield pa.RecordBatch.from_arrays(
+                [pa.array([source] * n, pa.string()), pa.array(values[pick]), pa.array(in_bronze[pick])],
+                schema=SUSPECT_SCHEMA,
+            )
+
+
+def _bronze_rows(accepted: pa.Table, row: dict[str, Any]) -> pa.Table:
+    n = accepted.num_rows
+    seq = pa.compute.add(accepted.column("line_no"), pa.scalar(row["base"], pa.int64()))
+    table = accepted.append_column("arrival_seq", seq)
+    table = table.append_column("ingest_id", pa.array([row["ingest_id"]] * n, pa.string()))
+    table = table.append_column("source_file", pa.array([row["shown"]] * n, pa.string()))
+    return table.select(list(BRONZE_FILE_COLUMNS))
+
+
+def _file_row(row: dict[str, Any], f: WrittenFile, seq: pa.ChunkedArray) -> dict[str, Any]:
+    bounds = pa.compute.min_max(seq)
+    return {
+        "kind": "file", "part": row["part"], "file_idx": row["file_idx"], "uri": f.uri, "size": f.size,
+        "modified_ms": f.modified_ms, "rows": f.rows, "stats": f.stats, "seq_lo": bounds["min"].as_py(),
+        "seq_hi": bounds["max"].as_py(),
+    }  # fmt: skip
+
+
+def _tagged(table: pa.Table, kind: str, row: dict[str, Any]) -> pa.RecordBatch:
+    n = table.num_rows
+    cols = {f.name: pa.nulls(n, f.type) for f in PARSE_SCHEMA}
+    cols["kind"] = pa.array([kind] * n, pa.string())
+    cols["part"] = pa.array(np.full(n, row["part"], dtype=np.int64))
+    cols["file_idx"] = pa.array(np.full(n, row["file_idx"], dtype=np.int64))
+    for name in table.column_names:
+        if name in cols:
+            cols[name] = table.column(name).combine_chunks().cast(PARSE_SCHEMA.field(name).type)
+    if kind == "suspect":
+        cols["arrival_seq"] = pa.compute.add(cols["line_no"], pa.scalar(row["base"], pa.int64()))
+    return pa.RecordBatch.from_arrays([cols[f.name] for f in PARSE_SCHEMA], schema=PARSE_SCHEMA)
+
+
+def _write_bronze(
+    pending: list[pa.Table], row: dict[str, Any], storage: StorageSettings, stats_columns: list[str]
+) -> pa.RecordBatch:
+    table = pa.concat_tables(pending)
+    f = write_parquet(table, row["folder"], f"part-{row['part']:05d}", storage, stats_columns)
+    return pa.RecordBatch.from_pylist([_file_row(row, f, table.column("arrival_seq"))], PARSE_SCHEMA)
+
+
+def parse_pass(
+    batches: Iterator[pa.RecordBatch], storage: StorageSettings, stats_columns: list[str]
+) -> Iterator[pa.RecordBatch]:
+    """Parse each part; write its accepted rows as bronze files; return files, counts, rejects, suspects."""
+    for row in _rows(batches):
+        reader = make_reader(row["reader"])
+        suspects = np.array(row["suspects"] or [], dtype=np.int64)
+        parser = LineParser(reader, (row["lo"], row["hi"]), local=row["local"], suspects=suspects)
+        totals = dict.fromkeys(("lines", "header_lines", "blank_lines", "accepted", "quarantined"), 0)
+        pending: list[pa.Table] = []
+        for batch in _lines(row, storage):
+            out = parser.parse(batch)
+            for k in totals:
+                totals[k] += getattr(out.counts, k)
+            if out.accepted.num_rows:
+                pending.append(_bronze_rows(out.accepted, row))
+            if out.quarantined.num_rows:
+                yield _tagged(out.quarantined, "reject", row)
+            if out.suspects is not None and out.suspects.num_rows:
+                yield _tagged(out.suspects, "suspect", row)
+            if sum(t.num_rows for t in pending) >= row["file_rows"]:
+                yield _write_bronze(pending, row, storage, stats_columns)
+                pending = []
+        if pending:
+            yield _write_bronze(pending, row, storage, stats_columns)
+        yield pa.RecordBatch.from_pylist(
+            [{"kind": "counts", "part": row["part"], "file_idx": row["file_idx"], **totals}], PARSE_SCHEMA
+        )
+
+
+WRITTEN_SCHEMA = pa.schema([("file_idx", pa.int64()), *_WRITTEN])
+
+
+def write_rows(
+    batches: Iterator[pa.RecordBatch],
+    storage: StorageSettings,
+    columns: list[str],
+    stats_columns: list[str],
+    prefix: str,
+) -> Iterator[pa.RecordBatch]:
+    """Rows with ``file_idx`` and ``folder`` as one Parquet file of ``columns`` per input file."""
+    received = [b for b in batches if b.num_rows]
+    if not received:
+        return
+    table = pa.Table.from_batches(received)
+    for idx in sorted(set(table.column("file_idx").to_pylist())):
+        mine = table.filter(pa.compute.equal(table.column("file_idx"), idx))
+        folder = mine.column("folder")[0].as_py()
+        f = write_parquet(mine.select(columns), folder, f"{prefix}-{idx:05d}", storage, stats_columns)
+        seq = mine.column("arrival_seq") if "arrival_seq" in mine.column_names else None
+        lo, hi = (None, None)
+        if seq is not None:
+            bounds = pa.compute.min_max(seq)
+            lo, hi = bounds["min"].as_py(), bounds["max"].as_py()
+        yield pa.RecordBatch.from_pylist(
+            [{"file_idx": idx, "uri": f.uri, "size": f.size, "modified_ms": f.modified_ms, "rows": f.rows,
+              "stats": f.stats, "seq_lo": lo, "seq_hi": hi}],
+            WRITTEN_SCHEMA,
+        )  # fmt: skip
+
+
+__all__ = [
+    "BRONZE_FILE_COLUMNS",
+    "BUCKET_BITS",
+    "HASH_SCHEMA",
+    "IDENTITY_SCHEMA",
+    "PARSE_SCHEMA",
+    "PART_FIELDS",
+    "REJECT_SCHEMA",
+    "SUSPECT_SCHEMA",
+    "WRITTEN_SCHEMA",
+    "bronze_buckets",
+    "find_suspects",
+    "hash_pass",
+    "identify",
+    "parse_pass",
+    "write_rows",
+]
