@@ -1,11 +1,12 @@
-"""Concurrent writers: a stream interval and a repair (or table maintenance) on one table at once.
+"""Concurrent writers: a repair, a stream interval and table maintenance on one table at once.
 
-The overlap is forced, not hoped for: the stream interval's MERGE into ``gold/agg_results`` is held
-inside its transaction (a UDF on its source waits for a file) while the other writer commits into
-the same partition. Delta must then refuse the interval's commit, and the stage must redo the whole
-interval against the new snapshot. The outcome has to equal the serial order "other writer, then
-interval" (nothing lost, nothing twice). Maintenance must also keep the files that a reader of an
-older snapshot still needs.
+The overlap is forced, not hoped for: the repair's MERGE into ``gold/agg_results`` is held inside
+its transaction (a UDF on its source waits for a file) while a stream interval appends its results
+to the same partition and OPTIMIZE rewrites its files. An interval only appends (a blind append,
+which conflicts with nothing), so it commits at once; Delta must then refuse the repair's commit,
+and the repair must redo its whole work against the new snapshot. The outcome has to equal the
+serial order "maintenance, interval, then repair" (nothing lost, nothing twice). Maintenance must
+also keep the files that a reader of an older snapshot still needs.
 """
 
 import dataclasses
@@ -81,68 +82,69 @@ def digests(spark, lake):
 
 
 def overlap(spark, settings, tmp_path, monkeypatch, other: Callable[[object], None], first_cuts):
-    """Run the interval [mid, late) with its results MERGE held open while ``other(settings)`` commits.
+    """A forced repair with its results MERGE held open while ``other(settings)`` commits.
 
-    Returns the lake's digests and those of a serial twin (``other``, then the interval).
+    Returns the repair's retries, the lake's digests and those of a serial twin (``other``, then
+    the repair).
     """
-    mid, late = T0 + 500 * STEP, T0 + 900 * STEP
+    mid = T0 + 500 * STEP
     for lo, hi in zip([T0, *first_cuts], [*first_cuts, mid], strict=True):
         run_interval(spark, settings, SOURCE, JOB, lo, hi)
     serial = dataclasses.replace(settings, lake_root=tmp_path / "serial")
     shutil.copytree(settings.lake_root, serial.lake_root)
 
     gate = Gate(tmp_path / "gate")
-    plain = delta.conform
+    plain = delta.upsert
 
-    def held(df, table):
-        out = plain(df, table)
-        if table is AGG_RESULTS and threading.current_thread().name == "stream" and gate.take():
-            return out.coalesce(1).withColumn("value", gate.column(F.col("value")))
-        return out
+    def held(df, table, *args, **kwargs):
+        if table is AGG_RESULTS and threading.current_thread().name == "repair" and gate.take():
+            df = df.coalesce(1).withColumn("value", gate.column(F.col("value")))
+        return plain(df, table, *args, **kwargs)
 
-    monkeypatch.setattr(delta, "conform", held)
-    before = conflicts.conflicts_seen().get("aggregate-stream.run_interval", 0)
+    monkeypatch.setattr(delta, "upsert", held)
+    before = conflicts.conflicts_seen().get("repair.repair", 0)
     failure: list[BaseException] = []
+    fixed: list[object] = []
 
-    def stream():
+    def repairing():
         try:
-            run_interval(spark, settings, SOURCE, JOB, mid, late)
+            fixed.append(repair(spark, settings, SOURCE, JOB, force=True))
         except BaseException as e:  # handed to the main thread
             failure.append(e)
 
-    worker = threading.Thread(target=stream, name="stream")
+    worker = threading.Thread(target=repairing, name="repair")
     worker.start()
     try:
         gate.wait_entered()
-        other(settings)  # commits while the interval's MERGE is held
+        other(settings)  # commits while the repair's MERGE is held
     finally:
         gate.release()
         worker.join(600)
     assert not failure, failure
-    retried = conflicts.conflicts_seen().get("aggregate-stream.run_interval", 0) - before
+    retried = conflicts.conflicts_seen().get("repair.repair", 0) - before
 
-    monkeypatch.setattr(delta, "conform", plain)
+    monkeypatch.setattr(delta, "upsert", plain)
     other(serial)
-    run_interval(spark, serial, SOURCE, JOB, mid, late)
-    return retried, digests(spark, settings.lake_root), digests(spark, serial.lake_root)
+    repair(spark, serial, SOURCE, JOB, force=True)
+    return retried, fixed[0], digests(spark, settings.lake_root), digests(spark, serial.lake_root)
 
 
-def test_a_repair_and_maintenance_committing_inside_an_intervals_merge_force_a_retry_and_lose_nothing(
+def test_an_interval_and_maintenance_committing_inside_a_repairs_merge_force_its_retry_and_lose_nothing(
     spark, settings, load_bronze, tmp_path, monkeypatch
 ):
     load_bronze(arrivals(), SOURCE, 0)
     done = []
 
-    def compact_and_repair(s):
+    def compact_and_run(s):
         done.append(delta.maintain(spark, AGG_RESULTS, s.lake_root))
-        done.append(repair(spark, s, SOURCE, JOB, force=True))
+        done.append(run_interval(spark, s, SOURCE, JOB, T0 + 500 * STEP, T0 + 900 * STEP))
 
     # two intervals first: several small files in the partition for OPTIMIZE to rewrite
-    retried, got, serial = overlap(
-        spark, settings, tmp_path, monkeypatch, compact_and_repair, [T0 + 250 * STEP]
+    retried, fixed, got, serial = overlap(
+        spark, settings, tmp_path, monkeypatch, compact_and_run, [T0 + 250 * STEP]
     )
-    compacted, fixed = done[0], done[1]
-    assert fixed.ran and fixed.windows > 0
+    compacted, interval = done[0], done[1]
+    assert fixed.ran and fixed.windows > 0 and interval.emitted > 0
     assert compacted["files_after"] < compacted["files_before"]
     assert retried >= 1
     assert got == serial

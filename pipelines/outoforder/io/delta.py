@@ -52,8 +52,16 @@ def conform(df: DataFrame, table: Table) -> DataFrame:
     return df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in table.schema.fields])
 
 
-def append_once(df: DataFrame, table: Table, lake_root: Path | str, app_id: str, version: int) -> None:
-    """Append ``df`` unless this (app_id, version) was already committed to the table."""
+def append_once(df: DataFrame, table: Table, lake_root: Path | str, app_id: str, version: int) -> bool:
+    """Append ``df`` unless this (app_id, version) -- or a later version of app_id -- was committed.
+
+    Returns whether it appended. The table's transaction ids are looked at first, so a rerun
+    neither computes ``df`` nor writes; the write itself carries the id too, so of two attempts
+    racing past the look, Delta commits one.
+    """
+    done = committed_version(df.sparkSession, table, lake_root, app_id)
+    if done is not None and done >= version:
+        return False
     writer = (
         conform(df, table)
         .write.format("delta")
@@ -64,6 +72,7 @@ def append_once(df: DataFrame, table: Table, lake_root: Path | str, app_id: str,
     if table.partition_by:
         writer = writer.partitionBy(*table.partition_by)
     writer.save(table.path(lake_root))
+    return True
 
 
 def _kernel(spark: SparkSession) -> tuple[Any, Any, Any]:

@@ -8,16 +8,26 @@ is the template; a stage fills in two hooks, :meth:`~IntervalStage.tuples` (bron
 input) and :meth:`~IntervalStage.step` (restore, run the operator, write the results). The
 skeleton does the rest, in this order, so that every run is idempotent:
 
-1. **resume**: the snapshot as of ``start`` (:func:`snapshot_before`). No snapshot means the job's
-   first interval; a run that would skip arrivals fails with the interval to run first;
-2. **step**: the operator restores its state, reads the interval's arrivals, and MERGEs its
-   results on their natural keys (a rerun inserts nothing);
+1. **resume**: the snapshot as of ``start`` (:func:`resume_point`). No snapshot means the job's
+   first interval; a run that would skip arrivals fails with the interval to run first. Within
+   one :meth:`~IntervalStage.run`, the state the previous interval wrote is used as it is, not
+   read back;
+2. **step**: the operator restores its state, reads the interval's arrivals, and appends its
+   results with :meth:`~IntervalStage.append`: one commit per table, tagged with the transaction
+   id (source|job, ``end``), so that a rerun of a processed interval writes nothing (Delta skips
+   a transaction it has) and no write reads the table's history;
 3. **budget**: a state over ``stream.state_budget_rows`` stops the run before it is written;
-4. **state**: the snapshot tables, then the state row, as of ``end`` (replacing an earlier write
-   of the same snapshot). The state goes last: a run killed before it reruns from the old one and
-   finds its results already there;
-5. **prune**: snapshots older than ``keep_snapshots`` intervals are deleted;
+4. **state**: the snapshot tables, then the state row, as of ``end``, tagged the same way. The
+   state goes last: a run killed before it reruns from the old one and finds its results there;
+5. **prune**: once more than ``keep_snapshots`` + ``prune_slack`` (:data:`PRUNE_SLACK`) snapshots
+   exist, all but the newest ``keep_snapshots`` are deleted (a delete every so many intervals,
+   not every one);
 6. **summary**: what the interval did, one progress line.
+
+Transaction ids make a rerun free only for an interval that ends at or before the job's newest
+snapshot; an interval that starts before it and ends after it would write the earlier part's
+results twice, so :meth:`~IntervalStage.run_interval` refuses it (naming the two intervals to run
+instead) and :meth:`~IntervalStage.run` splits such a span itself.
 
 :meth:`IntervalStage.run` is the loop the CLI and the main job use: from where the job stopped
 (or a given start) to the newest arrival (or a given end), in steps of a given length.
@@ -44,6 +54,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 J = TypeVar("J", bound=Job)
+PRUNE_SLACK = 16  # snapshots beyond keep_snapshots before a prune deletes them
 
 
 def split_span(start: int, end: int, step: int) -> list[tuple[int, int]]:
@@ -129,7 +140,13 @@ class IntervalStage(ABC, Generic[J, S]):
     summary_type: type[S]
 
     def __init__(
-        self, spark: SparkSession, settings: Settings, source: str, job: J, keep_snapshots: int = 48
+        self,
+        spark: SparkSession,
+        settings: Settings,
+        source: str,
+        job: J,
+        keep_snapshots: int = 48,
+        prune_slack: int = PRUNE_SLACK,
     ) -> None:
         self.spark = spark
         self.settings = settings
@@ -137,6 +154,10 @@ class IntervalStage(ABC, Generic[J, S]):
         self.job = job
         self.jid = job.job_id()
         self.keep_snapshots = keep_snapshots
+        self.prune_slack = prune_slack
+        self._app = f"{source}|{self.jid}"  # the transaction id's app of every write of this job
+        self._carried: Resume | None = None  # what the previous interval of this object wrote
+        self._snapshots: Mapping[str, DataFrame] = {}
 
     # --- hooks ------------------------------------------------------------------------------
 
@@ -180,9 +201,12 @@ class IntervalStage(ABC, Generic[J, S]):
         return delta.read(self.spark, table, self.settings.lake_root).where(self.mine())
 
     def snapshot(self, table: Table, prev: Mapping[str, Any]) -> DataFrame:
-        """The rows of a snapshot table as of the snapshot ``prev``."""
+        """The rows of a snapshot table as of the snapshot ``prev`` (the operator's own columns)."""
         from pyspark.sql import functions as F
 
+        carried = self._snapshots.get(table.name)
+        if carried is not None:
+            return carried
         return self.read(table).where(F.col("as_of_us") == prev["as_of_us"])
 
     # --- the skeleton -----------------------------------------------------------------------
@@ -190,6 +214,21 @@ class IntervalStage(ABC, Generic[J, S]):
     def run_interval(self, start_us: int, end_us: int) -> S:
         """Process the arrivals of ``[start_us, end_us)``; idempotent, retried whole on a write conflict."""
         return retrying(f"{self.name}.run_interval", lambda: self._run_interval(start_us, end_us))
+
+    def append(self, df: DataFrame, table: Table, interval: Interval) -> bool:
+        """Append an interval's rows to one of the stage's tables, once (see the module docstring)."""
+        from outoforder.io import delta
+
+        return delta.append_once(df, table, self.settings.lake_root, self._app, interval.end_us)
+
+    def _resume(self, start_us: int) -> Resume:
+        carried = self._carried
+        if carried is not None and carried.state is not None and carried.state["as_of_us"] == start_us:
+            return Resume(carried.state, carried.snapshots, carried.kept)
+        return resume_point(
+            self.spark, self.settings, self.state_table, self.source, self.jid, start_us,
+            lambda lo, hi: bool(self.arrivals(lo, hi).limit(1).count()), self.what,
+        )  # fmt: skip
 
     def _run_interval(self, start_us: int, end_us: int) -> S:
         from outoforder.io import delta
@@ -199,22 +238,34 @@ class IntervalStage(ABC, Generic[J, S]):
             raise InputError(msg)
         t0 = time.monotonic()
         lake = self.settings.lake_root
-        for t in (self.state_table, *self.snapshot_tables, *self.tables):
-            delta.ensure(self.spark, t, lake)
-        prev = snapshot_before(
-            self.spark, self.settings, self.state_table, self.source, self.jid, start_us,
-            lambda lo, hi: bool(self.arrivals(lo, hi).limit(1).count()), self.what,
-        )  # fmt: skip
+        if self._carried is None:
+            for t in (self.state_table, *self.snapshot_tables, *self.tables):
+                delta.ensure(self.spark, t, lake)
+        resume = self._resume(start_us)
+        newest = resume.kept[-1] if resume.kept else None
+        if newest is not None and start_us < newest < end_us:
+            msg = (
+                f"[{start_us}, {end_us}) starts before and ends after the newest processed end {newest} "
+                f"of the {self.what} of {self.source} ({self.jid}): run [{start_us}, {newest}) and "
+                f"[{newest}, {end_us}) instead"
+            )
+            raise InputError(msg)
+        prev = resume.state
+        self._snapshots = resume.snapshots
         before = {c: 0 if prev is None else int(prev[c]) for c in self.counters}
         first = start_us if prev is None else int(prev["interval_start_us"])
         now_us = time.time_ns() // 1000
         done = self.step(Interval(start_us, end_us, now_us, first, before), prev)
         check_state_budget(self.settings, self.what, self.source, self.jid, end_us, done.state_rows)
-        self._write_state(end_us, first, now_us, before, done)
-        prune_snapshots(
-            self.spark, self.settings, self.state_table, self.snapshot_tables, self.source, self.jid,
-            self.keep_snapshots,
-        )  # fmt: skip
+        state = self._write_state(end_us, first, now_us, before, done)
+        kept = sorted({*resume.kept, end_us})
+        if len(kept) > self.keep_snapshots + self.prune_slack:
+            prune_snapshots(
+                self.spark, self.settings, self.state_table, self.snapshot_tables, self.source, self.jid,
+                kept[-self.keep_snapshots],
+            )  # fmt: skip
+            kept = kept[-self.keep_snapshots :]
+        self._carried = Resume(state, dict(done.snapshots), kept)
         summary = self.summary_type(
             source=self.source,
             job=self.jid,
@@ -230,7 +281,7 @@ class IntervalStage(ABC, Generic[J, S]):
 
     def _write_state(
         self, end_us: int, first: int, now_us: int, before: Mapping[str, int], done: Step
-    ) -> None:
+    ) -> dict[str, Any]:
         from pyspark.sql import functions as F
 
         from outoforder.io import delta
@@ -246,7 +297,7 @@ class IntervalStage(ABC, Generic[J, S]):
         for name, rows in done.snapshots.items():
             table = by_name[name]
             own = [f.name for f in table.schema.fields if f.name not in key]
-            delta.replace_where(rows.select(*tagged, *own), table, lake, key)
+            delta.append_once(rows.select(*tagged, *own), table, lake, self._app, end_us)
         values = {
             **key,
             "interval_start_us": first,
@@ -260,7 +311,8 @@ class IntervalStage(ABC, Generic[J, S]):
             msg = f"{self.name}'s state row lacks {missing}"
             raise SchemaError(msg)
         row = self.spark.createDataFrame([tuple(values[n] for n in names)], self.state_table.schema)
-        delta.replace_where(row, self.state_table, lake, key)
+        delta.append_once(row, self.state_table, lake, self._app, end_us)
+        return values
 
     # --- where the job is -------------------------------------------------------------------
 
@@ -292,7 +344,15 @@ class IntervalStage(ABC, Generic[J, S]):
             start_us = span[0] if start_us is None else start_us
             end_us = span[1] if end_us is None else end_us
         summaries = []
-        for lo, hi in split_span(start_us, end_us, every_us or end_us - start_us):
+        steps = split_span(start_us, end_us, every_us or end_us - start_us)
+        done = self.last_processed()
+        if done is not None:  # never an interval across the newest processed end (module docstring)
+            steps = [
+                part
+                for lo, hi in steps
+                for part in ([(lo, done), (done, hi)] if lo < done < hi else [(lo, hi)])
+            ]
+        for lo, hi in steps:
             self.before_interval(lo)
             summary = self.run_interval(lo, hi)
             log.info("%s", summary.line())
@@ -301,7 +361,20 @@ class IntervalStage(ABC, Generic[J, S]):
         return summaries
 
 
-def snapshot_before(
+@dataclass(frozen=True)
+class Resume:
+    """Where an interval starts from.
+
+    The state row (None: the job's first interval), the snapshot tables' rows when they are at
+    hand (else they are read), and the ends of the snapshots kept so far.
+    """
+
+    state: Mapping[str, Any] | None
+    snapshots: Mapping[str, DataFrame]
+    kept: list[int]
+
+
+def resume_point(
     spark: SparkSession,
     settings: Settings,
     state_table: Table,
@@ -310,8 +383,8 @@ def snapshot_before(
     start_us: int,
     has_arrivals: Callable[[int, int], bool],
     what: str,
-) -> dict[str, Any] | None:
-    """The state row to resume from at ``start_us`` (None = the job's first interval); the table exists.
+) -> Resume:
+    """The state row to resume from at ``start_us`` and the ends of every snapshot; the table exists.
 
     ``has_arrivals(lo, hi)`` says whether the job has input in ``[lo, hi)``: a run may start after
     the newest snapshot only if nothing arrived in between.
@@ -321,27 +394,33 @@ def snapshot_before(
     from outoforder.io import delta
 
     states = delta.read(spark, state_table, settings.lake_root).where(where_job(source, job))
-    row = states.where(F.col("as_of_us") <= start_us).orderBy(F.col("as_of_us").desc()).first()
-    if row is None:
-        later = states.agg(F.min("interval_start_us")).first()
-        if later is not None and later[0] is not None and later[0] < start_us:
+    ends = states.select("as_of_us", "interval_start_us").collect()  # one row per kept snapshot
+    kept = sorted(int(r["as_of_us"]) for r in ends)
+    usable = [t for t in kept if t <= start_us]
+    if not usable:
+        first = min((int(r["interval_start_us"]) for r in ends), default=None)
+        if first is not None and first < start_us:
             msg = (
                 f"no {what} state of {source} ({job}) at or before {start_us}: its snapshots were "
                 "removed (keep_snapshots); re-running this far back needs a restart of the job"
             )
             raise StateError(msg)
-        if later is not None and later[0] is not None and later[0] > start_us:
-            msg = f"the {what} of {source} ({job}) starts at {later[0]}; [{start_us}, ...) lies before it"
+        if first is not None and first > start_us:
+            msg = f"the {what} of {source} ({job}) starts at {first}; [{start_us}, ...) lies before it"
             raise StateError(msg)
-        return None
-    state = row.asDict()
-    if state["as_of_us"] < start_us and has_arrivals(state["as_of_us"], start_us):
+        return Resume(None, {}, kept)
+    as_of = usable[-1]
+    if as_of < start_us and has_arrivals(as_of, start_us):
         msg = (
-            f"the {what} of {source} ({job}) has processed arrivals up to {state['as_of_us']}; "
-            f"run [{state['as_of_us']}, {start_us}) first (intervals depend on the previous one)"
+            f"the {what} of {source} ({job}) has processed arrivals up to {as_of}; "
+            f"run [{as_of}, {start_us}) first (intervals depend on the previous one)"
         )
         raise StateError(msg)
-    return state
+    row = states.where(F.col("as_of_us") == as_of).first()
+    if row is None:  # removed between the two reads (a concurrent prune)
+        msg = f"the {what} state of {source} ({job}) as of {as_of} disappeared while resuming"
+        raise StateError(msg)
+    return Resume(row.asDict(), {}, kept)
 
 
 def _job_agg(
@@ -405,31 +484,17 @@ def prune_snapshots(
     snapshot_tables: Sequence[Table],
     source: str,
     job: str,
-    keep: int,
+    oldest_kept: int,
 ) -> None:
-    """Delete all but the newest ``keep`` snapshots (bounded history: what a re-run may still need)."""
-    from pyspark.sql import functions as F
-
+    """Delete the snapshots older than ``oldest_kept`` (bounded history: what a re-run may still need)."""
     from outoforder.io import delta
 
-    kept = (
-        delta.read(spark, state_table, settings.lake_root)
-        .where(where_job(source, job))
-        .select("as_of_us")
-        .orderBy(F.col("as_of_us").desc())
-        .limit(keep)
-        .agg(F.min("as_of_us"))
-        .first()
-    )
-    if kept is None or kept[0] is None:
-        return
     match: dict[str, str | int] = {"source": source, "job": job}
-    below = ("as_of_us", int(kept[0]))
-    # one look at the state table, then the snapshot tables and the state table last: a run
-    # killed in between leaves state rows behind, and the next prune deletes the rest
-    if delta.delete_where(spark, state_table, settings.lake_root, match, below, only_look=True):
-        for t in (*snapshot_tables, state_table):
-            delta.delete_where(spark, t, settings.lake_root, match, below, look_first=False)
+    below = ("as_of_us", oldest_kept)
+    # the snapshot tables first and the state table last: a run killed in between leaves state
+    # rows behind, and the next prune deletes the rest
+    for t in (*snapshot_tables, state_table):
+        delta.delete_where(spark, t, settings.lake_root, match, below, look_first=False)
 
 
 def check_state_budget(settings: Settings, what: str, source: str, job: str, end_us: int, rows: int) -> None:

@@ -8,7 +8,8 @@ stream module (:func:`outoforder.spark.windows.buffered_batch`):
    tuples of open windows, closed windows awaiting their coverage) comes from ``silver/agg_state``,
    ``silver/agg_buffer`` and ``silver/agg_watch``;
 2. α is fixed during the interval (``K = round(α·k)`` per arrival); the windows the frontier
-   passes are emitted and MERGEd into ``gold/agg_results`` as version 1 (a rerun inserts nothing);
+   passes are emitted and appended to ``gold/agg_results`` as version 1 (once per interval: a
+   rerun writes nothing, see :mod:`outoforder.stages.interval`);
 3. every late membership goes to the ledger ``silver/agg_ledger`` (see
    :mod:`outoforder.stages.aggregate.ledger`);
 4. the coverage observations of the interval drive the PD controller, in window order; each one
@@ -90,9 +91,9 @@ class AggregateStream(IntervalStage[AggJob, AggIntervalSummary]):
         source: str,
         job: AggJob,
         repair_each: bool = False,
-        keep_snapshots: int = 48,
+        **skeleton: Any,
     ) -> None:
-        super().__init__(spark, settings, source, job, keep_snapshots)
+        super().__init__(spark, settings, source, job, **skeleton)
         self.repair_each = repair_each
 
     def tuples(self, bronze: DataFrame) -> DataFrame:
@@ -103,10 +104,9 @@ class AggregateStream(IntervalStage[AggJob, AggIntervalSummary]):
         """The buffered window operator over the interval, α fixed; then the PD controller."""
         from pyspark.sql import functions as F
 
-        from outoforder.io import delta
         from outoforder.spark.windows import WindowState, apply_observations, buffered_batch
 
-        source, jid, lake, end = self.source, self.jid, self.settings.lake_root, interval.end_us
+        source, jid, end = self.source, self.jid, interval.end_us
         if prev is None:
             state = WindowState.empty(self.spark)
             policy = HPMSlack(self.job.controller())
@@ -138,7 +138,7 @@ class AggregateStream(IntervalStage[AggJob, AggIntervalSummary]):
             ],
             AGG_RESULTS.schema,
         )  # fmt: skip
-        delta.merge_new(results, AGG_RESULTS, lake, ("source", "job", "window_id"))
+        self.append(results, AGG_RESULTS, interval)
         late = out.late.select(
             F.lit(source).alias("source"),
             F.lit(jid).alias("job"),
@@ -148,7 +148,7 @@ class AggregateStream(IntervalStage[AggJob, AggIntervalSummary]):
             F.lit(end).cast("long").alias("interval_end_us"),
         ).localCheckpoint()
         n_late = late.count()
-        delta.merge_new(late, AGG_LEDGER, lake, ("source", "job", "seq", "window_id"))
+        self.append(late, AGG_LEDGER, interval)
 
         obs = out.observations
         trace = apply_observations(policy, obs)
@@ -159,12 +159,7 @@ class AggregateStream(IntervalStage[AggJob, AggIntervalSummary]):
                 obs["wid"], obs["obs_at"], obs["n_rcv"], obs["n_late"], obs["lambda_thr"], trace, strict=True
             )
         ]  # fmt: skip
-        delta.replace_where(
-            self.spark.createDataFrame(control, AGG_CONTROL.schema),
-            AGG_CONTROL,
-            lake,
-            {"source": source, "job": jid, "interval_end_us": end},
-        )
+        self.append(self.spark.createDataFrame(control, AGG_CONTROL.schema), AGG_CONTROL, interval)
         buffered = new_state.buffer.count()
         slack_stats = out.slack.agg(F.count("*"), F.avg("slack")).first()
         n = int(slack_stats[0]) if slack_stats is not None else 0

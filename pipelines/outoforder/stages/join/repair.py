@@ -17,10 +17,9 @@ from outoforder.io.conflicts import retry_on_conflict
 from outoforder.io.tables import JOIN_RESULTS
 from outoforder.stages.join import history
 from outoforder.stages.join.spec import JoinJob
-from outoforder.stages.join.stream import merge_pairs
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +41,14 @@ class JoinRepairSummary:
             f"[join-repair] {self.source} ({self.job}): {self.true_pairs:,} true pairs before "
             f"{self.until_us}, {self.missing:,} missing from the stream's results, {self.added:,} added"
         )
+
+
+def _merge_pairs(pairs: DataFrame, settings: Settings) -> int:
+    """Insert the pairs not yet in ``gold/join_results``; the MERGE reads only the files of their seqs."""
+    from outoforder.io import delta
+
+    keys = ("source", "job", "r_seq", "s_seq")
+    return delta.merge_new(pairs, JOIN_RESULTS, settings.lake_root, keys, prune=("r_seq", "s_seq"))
 
 
 @retry_on_conflict
@@ -69,7 +76,7 @@ def repair(
         )
         for r, s in missing.tolist()
     ]  # fmt: skip
-    added = merge_pairs(spark.createDataFrame(rows, JOIN_RESULTS.schema), settings) if rows else 0
+    added = _merge_pairs(spark.createDataFrame(rows, JOIN_RESULTS.schema), settings) if rows else 0
     summary = JoinRepairSummary(source, jid, until_us, len(seen.truth), len(missing), added)
     log.info("%s", summary.line())
     return summary

@@ -8,8 +8,9 @@ processes the bronze arrivals of ``[start, end)`` (by ``arrival_ts``) with QJoin
    ``silver/join_state`` and ``silver/join_buffer``;
 2. the retention in force is the newest row of ``silver/join_params`` valid from ``start`` or
    earlier (written by ``join-adapt``, :mod:`outoforder.stages.join.adapt`), or the initial one;
-3. result pairs are MERGEd into ``gold/join_results`` on (source, job, r_seq, s_seq) with the
-   interval, the retention and the parameter version that produced them, so a rerun adds nothing;
+3. result pairs are appended to ``gold/join_results`` with the interval, the retention and the
+   parameter version that produced them, once per interval (a rerun writes nothing, see
+   :mod:`outoforder.stages.interval`);
 4. the state as of ``end`` is written last.
 
 A *job* is one query and target (:class:`~outoforder.stages.join.spec.JoinJob`); its id is a
@@ -93,14 +94,6 @@ def params_in_force(
     return (0, 0, INITIAL_PARAMS_VERSION) if row is None else (int(row[0]), int(row[1]), int(row[2]))
 
 
-def merge_pairs(pairs: DataFrame, settings: Settings) -> int:
-    """Insert the pairs not yet in ``gold/join_results``; the MERGE reads only the files of their seqs."""
-    from outoforder.io import delta
-
-    keys = ("source", "job", "r_seq", "s_seq")
-    return delta.merge_new(pairs, JOIN_RESULTS, settings.lake_root, keys, prune=("r_seq", "s_seq"))
-
-
 class JoinStream(IntervalStage[JoinJob, JoinIntervalSummary]):
     """QJoin over arrival-time intervals; with ``adapt_every_us`` :meth:`run` also adapts the retention.
 
@@ -126,9 +119,9 @@ class JoinStream(IntervalStage[JoinJob, JoinIntervalSummary]):
         source: str,
         job: JoinJob,
         adapt_every_us: int = 0,
-        keep_snapshots: int = 48,
+        **skeleton: Any,
     ) -> None:
-        super().__init__(spark, settings, source, job, keep_snapshots)
+        super().__init__(spark, settings, source, job, **skeleton)
         self.adapt_every_us = adapt_every_us
         self._anchor: int | None = None
 
@@ -182,7 +175,7 @@ class JoinStream(IntervalStage[JoinJob, JoinIntervalSummary]):
             F.lit(interval.now_us).cast("long").alias("written_at_us"),
         ).localCheckpoint()
         produced = results.count()
-        new = merge_pairs(results, self.settings)
+        new = produced if self.append(results, JOIN_RESULTS, interval) else 0
         buffered = new_state.buffer.count()
         return Step(
             arrivals=n,

@@ -13,7 +13,7 @@ pure operator :class:`~outoforder.core.topk.operator.TopK` over the bronze arriv
 3. emitted windows go to ``gold/topk_windows`` (one row each, also when emitted empty) and their
    lists to ``gold/topk_results``; tuples that arrive after their window's emission go to
    ``silver/topk_late``; every controller decision (the K_min trace) goes to ``silver/topk_cache``.
-   All are MERGEd on their keys, so a rerun inserts nothing;
+   All are appended once per interval (a rerun writes nothing, see :mod:`outoforder.stages.interval`);
 4. the new snapshot is written last.
 
 A tuple with a null or NaN score is not ranked; it is counted per interval. The checks are
@@ -142,7 +142,7 @@ class TopKStream(IntervalStage[TopKJob, TopKIntervalSummary]):
                 F.lit(start).cast("long").alias("interval_start_us"),
                 F.lit(interval.now_us).cast("long").alias("written_at_us"),
             )
-            delta.merge_new(wdf, TOPK_WINDOWS, lake, ("source", "job", "window_id"))
+            self.append(wdf, TOPK_WINDOWS, interval)
         if results:
             # a list may hold tuples of earlier intervals: look their ts and score up in bronze, reading
             # only the seq range the lists span (Delta skips the other files by their statistics)
@@ -156,7 +156,7 @@ class TopKStream(IntervalStage[TopKJob, TopKIntervalSummary]):
                 known, "seq"
             )
             rdf = rdf.select(*(v.alias(k) for k, v in lit.items()), "window_id", "rank", "seq", "ts", "score")
-            delta.merge_new(rdf, TOPK_RESULTS, lake, ("source", "job", "window_id", "rank"))
+            self.append(rdf, TOPK_RESULTS, interval)
         if late:  # late tuples are this interval's own arrivals: their ts and score are at hand
             ldf = self.spark.createDataFrame(late, "seq long, window_id long, ts long, score double").select(
                 *(v.alias(k) for k, v in lit.items()),
@@ -166,14 +166,9 @@ class TopKStream(IntervalStage[TopKJob, TopKIntervalSummary]):
                 "score",
                 F.lit(start).cast("long").alias("interval_start_us"),
             )
-            delta.merge_new(ldf, TOPK_LATE, lake, ("source", "job", "seq", "window_id"))
+            self.append(ldf, TOPK_LATE, interval)
         if trace:
-            delta.merge_new(
-                self.spark.createDataFrame(trace, TOPK_CACHE.schema),
-                TOPK_CACHE,
-                lake,
-                ("source", "job", "at_seq"),
-            )
+            self.append(self.spark.createDataFrame(trace, TOPK_CACHE.schema), TOPK_CACHE, interval)
         k_min = float(op.op.cache.k_min_us)
         return Step(
             arrivals=len(batch),

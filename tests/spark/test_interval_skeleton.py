@@ -1,0 +1,58 @@
+"""The interval skeleton's rules, on the aggregate stage: reruns write nothing, no interval straddles
+the newest processed end, old snapshots are pruned in steps (:mod:`outoforder.stages.interval`)."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from pyspark.sql import functions as F
+
+from outoforder.errors import InputError
+from outoforder.io import delta
+from outoforder.io.tables import AGG_RESULTS, AGG_STATE
+from outoforder.stages.aggregate.spec import AggJob
+from outoforder.stages.aggregate.stream import AggregateStream
+
+pytestmark = [pytest.mark.spark, pytest.mark.delta]
+
+SOURCE = "test/skeleton"
+JOB = AggJob(size_us=50_000, slide_us=10_000, coverage_horizon_us=100_000, alpha_initial=0.3)
+T0 = 1_700_000_000_000_000
+STEP = 1_000  # arrival_ts step of load_bronze: arrival i at T0 + i·STEP
+
+
+def arrivals(n=300, seed=2):
+    rng = np.random.default_rng(seed)
+    ts = np.sort(rng.integers(0, 300_000, n)) + 10_000_000_000
+    return pd.DataFrame({"stream": "s", "event_ts": ts[rng.permutation(n)], "value": rng.gamma(2.0, 3.0, n)})
+
+
+def at(i):
+    return T0 + i * STEP
+
+
+def versions(spark, settings):
+    from delta.tables import DeltaTable
+
+    return {t.name: DeltaTable.forPath(spark, t.path(settings.lake_root)).history(1).first()["version"]
+            for t in (AGG_RESULTS, AGG_STATE)}  # fmt: skip
+
+
+def test_reruns_write_nothing_straddles_are_refused_or_split_and_snapshots_are_pruned(
+    spark, settings, load_bronze
+):
+    load_bronze(arrivals(), SOURCE)
+    stage = AggregateStream(spark, settings, SOURCE, JOB, keep_snapshots=2, prune_slack=1)
+    stage.run(at(0), at(200), every_us=50 * STEP)  # four intervals: the fourth prunes to two
+    ends = sorted(r[0] for r in delta.read(spark, AGG_STATE, settings.lake_root).select("as_of_us").collect())
+    assert ends == [at(150), at(200)]
+
+    before = versions(spark, settings)
+    again = AggregateStream(spark, settings, SOURCE, JOB).run_interval(at(150), at(200))
+    assert again.arrivals == 50 and versions(spark, settings) == before  # no commit at all
+
+    with pytest.raises(InputError, match=r"run \[.*\) and \[.*\) instead"):
+        AggregateStream(spark, settings, SOURCE, JOB).run_interval(at(150), at(250))
+    split = AggregateStream(spark, settings, SOURCE, JOB).run(at(150), at(250))
+    assert [(s.start_us, s.end_us) for s in split] == [(at(150), at(200)), (at(200), at(250))]
+    results = delta.read(spark, AGG_RESULTS, settings.lake_root).where(F.col("source") == SOURCE)
+    assert results.count() == results.select("window_id").distinct().count() > 0
