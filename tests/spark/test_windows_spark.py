@@ -16,7 +16,7 @@ from tests.core.windows.test_buffered import MODELS, make_stream
 pytestmark = [pytest.mark.spark]
 
 
-def run_spark(spark, ts, vals, query, mode, batch, final=True):
+def run_spark(spark, ts, vals, query, mode, batch, final=True, rows_per_task=2_000_000):
     """Drive buffered_batch over batches; HPM's α is updated between batches, as in the stage."""
     policy = HPMSlack(PDController(lambda_thr=0.9, alpha_initial=0.3)) if mode == "hpm" else None
     rows = [(i, int(ts[i]), float(vals[i])) for i in range(len(ts))]
@@ -26,7 +26,9 @@ def run_spark(spark, ts, vals, query, mode, batch, final=True):
     for b, start in enumerate(starts):
         df = spark.createDataFrame(rows[start : start + batch], "seq long, ts long, v double")
         k = policy.state.alpha if policy is not None else ("max-delay" if mode == "mp" else 20)
-        out, state = buffered_batch(df, state, query, k, final=final and b == len(starts) - 1)
+        out, state = buffered_batch(
+            df, state, query, k, final=final and b == len(starts) - 1, rows_per_task=rows_per_task
+        )
         if policy is not None:
             apply_observations(policy, out.observations)
         emitted.append(out.emitted)
@@ -70,19 +72,20 @@ def assert_equal(spark_out, ref):
 
 
 @pytest.mark.parametrize(
-    ("mode", "agg", "batch"),
+    ("mode", "agg", "batch", "rows_per_task"),
     [
-        ("hpm", "sum", 40),
-        ("hpm", "median", 1000),
-        ("mp", "max", 25),
-        ("fixed", "quantile:0.9", 60),
-        ("hpm", "count", 30),
+        ("hpm", "sum", 40, 2_000_000),
+        ("hpm", "median", 1000, 17),  # the batch's scan split into 8 ranges with carried state
+        ("mp", "max", 25, 9),
+        ("fixed", "quantile:0.9", 60, 2_000_000),
+        ("hpm", "count", 30, 2_000_000),
     ],
 )
-def test_micro_batches_reproduce_the_reference(spark, mode, agg, batch):
+def test_micro_batches_reproduce_the_reference(spark, mode, agg, batch, rows_per_task):
     ts, vals = make_stream(5, 120, MODELS[0])
     q = WindowQuery(Windows(200, 50), agg, coverage_horizon_us=150)
-    assert_equal(run_spark(spark, ts, vals, q, mode, batch), reference(ts, vals, q, mode, batch))
+    got = run_spark(spark, ts, vals, q, mode, batch, rows_per_task=rows_per_task)
+    assert_equal(got, reference(ts, vals, q, mode, batch))
 
 
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -1,41 +1,47 @@
 """The buffered window operator (HPM's stream module) set at a time on Spark, one micro-batch at a time.
 
 Exactly :func:`outoforder.core.windows.buffered.buffered_reference` run with ``control_points`` at
-the batch ends (the differential tests hold them together). Per batch, with DataFrame operations:
+the batch ends (the differential tests hold them together), in the two steps of
+:mod:`outoforder.core.windows.batch`, each in Spark tasks:
 
-- per arrival (window prefix maxima over the arrival order, seeded with the carried state): the
-  largest event time before it and so its delay, the largest delay ``k``, ``t_max``, the buffer
-  ``K`` (fixed, ``k`` for MP-K-slack, ``round(α·k)`` for HPM with α fixed during the batch, or a
-  given ``slack`` column) and the close frontier ``C`` before and after it;
-- each tuple's window memberships (``sequence(first id, last id)``), split into *received* (the
-  window was still open: ``end > C`` before the arrival) and *late* (the ledger);
-- the windows each arrival closes, ``end`` in ``(C_before, C]``, by exploding only that id range
-  (clipped to the ids that hold data), so a window's close costs one row;
-- the aggregate of every closed window over its received memberships (carried buffer + batch);
-- coverage observations: windows whose ``end + H`` the frontier passes, with their late count.
+1. over the batch's arrivals in arrival order (:func:`outoforder.spark.scan.carried_scan`: one
+   task, or ranges of arrival sequence numbers with carried state): each arrival's ``t_max``,
+   ``k``, buffer ``K`` and close frontier, and the windows that close or are observed at it;
+2. by window (a shuffle on window-id ranges: an arrival goes to the one or two ranges its windows
+   fall in): emissions with their aggregate and ``λ_thr``, late memberships, coverage
+   observations, and the received values and watched windows carried to the next batch.
 
-The driver then computes ``λ_thr`` with the same pure function as the reference (a few hundred
-windows per batch) and applies the observations to the policy in the order the reference does.
+The driver collects the emitted windows and the observations (a few hundred per batch) and a
+summary per task; it applies the observations to the policy in the order the reference does.
 
-Input columns: ``seq`` (arrival order), ``ts`` (µs), ``v`` (the value).
+Input columns: ``seq`` (arrival order), ``ts`` (µs), ``v`` (the value), and ``slack`` when K is given
+per arrival.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, LongType, StructField, StructType
 
+from outoforder.core.joins.progress import NEG
 from outoforder.core.windows.aggregate import parse_aggregate
 from outoforder.core.windows.assign import Windows
+from outoforder.core.windows.batch import LEVEL_KEYS, arrival_events, scan_fold, scan_summary, window_step
 from outoforder.core.windows.buffered import WindowQuery
-from outoforder.core.windows.quality import lambda_threshold, received_cv
+from outoforder.errors import ConfigError
 from outoforder.spark.rows import one_row
+from outoforder.spark.scan import carried_scan
+
+ROWS_PER_TASK = 2_000_000  # arrivals a batch may hold before its scan is split into ranges
 
 if TYPE_CHECKING:
     from outoforder.core.windows.slack import SlackPolicy
@@ -94,14 +100,15 @@ class BatchOutput:
     come as pandas; late memberships and K per arrival stay DataFrames.
     """
 
-    emitted: pd.DataFrame  # wid, value, n_rcv, emitted_at, slack_at_close, lag_us, lambda_thr
+    emitted: pd.DataFrame  # wid, value, n_rcv, emitted_at, slack_at_close, lag_us, lambda_thr, s1, s2
     late: DataFrame  # seq, ts, wid
     slack: DataFrame  # seq, slack
     observations: pd.DataFrame  # wid, obs_at, n_rcv, n_late, lambda_thr
-
-
-def _lit(value: int | None) -> Column:
-    return F.lit(value).cast("long")
+    arrivals: int = 0
+    slack_sum: float = 0.0  # Σ K over the batch's arrivals (its mean K is slack_sum / arrivals)
+    late_count: int = 0  # rows of ``late``
+    buffered: int = 0  # values carried to the next batch (rows of the new state's buffer)
+    watched: int = 0  # windows carried to the next batch (rows of the new state's watch)
 
 
 def _floor_div(col: Column, d: int) -> Column:
@@ -154,20 +161,236 @@ def exact_windows(tuples: DataFrame, windows: Windows, name: str, ids: DataFrame
     return aggregate(members, name)
 
 
-def _passed(a: DataFrame, offset: int, query: WindowQuery, lo_id: int, hi_id: int, col: str) -> DataFrame:
-    """(wid, ``col``): the arrival at which the frontier passes each window's ``end + offset``.
+# Rows between the two steps. a: an arrival (seq, ts, v, c_before, slack); c / o: a window closes /
+# is observed at arrival ``at`` (slack, t_max there); b: a value the window received before this
+# batch; w: a watched window (n_rcv, n_late, lambda_thr); s: a task's summary.
+STEP_SCHEMA = pa.schema(
+    [
+        ("kind", pa.string()),
+        ("key", pa.int64()),
+        ("wid", pa.int64()),
+        ("seq", pa.int64()),
+        ("ts", pa.int64()),
+        ("v", pa.float64()),
+        ("c_before", pa.int64()),
+        ("at", pa.int64()),
+        ("slack", pa.int64()),
+        ("t_max", pa.int64()),
+        ("n_rcv", pa.int64()),
+        ("n_late", pa.int64()),
+        ("lambda_thr", pa.float64()),
+        ("k", pa.int64()),
+        ("frontier", pa.int64()),
+        ("slack_sum", pa.float64()),
+    ]
+)
+# Rows out of the per-window step. e: emitted; l: a late membership; b: a value carried on (window
+# still open); w: a window still watched; o: a coverage observation; n: a task's counts of l, b
+# and w rows (in n_late, n_rcv and at).
+WINDOW_SCHEMA = pa.schema(
+    [
+        ("kind", pa.string()),
+        ("wid", pa.int64()),
+        ("seq", pa.int64()),
+        ("ts", pa.int64()),
+        ("v", pa.float64()),
+        ("at", pa.int64()),
+        ("slack", pa.int64()),
+        ("lag_us", pa.int64()),
+        ("n_rcv", pa.int64()),
+        ("n_late", pa.int64()),
+        ("lambda_thr", pa.float64()),
+        ("s1", pa.float64()),
+        ("s2", pa.float64()),
+    ]
+)
+RANGE_WINDOWS = 64  # windows per range of the per-window step's shuffle
 
-    Per arrival, the windows with ``end + offset`` in (C_before, C], clipped to ids ``[lo_id, hi_id]``.
-    """
+
+def _rows(schema: pa.Schema, kind: str, cols: dict[str, Any]) -> pa.RecordBatch:
+    n = len(next(iter(cols.values()))) if cols else 0
+    arrays = []
+    for f in schema:
+        if f.name == "kind":
+            arrays.append(pa.array([kind] * n, pa.string()))
+        elif f.name in cols:
+            arrays.append(pa.array(np.asarray(cols[f.name]), f.type))
+        else:
+            arrays.append(pa.nulls(n, f.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+class _ArrivalStep:
+    """Step 1 as a :class:`~outoforder.spark.scan.ScanKernel`."""
+
+    level_keys = LEVEL_KEYS
+
+    def __init__(self, windows: Windows, horizon_us: int, rule: str | int | float) -> None:
+        self.windows, self.horizon_us, self.rule = windows, horizon_us, rule
+
+    def summarize(self, level: int, cols: dict[str, Any], carry: dict[str, Any]) -> dict[str, Any]:
+        return scan_summary(level, cols["ts"], carry, self.rule, cols.get("slack"))
+
+    def fold(self, level: int, carry: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+        return scan_fold(level, carry, summary)
+
+    def finish(self, cols: dict[str, Any], carry: dict[str, Any]) -> Iterator[pa.RecordBatch]:
+        if not cols:
+            return
+        seq, ts, v = cols["seq"].astype(np.int64), cols["ts"].astype(np.int64), cols["v"].astype(np.float64)
+        ev = arrival_events(ts, carry, self.rule, self.windows, self.horizon_us, cols.get("slack"))
+        st = ev.state
+        r = RANGE_WINDOWS
+        first = self.windows.first_id(ts) // r
+        spans = self.windows.last_id(ts) // r - first + 1  # the ranges an arrival's windows fall in
+        idx = np.repeat(np.arange(ts.size), spans)
+        key = np.repeat(first, spans) + np.arange(idx.size) - np.repeat(np.cumsum(spans) - spans, spans)
+        yield _rows(
+            STEP_SCHEMA,
+            "a",
+            {
+                "key": key,
+                "seq": seq[idx],
+                "ts": ts[idx],
+                "v": v[idx],
+                "c_before": st["c_before"][idx],
+                "slack": st["slack"][idx],
+            },
+        )
+        at = ev.close
+        yield _rows(
+            STEP_SCHEMA,
+            "c",
+            {
+                "key": ev.close_wid // r,
+                "wid": ev.close_wid,
+                "at": seq[at],
+                "slack": st["slack"][at],
+                "t_max": st["t_max"][at],
+            },
+        )
+        yield _rows(
+            STEP_SCHEMA, "o", {"key": ev.observe_wid // r, "wid": ev.observe_wid, "at": seq[ev.observe]}
+        )
+        yield _rows(
+            STEP_SCHEMA,
+            "s",
+            {
+                "seq": [int(seq[-1])],
+                "n_rcv": [ts.size],
+                "t_max": [int(st["t_max"][-1])],
+                "k": [int(st["k"][-1])],
+                "frontier": [int(st["c"][-1])],
+                "slack": [int(st["slack"][-1])],
+                "slack_sum": [float(st["slack"].sum())],
+            },
+        )
+
+
+def _window_step(
+    batches: Iterator[pa.RecordBatch], query: WindowQuery, flush: tuple[int, int, int] | None
+) -> Iterator[pa.RecordBatch]:
+    """Step 2 over the rows of whole window ranges (any number of them)."""
+    got = [b for b in batches if b.num_rows]
+    if not got:
+        return
+    t = pa.Table.from_batches(got)
+    cols = {name: t.column(name).to_numpy(zero_copy_only=False) for name in t.column_names}
+    kind = cols["kind"]
     w = query.windows
-    top = _floor_div(F.col("c") - F.lit(offset + w.size_us), w.slide_us)
-    bottom = F.coalesce(
-        _floor_div(F.col("c_before") - F.lit(offset + w.size_us), w.slide_us) + 1, _lit(lo_id)
+    arr = kind == "a"
+    idx, wid = w.explode(cols["ts"][arr].astype(np.int64))
+    mine = wid // RANGE_WINDOWS == cols["key"][arr][idx]  # an arrival sent to two ranges counts in each once
+    idx, wid = idx[mine], wid[mine]
+    c_before = cols["c_before"][arr][idx].astype(np.int64)
+    late = (c_before != NEG) & (w.end_of(wid) <= c_before)
+    carried = kind == "b"
+
+    def col(name: str, sel: npt.NDArray[np.bool_], dtype: Any) -> npt.NDArray[Any]:
+        picked: npt.NDArray[Any] = cols[name][sel].astype(dtype)
+        return picked
+
+    members = {
+        "wid": np.concatenate([col("wid", carried, np.int64), wid]),
+        "seq": np.concatenate([col("seq", carried, np.int64), cols["seq"][arr][idx].astype(np.int64)]),
+        "ts": np.concatenate([col("ts", carried, np.int64), cols["ts"][arr][idx].astype(np.int64)]),
+        "v": np.concatenate([col("v", carried, np.float64), cols["v"][arr][idx].astype(np.float64)]),
+        "late": np.concatenate([np.zeros(int(carried.sum()), dtype=bool), late]),
+        "c_before": np.concatenate([np.full(int(carried.sum()), NEG, dtype=np.int64), c_before]),
+    }
+    watched = kind == "w"
+    closes, observes = kind == "c", kind == "o"
+    out = window_step(
+        aggregate=query.aggregate,
+        eps=query.eps,
+        delta=query.delta,
+        windows=w,
+        horizon_us=query.coverage_horizon_us,
+        members=members,
+        watch={
+            "wid": col("wid", watched, np.int64),
+            "n_rcv": col("n_rcv", watched, np.int64),
+            "n_late": col("n_late", watched, np.int64),
+            "lambda_thr": col("lambda_thr", watched, np.float64),
+        },
+        close={
+            "wid": col("wid", closes, np.int64),
+            "at": col("at", closes, np.int64),
+            "slack": col("slack", closes, np.int64),
+            "t_max": col("t_max", closes, np.int64),
+        },
+        observe={"wid": col("wid", observes, np.int64), "at": col("at", observes, np.int64)},
+        flush=flush,
     )
-    lo = F.greatest(bottom, _lit(lo_id))
-    hi = F.least(top, _lit(hi_id))
-    steps = a.where(F.col("c").isNotNull()).select("seq", lo.alias("lo"), hi.alias("hi")).where("lo <= hi")
-    return steps.select(F.explode(F.sequence("lo", "hi")).alias("wid"), F.col("seq").alias(col))
+    e = out.emitted
+    yield _rows(
+        WINDOW_SCHEMA,
+        "e",
+        {
+            "wid": e["wid"],
+            "v": e["value"],
+            "n_rcv": e["n_rcv"],
+            "at": e["emitted_at"],
+            "slack": e["slack_at_close"],
+            "lag_us": e["lag_us"],
+            "lambda_thr": e["lambda_thr"],
+            "s1": e["s1"],
+            "s2": e["s2"],
+        },
+    )
+    yield _rows(WINDOW_SCHEMA, "l", out.late)
+    yield _rows(WINDOW_SCHEMA, "b", out.buffer)
+    yield _rows(WINDOW_SCHEMA, "w", out.watch)
+    yield _rows(
+        WINDOW_SCHEMA,
+        "n",
+        {"n_late": [out.late["seq"].size], "n_rcv": [out.buffer["seq"].size], "at": [out.watch["wid"].size]},
+    )
+    o = out.observed
+    yield _rows(
+        WINDOW_SCHEMA,
+        "o",
+        {
+            "wid": o["wid"],
+            "at": o["obs_at"],
+            "n_rcv": o["n_rcv"],
+            "n_late": o["n_late"],
+            "lambda_thr": o["lambda_thr"],
+        },
+    )
+
+
+def _spark_schema(schema: pa.Schema) -> Any:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(schema)
+
+
+def _rule(slack: str | int | float) -> str | int | float:
+    if isinstance(slack, bool) or not isinstance(slack, str | int | float):
+        msg = f"slack must be an int, a float α, 'max-delay' or 'column', got {slack!r}"
+        raise ConfigError(msg)
+    return slack
 
 
 def buffered_batch(
@@ -176,162 +399,118 @@ def buffered_batch(
     query: WindowQuery,
     slack: str | int | float,
     final: bool = False,
+    rows_per_task: int = ROWS_PER_TASK,
 ) -> tuple[BatchOutput, WindowState]:
     """One micro-batch of the operator.
 
     ``slack``: an int (fixed K), ``"max-delay"`` (MP-K-slack), a float α (HPM: ``K = round(α·k)``)
-    or ``"column"`` (the batch's ``slack`` column gives K per arrival).
-
-    ``final`` flushes the windows still open after the batch (emitted at last seq + 1).
+    or ``"column"`` (the batch's ``slack`` column gives K per arrival). ``final`` flushes the
+    windows still open after the batch (emitted at last seq + 1). Batches of more than
+    ``rows_per_task`` arrivals are split into ranges (:func:`outoforder.spark.scan.carried_scan`).
     """
-    spark = batch.sparkSession
-    w = query.windows
-    upto = Window.orderBy("seq").rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    before = Window.orderBy("seq").rowsBetween(Window.unboundedPreceding, -1)
-    a = batch.select("seq", "ts", "v", *(["slack"] if slack == "column" else []))
-    if slack == "column":
-        a = a.withColumnRenamed("slack", "given_slack")
-    a = a.withColumn("tmax_before", F.greatest(_lit(state.t_max), F.max("ts").over(before)))
-    a = a.withColumn("tmax", F.greatest(_lit(state.t_max), F.max("ts").over(upto)))
-    a = a.withColumn("delay", F.greatest(_lit(0), F.coalesce(F.col("tmax_before") - F.col("ts"), _lit(0))))
-    a = a.withColumn("k", F.greatest(_lit(state.k), F.max("delay").over(upto)))
-    if slack == "column":
-        k_expr = F.col("given_slack").cast("long")
-    elif slack == "max-delay":
-        k_expr = F.col("k")
-    elif isinstance(slack, float):
-        # HALF_EVEN on the exact double, as Python's round() (the reference) does
-        k_expr = F.bround(F.lit(slack) * F.col("k"), 0).cast("long")
-    else:
-        k_expr = _lit(int(slack))
-    a = a.withColumn("slack", k_expr)
-    step = F.col("tmax") - F.col("slack")
-    a = a.withColumn("c", F.greatest(_lit(state.frontier), F.max(step).over(upto)))
-    a = a.withColumn("c_before", F.greatest(_lit(state.frontier), F.max(step).over(before))).localCheckpoint()
-
-    last = one_row(a.agg(F.max("seq"), F.max("tmax"), F.max("k"), F.max("c"), F.count("*")))
-    if last[4] == 0 and not final:
-        empty = spark.createDataFrame([], "seq long, ts long, wid long")
-        return BatchOutput(_empty_emitted(), empty, a.select("seq", "slack"), _empty_obs()), state
-    last_seq = int(last[0]) if last[0] is not None else (state.last_seq if state.last_seq is not None else -1)
-    t_max = int(last[1]) if last[1] is not None else state.t_max
-    k = int(last[2]) if last[2] is not None else state.k
-    frontier = int(last[3]) if last[3] is not None else state.frontier
-
-    members = a.select(
+    rule = _rule(slack)
+    cols = ["seq", "ts", "v", *(["slack"] if rule == "column" else [])]
+    a = batch.select(*cols)
+    size = one_row(a.agg(F.count("*"), F.min("seq"), F.max("seq")))
+    n = int(size[0])
+    carry = {"t_max": state.t_max, "k": state.k, "c": state.frontier}
+    step1 = carried_scan(
+        a,
+        _ArrivalStep(query.windows, query.coverage_horizon_us, rule),
+        carry,
+        _spark_schema(STEP_SCHEMA),
+        rows_per_task,
+        n,
+        (int(size[1] or 0), int(size[2] or 0)) if n else (0, 0),
+    ).localCheckpoint()
+    summaries = step1.where(F.col("kind") == "s").collect()
+    last = max(summaries, key=lambda r: r["seq"]) if summaries else None
+    t_max = state.t_max if last is None else int(last["t_max"])
+    k = state.k if last is None else int(last["k"])
+    frontier = state.frontier if last is None else int(last["frontier"])
+    last_seq = state.last_seq if last is None else int(last["seq"])
+    flush = None
+    if final:
+        at = (last_seq if last_seq is not None else -1) + 1
+        flush = (at, int(last["slack"]) if last is not None else 0, t_max if t_max is not None else 0)
+    r = RANGE_WINDOWS
+    carried = state.buffer.select(
+        F.lit("b").alias("kind"),
+        F.floor(F.col("wid") / F.lit(r)).cast("long").alias("key"),
+        "wid",
         "seq",
         "ts",
         "v",
-        "c_before",
-        F.explode(
-            F.sequence(
-                _floor_div(F.col("ts") - F.lit(w.size_us), w.slide_us) + 1,
-                _floor_div(F.col("ts"), w.slide_us),
-            )
-        ).alias("wid"),
-    ).withColumn("end", F.col("wid") * F.lit(w.slide_us) + F.lit(w.size_us))
-    is_late = F.col("c_before").isNotNull() & (F.col("end") <= F.col("c_before"))
-    members = members.withColumn("late", is_late).localCheckpoint()
-    late = members.where("late").select("seq", "ts", "wid")
-    received = state.buffer.unionByName(members.where(~F.col("late")).select("wid", "seq", "ts", "v"))
-
-    ids = received.select("wid").unionByName(state.watch.select("wid")).unionByName(late.select("wid"))
-    bounds = one_row(ids.agg(F.min("wid"), F.max("wid")))
-    lo_id = int(bounds[0]) if bounds[0] is not None else 0
-    hi_id = int(bounds[1]) if bounds[1] is not None else -1
-
-    closing = _passed(a, 0, query, lo_id, hi_id, "emitted_at")
-    if final:
-        # windows never passed by the frontier: flushed at the end
-        still = received.select("wid").distinct().join(closing, "wid", "left_anti")
-        closing = closing.unionByName(still.select("wid", _lit(last_seq + 1).alias("emitted_at")))
-    closing = closing.localCheckpoint()
-    closed_members = received.join(closing, "wid")
-    agg = aggregate(closed_members.select("wid", "seq", "v"), query.aggregate)
-    at = a.select(
-        F.col("seq").alias("emitted_at"),
-        F.col("slack").alias("slack_at_close"),
-        F.col("tmax").alias("tmax_at"),
     )
-    emitted_df = agg.join(closing, "wid").join(at, "emitted_at", "left")
-    emitted = emitted_df.toPandas().sort_values("wid", kind="stable").reset_index(drop=True)
-    last_slack = a.where(F.col("seq") == last_seq).select("slack").first()
-    flush_slack = int(last_slack[0]) if last_slack is not None else 0
-    emitted["slack_at_close"] = emitted["slack_at_close"].fillna(flush_slack).astype("int64")
-    emitted["tmax_at"] = emitted["tmax_at"].fillna(t_max if t_max is not None else 0).astype("int64")
-    emitted["lag_us"] = emitted["tmax_at"] - (emitted["wid"] * w.slide_us + w.size_us)
-    emitted["lambda_thr"] = _thresholds(query, emitted)
+    watched = state.watch.select(
+        F.lit("w").alias("kind"),
+        F.floor(F.col("wid") / F.lit(r)).cast("long").alias("key"),
+        "wid",
+        "n_rcv",
+        "n_late",
+        "lambda_thr",
+    )
+    step_cols = STEP_SCHEMA.names
+    inputs = (
+        step1.where(F.col("kind") != "s")
+        .unionByName(carried, allowMissingColumns=True)
+        .unionByName(watched, allowMissingColumns=True)
+    )
+    step2 = (
+        inputs.select(*step_cols)
+        .repartition("key")
+        .mapInArrow(lambda it: _window_step(it, query, flush), _spark_schema(WINDOW_SCHEMA))
+        .localCheckpoint()
+    )
+    small = step2.where(F.col("kind").isin("e", "o", "n")).toPandas()
+    counts = small[small["kind"] == "n"]
+    emitted = small[small["kind"] == "e"].rename(
+        columns={"v": "value", "at": "emitted_at", "slack": "slack_at_close"}
+    )
     emitted = emitted[
         ["wid", "value", "n_rcv", "emitted_at", "slack_at_close", "lag_us", "lambda_thr", "s1", "s2"]
     ]
-
-    # coverage: watched windows + the newly emitted ones, plus late memberships before each mark
-    newly = spark.createDataFrame(
-        [
-            (int(wid), int(n), 0, float(lam))
-            for wid, n, lam in zip(emitted["wid"], emitted["n_rcv"], emitted["lambda_thr"], strict=True)
-        ],
-        WATCH_SCHEMA,
+    emitted = emitted.sort_values("wid", kind="stable").reset_index(drop=True)
+    emitted = emitted.astype(
+        {
+            "wid": "int64",
+            "n_rcv": "int64",
+            "emitted_at": "int64",
+            "slack_at_close": "int64",
+            "lag_us": "int64",
+        }
     )
-    counted = (
-        members.where(F.col("late") & (F.col("c_before") < F.col("end") + F.lit(query.coverage_horizon_us)))
-        .groupBy("wid")
-        .agg(F.count("*").alias("add_late"))
-    )
-    empty_thr = float(lambda_threshold(query.aggregate, query.eps, query.delta, 0, 0.0)[0])
-    watch = (
-        # disjoint: a window is watched from an earlier batch or emitted in this one, never both
-        state.watch.unionByName(newly)
-        .join(counted, "wid", "full_outer")
-        .select(
-            "wid",
-            F.coalesce("n_rcv", _lit(0)).alias("n_rcv"),
-            (F.coalesce("n_late", _lit(0)) + F.coalesce("add_late", _lit(0))).alias("n_late"),
-            F.coalesce("lambda_thr", F.lit(empty_thr)).alias("lambda_thr"),
-        )
-    ).localCheckpoint()
-    observed = _passed(a, query.coverage_horizon_us, query, lo_id, hi_id, "obs_at")
-    obs = (
-        watch.join(observed, "wid")
-        .toPandas()
-        .sort_values(["obs_at", "wid"], kind="stable")
-        .reset_index(drop=True)
-    )
-
+    obs = small[small["kind"] == "o"].rename(columns={"at": "obs_at"})[
+        ["wid", "obs_at", "n_rcv", "n_late", "lambda_thr"]
+    ]
+    obs = obs.astype({"wid": "int64", "obs_at": "int64", "n_rcv": "int64", "n_late": "int64"})
+    obs = obs.sort_values(["obs_at", "wid"], kind="stable").reset_index(drop=True)
     new_state = WindowState(
         t_max,
         k,
         frontier,
-        last_seq if last_seq >= 0 else None,
-        received.join(closing, "wid", "left_anti").localCheckpoint(),
-        watch.join(observed, "wid", "left_anti").localCheckpoint(),
+        last_seq,
+        step2.where(F.col("kind") == "b").select("wid", "seq", "ts", "v"),
+        step2.where(F.col("kind") == "w").select("wid", "n_rcv", "n_late", "lambda_thr"),
     )
-    return BatchOutput(
-        emitted, late, a.select("seq", "slack"), obs[["wid", "obs_at", "n_rcv", "n_late", "lambda_thr"]]
-    ), new_state
+    output = BatchOutput(
+        emitted,
+        step2.where(F.col("kind") == "l").select("seq", "ts", "wid"),
+        step1.where(
+            (F.col("kind") == "a") & (F.col("key") == _floor_div(_first_window(query.windows), r))
+        ).select("seq", "slack"),
+        obs,
+        arrivals=sum(int(s["n_rcv"]) for s in summaries),
+        slack_sum=sum(float(s["slack_sum"]) for s in summaries),
+        late_count=int(counts["n_late"].sum()),
+        buffered=int(counts["n_rcv"].sum()),
+        watched=int(counts["at"].sum()),
+    )
+    return output, new_state
 
 
-def _thresholds(query: WindowQuery, emitted: pd.DataFrame) -> np.ndarray[Any, np.dtype[np.float64]]:
-    n = emitted["n_rcv"].to_numpy(dtype=np.float64)
-    cv = received_cv(n, emitted["s1"].to_numpy(dtype=np.float64), emitted["s2"].to_numpy(dtype=np.float64))
-    return lambda_threshold(query.aggregate, query.eps, query.delta, n.astype(np.int64), cv)
-
-
-def _empty_emitted() -> pd.DataFrame:
-    cols = {
-        "wid": "int64",
-        "value": "float64",
-        "n_rcv": "int64",
-        "emitted_at": "int64",
-        "slack_at_close": "int64",
-    }
-    cols |= {"lag_us": "int64", "lambda_thr": "float64", "s1": "float64", "s2": "float64"}
-    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in cols.items()})
-
-
-def _empty_obs() -> pd.DataFrame:
-    cols = {"wid": "int64", "obs_at": "int64", "n_rcv": "int64", "n_late": "int64", "lambda_thr": "float64"}
-    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in cols.items()})
+def _first_window(windows: Windows) -> Column:
+    return _floor_div(F.col("ts") - F.lit(windows.size_us), windows.slide_us) + 1
 
 
 def apply_observations(policy: SlackPolicy, observations: pd.DataFrame) -> list[tuple[float, dict[str, Any]]]:

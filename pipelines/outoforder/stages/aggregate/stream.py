@@ -121,8 +121,9 @@ class AggregateStream(IntervalStage[AggJob, AggIntervalSummary]):
             )
             policy = HPMSlack(self.job.controller(), PDState(float(prev["alpha"]), prev["last_error"]))
         query = self.job.query()
-        batch = self.arrivals(interval.start_us, end).localCheckpoint()
-        out, new_state = buffered_batch(batch, state, query, policy.state.alpha)
+        out, new_state = buffered_batch(
+            self.arrivals(interval.start_us, end), state, query, policy.state.alpha
+        )
         w = query.windows
 
         em = out.emitted
@@ -138,17 +139,19 @@ class AggregateStream(IntervalStage[AggJob, AggIntervalSummary]):
             ],
             AGG_RESULTS.schema,
         )  # fmt: skip
-        self.append(results, AGG_RESULTS, interval)
-        late = out.late.select(
-            F.lit(source).alias("source"),
-            F.lit(jid).alias("job"),
-            "seq",
-            "ts",
-            F.col("wid").alias("window_id"),
-            F.lit(end).cast("long").alias("interval_end_us"),
-        ).localCheckpoint()
-        n_late = late.count()
-        self.append(late, AGG_LEDGER, interval)
+        if len(em):
+            self.append(results, AGG_RESULTS, interval)
+        n_late = out.late_count
+        if n_late:
+            late = out.late.select(
+                F.lit(source).alias("source"),
+                F.lit(jid).alias("job"),
+                "seq",
+                "ts",
+                F.col("wid").alias("window_id"),
+                F.lit(end).cast("long").alias("interval_end_us"),
+            )
+            self.append(late, AGG_LEDGER, interval)
 
         obs = out.observations
         trace = apply_observations(policy, obs)
@@ -159,11 +162,11 @@ class AggregateStream(IntervalStage[AggJob, AggIntervalSummary]):
                 obs["wid"], obs["obs_at"], obs["n_rcv"], obs["n_late"], obs["lambda_thr"], trace, strict=True
             )
         ]  # fmt: skip
-        self.append(self.spark.createDataFrame(control, AGG_CONTROL.schema), AGG_CONTROL, interval)
-        buffered = new_state.buffer.count()
-        slack_stats = out.slack.agg(F.count("*"), F.avg("slack")).first()
-        n = int(slack_stats[0]) if slack_stats is not None else 0
-        mean_slack = slack_stats[1] if slack_stats is not None else None
+        if control:
+            self.append(self.spark.createDataFrame(control, AGG_CONTROL.schema), AGG_CONTROL, interval)
+        buffered = out.buffered
+        n = out.arrivals
+        mean_slack = out.slack_sum / n if n else None
         return Step(
             arrivals=n,
             state={
@@ -175,7 +178,7 @@ class AggregateStream(IntervalStage[AggJob, AggIntervalSummary]):
                 "last_error": policy.state.last_error,
             },
             # buffered tuples and watched windows (what stream.state_budget_rows bounds)
-            state_rows=buffered + new_state.watch.count(),
+            state_rows=buffered + out.watched,
             snapshots={AGG_BUFFER.name: new_state.buffer, AGG_WATCH.name: new_state.watch},
             added={"arrivals": n, "emitted": len(em), "late": n_late},
             figures={
