@@ -15,7 +15,7 @@ from tests.core.joins.strategies import MODELS, make_input
 pytestmark = [pytest.mark.spark]
 
 
-def run_spark(spark, inp, query, d_r, d_s, batch):
+def run_spark(spark, inp, query, d_r, d_s, batch, rows_per_task=2_000_000):
     rows = [
         (
             i,
@@ -34,7 +34,7 @@ def run_spark(spark, inp, query, d_r, d_s, batch):
     out = []
     for start in range(0, len(rows), batch):
         df = spark.createDataFrame(rows[start : start + batch], cols)
-        pairs, state = qjoin_batch(df, state, query)
+        pairs, state = qjoin_batch(df, state, query, rows_per_task=rows_per_task)
         out += [(r["r_seq"], r["s_seq"], r["emitted_at"]) for r in pairs.collect()]
     return sorted(out)
 
@@ -46,14 +46,18 @@ def expected(inp, query, d_r, d_s):
     )
 
 
-@pytest.mark.parametrize(("n", "batch"), [(24, 1), (80, 7), (80, 40), (80, 1000)])
-def test_micro_batch_size_never_changes_the_result(spark, n, batch):
+@pytest.mark.parametrize(
+    ("n", "batch", "rows_per_task"),
+    [(24, 1, 2_000_000), (80, 7, 2_000_000), (80, 40, 9), (80, 1000, 2_000_000)],
+)
+def test_micro_batch_size_never_changes_the_result(spark, n, batch, rows_per_task):
     inp = make_input(5, n, MODELS[2], span_us=n * 3)
     q = JoinQuery(window_us=12, theta=1.5)
     d_r = np.where(np.arange(n) < n // 2, 3, 9).astype(np.int64)  # an adaptation mid-stream
     d_s = np.full(n, 5, dtype=np.int64)
     assert len(expected(inp, q, d_r, d_s)) > 5  # the case is not vacuous
-    assert run_spark(spark, inp, q, d_r, d_s, batch) == expected(inp, q, d_r, d_s)
+    # rows_per_task 9: each batch's scan split into ranges of arrivals with carried state
+    assert run_spark(spark, inp, q, d_r, d_s, batch, rows_per_task) == expected(inp, q, d_r, d_s)
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -1,11 +1,12 @@
 """QJoin set-at-a-time on Spark, one micro-batch of arrivals at a time.
 
 Exactly :func:`outoforder.core.joins.qjoin.qjoin_set` (the differential tests hold them together),
-computed with DataFrame operations only:
+computed in Spark tasks:
 
 - per arrival, the stream maxima M_R, M_S, the progress T = min(M_R, M_S) and the horizons
-  H_X = running max of (T - w - d_X) are window prefix maxima over the batch's arrival order,
-  seeded with the state carried from the previous batch;
+  H_X = running max of (T - w - d_X) are prefix maxima over the batch's arrival order, seeded with
+  the state carried from the previous batch (:mod:`outoforder.core.joins.scan`, run by
+  :func:`outoforder.spark.scan.carried_scan`: one task, or ranges of arrivals with carries);
 - each arrival probes the tuples still buffered from earlier batches plus the earlier arrivals of
   its own batch, through an equi-join on the predicate's buckets (the key, or the 3 x 3 cells of
   side theta around its position) and on the 3 event-time slots of width w around its ts, then
@@ -22,14 +23,22 @@ Input columns: ``seq`` (arrival order), ``side`` (0 = R, 1 = S), ``ts`` (µs), `
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, LongType, StructField, StructType
 
+from outoforder.core.joins.progress import NEG
 from outoforder.core.joins.query import JoinQuery
+from outoforder.core.joins.scan import LEVEL_KEYS, progress, scan_fold, scan_summary
 from outoforder.spark.rows import one_row
+from outoforder.spark.scan import carried_scan
 
 TUPLE_SCHEMA = StructType(
     [
@@ -110,18 +119,73 @@ def _predicate(query: JoinQuery) -> Column:
     return band & ((dx * dx + dy * dy) <= F.lit(query.theta * query.theta))
 
 
-def qjoin_batch(batch: DataFrame, state: QJoinState, query: JoinQuery) -> tuple[DataFrame, QJoinState]:
-    """Process one micro-batch: its result pairs (r_seq, s_seq, emitted_at, r_ts, s_ts) and the new state."""
-    prefix = Window.orderBy("seq").rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    m_r = F.greatest(_lit_long(state.m_r), F.max(F.when(F.col("side") == 0, F.col("ts"))).over(prefix))
-    m_s = F.greatest(_lit_long(state.m_s), F.max(F.when(F.col("side") == 1, F.col("ts"))).over(prefix))
-    arrivals = batch.withColumn("m_r", m_r).withColumn("m_s", m_s)
-    t = F.when(F.col("m_r").isNotNull() & F.col("m_s").isNotNull(), F.least("m_r", "m_s"))
-    arrivals = arrivals.withColumn("t", t)
-    for side, d, carry in (("h_r", "d_r", state.h_r), ("h_s", "d_s", state.h_s)):
-        raw = F.col("t") - F.lit(query.window_us) - F.col(d)
-        arrivals = arrivals.withColumn(side, F.greatest(_lit_long(carry), F.max(raw).over(prefix)))
-    arrivals = arrivals.localCheckpoint()
+PROGRESS_SCHEMA = (
+    "kind string, seq long, side long, ts long, x double, y double, key long, h_r long, h_s long, "
+    "m_r long, m_s long"
+)
+ROWS_PER_TASK = 2_000_000  # arrivals a batch may hold before its scan is split into ranges
+
+
+class _Progress:
+    """QJoin's per-arrival progress as a :class:`~outoforder.spark.scan.ScanKernel`."""
+
+    level_keys = LEVEL_KEYS
+
+    def __init__(self, window_us: int) -> None:
+        self.window_us = window_us
+
+    def summarize(self, level: int, cols: dict[str, Any], carry: dict[str, Any]) -> dict[str, Any]:
+        return scan_summary(level, cols["side"], cols["ts"], cols["d_r"], cols["d_s"], carry, self.window_us)
+
+    def fold(self, level: int, carry: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+        return scan_fold(level, carry, summary)
+
+    def finish(self, cols: dict[str, Any], carry: dict[str, Any]) -> Iterator[pa.RecordBatch]:
+        if not cols:
+            return
+        p = progress(cols["side"], cols["ts"], cols["d_r"], cols["d_s"], carry, self.window_us)
+        n = cols["seq"].size
+
+        def nullable(a: npt.NDArray[np.int64]) -> pa.Array:
+            return pa.array(a, pa.int64(), mask=a == NEG)
+
+        names = ["seq", "side", "ts", "x", "y", "key"]
+        arrays = [pa.array(["a"] * n, pa.string())]
+        arrays += [pa.array(cols[c], pa.float64() if c in ("x", "y") else pa.int64()) for c in names]
+        arrays += [nullable(p["h_r"]), nullable(p["h_s"]), pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64())]
+        yield pa.RecordBatch.from_arrays(arrays, names=["kind", *names, "h_r", "h_s", "m_r", "m_s"])
+        last = {k: None if p[k][-1] == NEG else int(p[k][-1]) for k in ("m_r", "m_s", "h_r", "h_s")}
+        yield pa.RecordBatch.from_pylist(
+            [{"kind": "s", "seq": int(cols["seq"][-1]), **last}],
+            schema=pa.schema([(f.split()[0], _ARROW[f.split()[1]]) for f in PROGRESS_SCHEMA.split(", ")]),
+        )
+
+
+_ARROW = {"string": pa.string(), "long": pa.int64(), "double": pa.float64()}
+
+
+def qjoin_batch(
+    batch: DataFrame,
+    state: QJoinState,
+    query: JoinQuery,
+    size: tuple[int, int, int] | None = None,
+    rows_per_task: int = ROWS_PER_TASK,
+) -> tuple[DataFrame, QJoinState]:
+    """Process one micro-batch: its result pairs (r_seq, s_seq, emitted_at, r_ts, s_ts) and the new state.
+
+    ``size`` is the batch's (rows, smallest seq, largest seq) when the caller knows it.
+    """
+    a = batch.select(*TUPLE_COLS, "d_r", "d_s")
+    if size is None:
+        got = one_row(a.agg(F.count("*"), F.min("seq"), F.max("seq")))
+        size = (int(got[0]), int(got[1] or 0), int(got[2] or 0))
+    carry = {"m_r": state.m_r, "m_s": state.m_s, "h_r": state.h_r, "h_s": state.h_s}
+    scanned = carried_scan(
+        a, _Progress(query.window_us), carry, PROGRESS_SCHEMA, rows_per_task, size[0], (size[1], size[2])
+    ).localCheckpoint()
+    ends = scanned.where(F.col("kind") == "s").collect()
+    last = max(ends, key=lambda r: r["seq"]) if ends else None
+    arrivals = scanned.where(F.col("kind") == "a")
 
     candidates = state.buffer.select(*TUPLE_COLS).unionByName(arrivals.select(*TUPLE_COLS))
     probe = _buckets(arrivals.select(*TUPLE_COLS, "h_r", "h_s"), query, probe=True).alias("p")
@@ -140,13 +204,13 @@ def qjoin_batch(batch: DataFrame, state: QJoinState, query: JoinQuery) -> tuple[
         F.when(F.col("p.side") == 1, F.col("p.ts")).otherwise(F.col("c.ts")).alias("s_ts"),
     )
 
-    last = one_row(arrivals.agg(F.max("m_r"), F.max("m_s"), F.max("h_r"), F.max("h_s")))
-    h_r, h_s = last[2], last[3]
+    if last is None:  # an empty batch: nothing moves
+        return pairs, QJoinState(state.m_r, state.m_s, state.h_r, state.h_s, candidates)
+    h_r, h_s = last["h_r"], last["h_s"]
     keep = F.when(F.col("side") == 0, F.lit(h_r).isNull() | (F.col("ts") >= F.lit(h_r))).otherwise(
         F.lit(h_s).isNull() | (F.col("ts") >= F.lit(h_s))
     )
-    buffer = candidates.where(keep).localCheckpoint()
-    return pairs, QJoinState(last[0], last[1], h_r, h_s, buffer)
+    return pairs, QJoinState(last["m_r"], last["m_s"], h_r, h_s, candidates.where(keep))
 
 
 @dataclass(frozen=True)

@@ -134,6 +134,7 @@ class JoinStream(IntervalStage[JoinJob, JoinIntervalSummary]):
         from pyspark.sql import functions as F
 
         from outoforder.spark.joins import TUPLE_COLS, QJoinState, qjoin_batch
+        from outoforder.spark.rows import one_row
 
         source, jid, lo, hi = self.source, self.jid, interval.start_us, interval.end_us
         if prev is None:
@@ -143,21 +144,22 @@ class JoinStream(IntervalStage[JoinJob, JoinIntervalSummary]):
             state = QJoinState(prev["m_r"], prev["m_s"], prev["h_r"], prev["h_s"], buffer)
         d_r, d_s, version = params_in_force(self.spark, self.settings, source, jid, lo)
 
-        batch = self.arrivals(lo, hi).localCheckpoint()
-        if self.job.predicate == "distance":
-            missing = batch.where("no_location").count()
-            if missing:
-                msg = (
-                    f"{missing} arrivals of {source} in [{lo}, {hi}) have no x/y: a distance join needs them"
-                )
-                raise InputError(msg)
-        n = batch.count()
+        batch = self.arrivals(lo, hi)
+        size = one_row(
+            batch.agg(F.count("*"), F.min("seq"), F.max("seq"), F.sum(F.col("no_location").cast("long")))
+        )
+        n = int(size[0])
+        if self.job.predicate == "distance" and size[3]:
+            msg = f"{size[3]} arrivals of {source} in [{lo}, {hi}) have no x/y: a distance join needs them"
+            raise InputError(msg)
         batch = (
             batch.drop("no_location")
             .withColumn("d_r", F.lit(d_r).cast("long"))
             .withColumn("d_s", F.lit(d_s).cast("long"))
         )
-        pairs, new_state = qjoin_batch(batch, state, self.job.query())
+        pairs, new_state = qjoin_batch(
+            batch, state, self.job.query(), size=(n, int(size[1] or 0), int(size[2] or 0))
+        )
         results = pairs.select(
             F.lit(source).alias("source"),
             F.lit(jid).alias("job"),
@@ -175,13 +177,14 @@ class JoinStream(IntervalStage[JoinJob, JoinIntervalSummary]):
             F.lit(interval.now_us).cast("long").alias("written_at_us"),
         ).localCheckpoint()
         produced = results.count()
-        new = produced if self.append(results, JOIN_RESULTS, interval) else 0
-        buffered = new_state.buffer.count()
+        new = produced if produced and self.append(results, JOIN_RESULTS, interval) else 0
+        buffer = new_state.buffer.localCheckpoint()
+        buffered = buffer.count()
         return Step(
             arrivals=n,
             state={"m_r": new_state.m_r, "m_s": new_state.m_s, "h_r": new_state.h_r, "h_s": new_state.h_s},
             state_rows=buffered,  # the buffered tuples are the join's whole state
-            snapshots={JOIN_BUFFER.name: new_state.buffer},
+            snapshots={JOIN_BUFFER.name: buffer},
             added={"arrivals": n, "pairs": produced},
             figures={
                 "new_pairs": new,
