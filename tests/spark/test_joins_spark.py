@@ -77,7 +77,7 @@ def test_spark_equals_the_set_form_over_seeds_and_delay_models(spark, seed, mode
     assert run_spark(spark, inp, q, d_r, d_s, batch) == expected(inp, q, d_r, d_s)
 
 
-def run_spark_kslack(spark, inp, query, policy, batch):
+def run_spark_kslack(spark, inp, query, policy, batch, rows_per_task=2_000_000):
     rows = [
         (i, int(inp.side[i]), int(inp.ts[i]), float(inp.x[i]), float(inp.y[i]), int(inp.key[i]))
         for i in range(len(inp))
@@ -92,16 +92,24 @@ def run_spark_kslack(spark, inp, query, policy, batch):
     starts = list(range(0, len(rows), batch))
     for n_batch, start in enumerate(starts):
         df = spark.createDataFrame(rows[start : start + batch], cols)
-        out, lt, state = kslack_batch(df, state, query, adaptive, final=n_batch == len(starts) - 1)
+        out, lt, state = kslack_batch(
+            df, state, query, adaptive, final=n_batch == len(starts) - 1, rows_per_task=rows_per_task
+        )
         pairs += [(r["r_seq"], r["s_seq"], r["emitted_at"]) for r in out.collect()]
         late += [r["seq"] for r in lt.collect()]
     return sorted(pairs), sorted(late)
 
 
 @pytest.mark.parametrize(
-    ("policy", "batch"), [(MaxDelayK(), 1), (MaxDelayK(), 9), (FixedK(6, 10), 25), (FixedK(6, 10), 500)]
+    ("policy", "batch", "rows_per_task"),
+    [
+        (MaxDelayK(), 1, 2_000_000),
+        (MaxDelayK(), 500, 11),
+        (FixedK(6, 10), 25, 2_000_000),
+        (FixedK(6, 10), 500, 2_000_000),
+    ],
 )
-def test_spark_kslack_equals_the_set_form(spark, policy, batch):
+def test_spark_kslack_equals_the_set_form(spark, policy, batch, rows_per_task):
     n = 24 if batch == 1 else 90
     inp = make_input(9, n, MODELS[0], span_us=n * 3)
     q = JoinQuery(window_us=10, theta=1.5)
@@ -111,7 +119,8 @@ def test_spark_kslack_equals_the_set_form(spark, policy, batch):
     )
     assert want
     assert ref.late.any()
-    assert run_spark_kslack(spark, inp, q, policy, batch) == (want, np.flatnonzero(ref.late).tolist())
+    got = run_spark_kslack(spark, inp, q, policy, batch, rows_per_task)  # 11: scans split into ranges
+    assert got == (want, np.flatnonzero(ref.late).tolist())
 
 
 @pytest.mark.parametrize("batch", [7, 60, 500])

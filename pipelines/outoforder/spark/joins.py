@@ -30,13 +30,22 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, LongType, StructField, StructType
 
 from outoforder.core.joins.progress import NEG
 from outoforder.core.joins.query import JoinQuery
-from outoforder.core.joins.scan import LEVEL_KEYS, progress, scan_fold, scan_summary
+from outoforder.core.joins.scan import (
+    KSLACK_LEVEL_KEYS,
+    LEVEL_KEYS,
+    kslack_fold,
+    kslack_progress,
+    kslack_summary,
+    progress,
+    scan_fold,
+    scan_summary,
+)
 from outoforder.spark.rows import one_row
 from outoforder.spark.scan import carried_scan
 
@@ -67,10 +76,6 @@ class QJoinState:
     def empty(cls, spark: SparkSession) -> QJoinState:
         """The state before the first arrival."""
         return cls(None, None, None, None, spark.createDataFrame([], TUPLE_SCHEMA))
-
-
-def _lit_long(value: int | None) -> Column:
-    return F.lit(value).cast("long")
 
 
 def _buckets(df: DataFrame, query: JoinQuery, probe: bool) -> DataFrame:
@@ -157,11 +162,11 @@ class _Progress:
         last = {k: None if p[k][-1] == NEG else int(p[k][-1]) for k in ("m_r", "m_s", "h_r", "h_s")}
         yield pa.RecordBatch.from_pylist(
             [{"kind": "s", "seq": int(cols["seq"][-1]), **last}],
-            schema=pa.schema([(f.split()[0], _ARROW[f.split()[1]]) for f in PROGRESS_SCHEMA.split(", ")]),
+            schema=_arrow_schema(PROGRESS_SCHEMA),
         )
 
 
-_ARROW = {"string": pa.string(), "long": pa.int64(), "double": pa.float64()}
+_ARROW = {"string": pa.string(), "long": pa.int64(), "double": pa.float64(), "boolean": pa.bool_()}
 
 
 def qjoin_batch(
@@ -213,6 +218,52 @@ def qjoin_batch(
     return pairs, QJoinState(last["m_r"], last["m_s"], h_r, h_s, candidates.where(keep))
 
 
+KSLACK_SCHEMA = (
+    "kind string, seq long, side long, ts long, x double, y double, key long, f_r long, f_s long, "
+    "late boolean, m_r long, m_s long, k_r long, k_s long"
+)
+
+
+class _KSlackProgress:
+    """The K-slack join's per-arrival frontiers as a :class:`~outoforder.spark.scan.ScanKernel`."""
+
+    level_keys = KSLACK_LEVEL_KEYS
+
+    def __init__(self, adaptive: bool, scheduled: bool) -> None:
+        self.adaptive, self.scheduled = adaptive, scheduled
+
+    def _schedule(self, cols: dict[str, Any]) -> tuple[Any, Any] | None:
+        return (cols["k_r"], cols["k_s"]) if self.scheduled else None
+
+    def summarize(self, level: int, cols: dict[str, Any], carry: dict[str, Any]) -> dict[str, Any]:
+        return kslack_summary(level, cols["side"], cols["ts"], carry, self.adaptive, self._schedule(cols))
+
+    def fold(self, level: int, carry: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+        return kslack_fold(level, carry, summary)
+
+    def finish(self, cols: dict[str, Any], carry: dict[str, Any]) -> Iterator[pa.RecordBatch]:
+        if not cols:
+            return
+        p = kslack_progress(cols["side"], cols["ts"], carry, self.adaptive, self._schedule(cols))
+        n = cols["seq"].size
+        schema = _arrow_schema(KSLACK_SCHEMA)
+        rows = {"kind": np.full(n, "a", dtype=object), **{c: cols[c] for c in TUPLE_COLS}, "late": p["late"]}
+        arrays = []
+        for f in schema:
+            if f.name in ("f_r", "f_s"):
+                arrays.append(pa.array(p[f.name], f.type, mask=p[f.name] == NEG))
+            else:
+                arrays.append(pa.array(rows[f.name], f.type) if f.name in rows else pa.nulls(n, f.type))
+        yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+        end = {k: None if p[k][-1] == NEG else int(p[k][-1]) for k in ("m_r", "m_s", "f_r", "f_s")}
+        end |= {k: int(p[k].max()) for k in ("k_r", "k_s")}
+        yield pa.RecordBatch.from_pylist([{"kind": "s", "seq": int(cols["seq"][-1]), **end}], schema=schema)
+
+
+def _arrow_schema(ddl: str) -> pa.Schema:
+    return pa.schema([(f.split()[0], _ARROW[f.split()[1]]) for f in ddl.split(", ")])
+
+
 @dataclass(frozen=True)
 class KSlackState:
     """What the K-slack join carries between micro-batches (None = not seen yet).
@@ -235,7 +286,12 @@ class KSlackState:
 
 
 def kslack_batch(
-    batch: DataFrame, state: KSlackState, query: JoinQuery, adaptive_max_delay: bool, final: bool = False
+    batch: DataFrame,
+    state: KSlackState,
+    query: JoinQuery,
+    adaptive_max_delay: bool,
+    final: bool = False,
+    rows_per_task: int = ROWS_PER_TASK,
 ) -> tuple[DataFrame, DataFrame, KSlackState]:
     """One micro-batch of the K-slack join (fixed K, or MP-K-slack when ``adaptive_max_delay``).
 
@@ -245,33 +301,17 @@ def kslack_batch(
     flushes everything still buffered at the end of the stream (emitted_at = last seq + 1).
     The set form this reproduces is :func:`outoforder.core.joins.kslack.kslack_set`.
     """
-    upto = Window.orderBy("seq").rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    before = Window.orderBy("seq").rowsBetween(Window.unboundedPreceding, -1)
     scheduled = {"k_r", "k_s"} <= set(batch.columns)
     a = batch.select(*TUPLE_COLS, *(["k_r", "k_s"] if scheduled else []))
-    if scheduled:  # keep the schedule out of the way of the computed k_r/k_s below
-        a = a.withColumnRenamed("k_r", "sched_k_r").withColumnRenamed("k_s", "sched_k_s")
-    for s, name in ((0, "r"), (1, "s")):
-        own = F.when(F.col("side") == s, F.col("ts"))
-        a = a.withColumn(f"m_{name}", F.greatest(_lit_long(state.m[s]), F.max(own).over(upto)))
-        a = a.withColumn(f"mb_{name}", F.greatest(_lit_long(state.m[s]), F.max(own).over(before)))
-    mine_before = F.when(F.col("side") == 0, F.col("mb_r")).otherwise(F.col("mb_s"))
-    a = a.withColumn(
-        "delay", F.greatest(F.lit(0).cast("long"), F.coalesce(mine_before - F.col("ts"), F.lit(0)))
-    )
-    for s, name in ((0, "r"), (1, "s")):
-        if adaptive_max_delay:
-            k = F.greatest(F.lit(state.k[s]), F.max(F.when(F.col("side") == s, F.col("delay"))).over(upto))
-        elif scheduled:
-            k = F.col(f"sched_k_{name}").cast("long")
-        else:
-            k = F.lit(state.k[s]).cast("long")
-        a = a.withColumn(f"k_{name}", k)
-        step_f = F.when(F.col("side") == s, F.col(f"m_{name}") - F.col(f"k_{name}"))
-        a = a.withColumn(f"f_{name}", F.greatest(_lit_long(state.f[s]), F.max(step_f).over(upto)))
-        a = a.withColumn(f"fb_{name}", F.greatest(_lit_long(state.f[s]), F.max(step_f).over(before)))
-    frontier_before = F.when(F.col("side") == 0, F.col("fb_r")).otherwise(F.col("fb_s"))
-    a = a.withColumn("late", frontier_before.isNotNull() & (F.col("ts") < frontier_before)).localCheckpoint()
+    got = one_row(a.agg(F.count("*"), F.min("seq"), F.max("seq")))
+    carry = {"m_r": state.m[0], "m_s": state.m[1], "k_r": state.k[0], "k_s": state.k[1], "f_r": state.f[0],
+             "f_s": state.f[1]}  # fmt: skip
+    scan = _KSlackProgress(adaptive_max_delay, scheduled)
+    a = carried_scan(
+        a, scan, carry, KSLACK_SCHEMA, rows_per_task, int(got[0]), (int(got[1] or 0), int(got[2] or 0))
+    ).localCheckpoint()
+    ends = a.where(F.col("kind") == "s").collect()
+    a = a.where(F.col("kind") == "a")
     late = a.where("late").select("seq")
 
     # release: the first arrival (at or after its own) at which its stream's frontier reaches ts
@@ -284,11 +324,10 @@ def kslack_batch(
         .groupBy(*[F.col(f"t.{c}") for c in TUPLE_COLS])
         .agg(F.min("j.seq").alias("rel"))
     )
-    last = one_row(
-        a.agg(
-            F.max("seq"), F.max("m_r"), F.max("m_s"), F.max("k_r"), F.max("k_s"), F.max("f_r"), F.max("f_s")
-        )
-    )
+    last = [None] * 7
+    if ends:
+        e = max(ends, key=lambda r: r["seq"])
+        last = [e["seq"], e["m_r"], e["m_s"], e["k_r"], e["k_s"], e["f_r"], e["f_s"]]
     # materialise before any union: it keeps the plans small and sidesteps an optimizer failure
     # (constraint rewriting across a union over an aggregate of aliased columns)
     pending = pending.localCheckpoint()

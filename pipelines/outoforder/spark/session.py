@@ -31,18 +31,4 @@ def get_spark(settings: Settings | None = None, app_name: str = "outoforder") ->
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.spark.log_level)
-    _quiet(spark, "org.apache.spark.sql.execution.window.WindowExec")
     return spark
-
-
-def _quiet(spark: SparkSession, logger: str) -> None:
-    """Raise one logger to ERROR (QJoin's per-batch window is unpartitioned by design).
-
-    QJoin's prefix maxima are a window over the whole micro-batch (arrival order is global), and
-    WindowExec warns about that on every batch.
-    """
-    jvm = spark.sparkContext._jvm
-    if jvm is None:  # a Spark Connect session has no JVM here: nothing to quiet
-        return
-    level = jvm.org.apache.logging.log4j.Level.ERROR
-    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(logger, level)

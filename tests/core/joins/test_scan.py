@@ -6,7 +6,16 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from outoforder.core.joins.scan import LEVEL_KEYS, progress, scan_fold, scan_summary
+from outoforder.core.joins.scan import (
+    KSLACK_LEVEL_KEYS,
+    LEVEL_KEYS,
+    kslack_fold,
+    kslack_progress,
+    kslack_summary,
+    progress,
+    scan_fold,
+    scan_summary,
+)
 from tests.core.joins.strategies import MODELS, make_input
 
 
@@ -39,5 +48,29 @@ def test_ranges_from_folded_carries_give_the_whole_batchs_progress(seed, model, 
             carries[i + 1] |= {k: after[k] for k in keys}
     parts = [progress(inp.side[lo:hi], inp.ts[lo:hi], d_r[lo:hi], d_s[lo:hi], carries[i], 12)
              for i, (lo, hi) in enumerate(ranges)]  # fmt: skip
+    for key, values in whole.items():
+        assert np.concatenate([p[key] for p in parts]).tolist() == values.tolist(), key
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(0, 10_000), st.sampled_from(MODELS), st.lists(st.integers(1, 59), max_size=5), st.booleans()
+)
+def test_kslack_ranges_from_folded_carries_give_the_whole_batchs_frontiers(seed, model, cuts, adaptive):
+    inp = make_input(seed, 60, model)
+    carry = {"m_r": 30, "m_s": None, "k_r": 4, "k_s": 7, "f_r": 20, "f_s": None}
+    whole = kslack_progress(inp.side, inp.ts, carry, adaptive)
+    bounds = sorted({0, 60, *cuts})
+    ranges = list(itertools.pairwise(bounds))
+    carries = [dict(carry) for _ in ranges]
+    for level, keys in enumerate(KSLACK_LEVEL_KEYS):
+        for i, (lo, hi) in enumerate(ranges[:-1]):
+            summary = kslack_summary(level, inp.side[lo:hi], inp.ts[lo:hi], carries[i], adaptive)
+            after = kslack_fold(level, carries[i], summary)
+            carries[i + 1] |= {k: after[k] for k in keys}
+    parts = [
+        kslack_progress(inp.side[lo:hi], inp.ts[lo:hi], carries[i], adaptive)
+        for i, (lo, hi) in enumerate(ranges)
+    ]
     for key, values in whole.items():
         assert np.concatenate([p[key] for p in parts]).tolist() == values.tolist(), key

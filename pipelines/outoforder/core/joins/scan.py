@@ -67,3 +67,76 @@ def scan_fold(level: int, carry: Carry, summary: Carry) -> Carry:
         a, b = carry[k], summary[k]
         out[k] = b if a is None else a if b is None else max(a, b)
     return out
+
+
+# The K-slack family (fixed K, MP-K-slack's K = the largest delay so far, or a K schedule): per
+# side, the stream maximum M, the K in force and the release frontier F = running max of (M - K),
+# the frontiers before each arrival, and whether the arrival is late (behind its side's frontier).
+KSLACK_LEVEL_KEYS: tuple[tuple[str, ...], ...] = (("m_r", "m_s"), ("k_r", "k_s"), ("f_r", "f_s"))
+
+
+def kslack_progress(
+    side: IntArray,
+    ts: IntArray,
+    carry: Carry,
+    adaptive: bool,
+    scheduled: tuple[IntArray, IntArray] | None = None,
+) -> dict[str, IntArray]:
+    """Per arrival: ``m_r``/``m_s``, ``k_r``/``k_s``, ``f_r``/``f_s`` (NEG: none yet), ``delay``, ``late``.
+
+    ``carry`` holds ``m_*``, ``k_*`` and ``f_*`` before the arrivals; K is the carried one
+    (fixed), grows to the largest delay of its side (``adaptive``), or is ``scheduled`` per arrival.
+    """
+    side, ts = np.asarray(side, dtype=np.int64), np.asarray(ts, dtype=np.int64)
+    out: dict[str, IntArray] = {}
+    before: dict[str, IntArray] = {}
+    for name, s in (("r", 0), ("s", 1)):
+        m = np.maximum.accumulate(
+            np.concatenate([[_or_neg(carry[f"m_{name}"])], np.where(side == s, ts, NEG)])
+        )
+        out[f"m_{name}"], before[name] = m[1:], m[:-1]
+    mine_before = np.where(side == 0, before["r"], before["s"])
+    delay = np.where(mine_before == NEG, 0, np.maximum(mine_before - ts, 0))
+    out["delay"] = delay
+    frontier_before = np.full(ts.size, NEG, dtype=np.int64)
+    for name, s in (("r", 0), ("s", 1)):
+        if adaptive:
+            own = np.where(side == s, delay, 0)
+            k = np.maximum.accumulate(np.maximum(own, int(carry[f"k_{name}"]))) if ts.size else own
+        elif scheduled is not None:
+            k = np.asarray(scheduled[s], dtype=np.int64)
+        else:
+            k = np.full(ts.size, int(carry[f"k_{name}"]), dtype=np.int64)
+        out[f"k_{name}"] = k
+        step = np.where(side == s, out[f"m_{name}"] - k, NEG)
+        f = np.maximum.accumulate(np.concatenate([[_or_neg(carry[f"f_{name}"])], step]))
+        out[f"f_{name}"] = f[1:]
+        frontier_before = np.where(side == s, f[:-1], frontier_before)
+    out["late"] = (frontier_before != NEG) & (ts < frontier_before)
+    return out
+
+
+def kslack_summary(
+    level: int,
+    side: IntArray,
+    ts: IntArray,
+    carry: Carry,
+    adaptive: bool,
+    scheduled: tuple[IntArray, IntArray] | None = None,
+) -> Carry:
+    """What a range of arrivals contributes to the K-slack carry of ``level``."""
+    p = kslack_progress(side, ts, carry, adaptive, scheduled)
+    out: Carry = {}
+    for k in KSLACK_LEVEL_KEYS[level]:
+        last = p[k][-1] if p[k].size else NEG
+        out[k] = None if last == NEG else int(last)
+    return out
+
+
+def kslack_fold(level: int, carry: Carry, summary: Carry) -> Carry:
+    """The K-slack carry after a range (every level is a running maximum; K never falls)."""
+    out = dict(carry)
+    for k in KSLACK_LEVEL_KEYS[level]:
+        a, b = carry[k], summary[k]
+        out[k] = b if a is None else a if b is None else max(a, b)
+    return out

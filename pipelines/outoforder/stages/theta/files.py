@@ -33,8 +33,11 @@ class FilesJoinSummary:
 
 
 def read_user_frames(spark: SparkSession, paths: list[Path], column: str) -> list[DataFrame]:
-    """One stream per file: its row number (``s{i}_seq``) and the join column as a double (``s{i}_v``)."""
-    from pyspark.sql import Window
+    """One stream per file: its row number (``s{i}_seq``) and the join column as a double (``s{i}_v``).
+
+    Row numbers come from Spark's ``zipWithIndex`` (a count per partition, then offsets): no task
+    ever holds the whole file.
+    """
     from pyspark.sql import functions as F
 
     frames = []
@@ -47,14 +50,10 @@ def read_user_frames(spark: SparkSession, paths: list[Path], column: str) -> lis
         if column not in df.columns:
             msg = f"{path} has no column {column!r} (columns: {', '.join(df.columns)})"
             raise InputError(msg)
-        order = Window.orderBy(F.monotonically_increasing_id())
-        frames.append(
-            df.select(
-                (F.row_number().over(order) - 1).cast("long").alias(f"s{i}_seq"),
-                # a value that does not parse becomes null: excluded from the join and counted
-                F.col(column).try_cast("double").alias(f"s{i}_v"),
-            )
-        )
+        # a value that does not parse becomes null: excluded from the join and counted
+        values = df.select(F.col(column).try_cast("double").alias(f"s{i}_v"))
+        numbered = values.rdd.zipWithIndex().map(lambda pair: (pair[1], pair[0][0]))
+        frames.append(spark.createDataFrame(numbered, f"s{i}_seq long, s{i}_v double"))
     return frames
 
 
