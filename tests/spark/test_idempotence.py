@@ -52,7 +52,7 @@ def lake(tmp_path_factory, spark):
     config.write_text(
         f'[lake]\nroot = "{folder / "lake"}"\nwork_dir = "{folder / "work"}"\n'
         '[demo]\nsynthetic_seconds = 2.0\npreset = "qjoin_d1"\n[quality]\non_violation = "warn"\n'
-        "[ingest]\nbatch_rows = 4000\n"  # the replay lands in several files: something to compact
+        "[ingest]\nfile_rows = 4000\n"  # the replay lands in several files: something to compact
     )
     run(config, "demo", "--steps", "replay")
     from outoforder.config import load_settings

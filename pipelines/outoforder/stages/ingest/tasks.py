@@ -262,9 +262,13 @@ def parse_pass(
                 yield _tagged(out.quarantined, "reject", row)
             if out.suspects is not None and out.suspects.num_rows:
                 yield _tagged(out.suspects, "suspect", row)
-            if sum(t.num_rows for t in pending) >= row["file_rows"]:
-                yield _write_bronze(pending, row, storage, stats_columns)
-                pending = []
+            size = row["file_rows"]
+            if sum(t.num_rows for t in pending) >= size:  # full files of file_rows rows; the rest waits
+                table = pa.concat_tables(pending)
+                full = table.num_rows // size * size
+                for lo in range(0, full, size):
+                    yield _write_bronze([table.slice(lo, size)], row, storage, stats_columns)
+                pending = [table.slice(full)] if full < table.num_rows else []
         if pending:
             yield _write_bronze(pending, row, storage, stats_columns)
         yield pa.RecordBatch.from_pylist(
