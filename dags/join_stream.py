@@ -11,7 +11,7 @@ from datetime import timedelta
 
 from _spark_stage import INTERVAL_DAG, JOIN_ARGS, join_params
 from airflow.sdk import dag
-from outoforder_airflow.operators import INTERVAL_END, StageOperator
+from outoforder_airflow.operators import StageOperator, judged_args
 
 INTERVAL = timedelta(minutes=1)
 
@@ -23,9 +23,10 @@ DOC = """
    stream's buffered tuples; the retention in force comes from `silver/join_params` (DAG
    `join_adapt`). Pairs are MERGEd into `gold/join_results` with the interval, the retention and
    the parameter version; the operator state is carried to the next run in Delta.
-2. **validate_join** computes the recall of every closed period P against the exact join of
-   bronze (`gold/join_metrics`) and runs Great Expectations: no duplicate result pairs, recall >=
-   `q_user` in every closed period. `on_violation = warn` reports without failing the run.
+2. **validate_join** computes the recall of the periods P that closed in the run's interval
+   against the exact join of bronze (`gold/join_metrics`; the exact join runs in Spark, and the
+   work follows the interval, not the history) and runs Great Expectations: no duplicate result
+   pairs among them, recall >= `q_user` in each. `on_violation = warn` reports without failing the run.
 
 Runs depend on the previous run. A manual run (trigger button, `airflow dags test`) has no
 interval of its own and joins the minute of arrivals before its logical date. For past data (a
@@ -52,7 +53,7 @@ def join_stream() -> None:
     validate_join = StageOperator(
         task_id="validate_join",
         stage="validate-join",
-        stage_args=[*JOIN_ARGS, "--until", INTERVAL_END],
+        stage_args=[*JOIN_ARGS, *judged_args(INTERVAL)],
         validation=True,
     )
     report = StageOperator(

@@ -33,14 +33,23 @@ INTERVAL_END = (
 )
 
 
-def interval_args(interval: timedelta) -> list[str]:
-    """``--start``/``--end`` of the arrival-time interval a run covers (see :data:`INTERVAL_END`)."""
-    start = (
+def interval_start(interval: timedelta) -> str:
+    """The start of the arrival-time interval a run covers (see :data:`INTERVAL_END`)."""
+    return (
         "{{ data_interval_start if data_interval_start < data_interval_end "
         "else (logical_date or data_interval_end) "
         f"- macros.timedelta(seconds={interval.total_seconds():g}) }}}}"
     )
-    return ["--start", start, "--end", INTERVAL_END]
+
+
+def interval_args(interval: timedelta) -> list[str]:
+    """``--start``/``--end`` of the arrival-time interval a run covers (see :data:`INTERVAL_END`)."""
+    return ["--start", interval_start(interval), "--end", INTERVAL_END]
+
+
+def judged_args(interval: timedelta) -> list[str]:
+    """``--since``/``--until`` of a check that judges what closed in the run's interval."""
+    return ["--since", interval_start(interval), "--until", INTERVAL_END]
 
 
 class StageOperator(SparkSubmitOperator):

@@ -2,7 +2,14 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from outoforder.core.disorder import disorder_stats, disorder_stats_by, late_delays
+from outoforder.core.disorder import (
+    carried_delays,
+    disorder_stats,
+    disorder_stats_by,
+    late_delays,
+    scope_maxima,
+    stats_by,
+)
 
 
 def brute_force(ts, scope=None):
@@ -72,3 +79,23 @@ def test_per_key_stats_equal_stats_of_each_key_alone(rows):
     for k, s in per.items():
         alone = disorder_stats(ts[keys == k])
         assert s == alone
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 50), st.sampled_from("abc")), max_size=60),
+    st.integers(0, 60),
+)
+def test_a_stretch_carried_on_from_the_maxima_before_it_has_the_delays_of_the_whole(rows, cut):
+    """Cut the arrival order anywhere: the second part, given the first part's maxima, is measured alike."""
+    ts = np.array([t for t, _ in rows], dtype=np.int64)
+    scope = np.array([s for _, s in rows], dtype=object)
+    cut = min(cut, len(rows))
+    whole = late_delays(ts, scope)
+    tail = carried_delays(ts[cut:], scope[cut:], scope_maxima(ts[:cut], scope[:cut]))
+    assert tail.tolist() == whole[cut:].tolist()
+    head = stats_by(ts[:cut], whole[:cut], scope[:cut])
+    rest = stats_by(ts[cut:], tail, scope[cut:])
+    combined = {k: head[k].combine(rest[k]) if k in head and k in rest else head.get(k) or rest[k]
+                for k in {*head, *rest}}  # fmt: skip
+    assert combined == disorder_stats_by(ts, scope)

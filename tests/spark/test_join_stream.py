@@ -7,7 +7,10 @@ import pandas as pd
 import pytest
 from pyspark.sql import functions as F
 
+from outoforder.core.joins.metrics import period_recall
+from outoforder.core.joins.progress import joint_progress
 from outoforder.core.joins.qjoin import qjoin_set
+from outoforder.core.joins.query import exact_join
 from outoforder.errors import QualityError, StateError
 from outoforder.io import delta
 from outoforder.io.tables import JOIN_METRICS, JOIN_PARAMS, JOIN_RESULTS, JOIN_STATE
@@ -19,7 +22,7 @@ from outoforder.stages.join.evaluate import input_from_frame
 from outoforder.stages.join.repair import repair
 from outoforder.stages.join.spec import JoinJob
 from outoforder.stages.join.stream import run_interval
-from outoforder.stages.join.validate import validate
+from outoforder.stages.join.validate import period_quality, validate
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta]
 
@@ -97,7 +100,9 @@ def test_recall_check_fails_or_warns_and_finds_no_duplicates(spark, settings, ca
     end = T0 + len(frame) * STEP
     # d = 0 under disorder: 1.0 is out of reach; short periods so that several are closed
     strict = JoinJob(**{**JOB.__dict__, "q_user": 1.0, "period_us": 300_000, "interval_us": 100_000})
-    run_interval(spark, settings, SOURCE, strict, T0, end)
+    cuts = [T0, T0 + 500 * STEP, T0 + 1_000 * STEP, end]
+    for lo, hi in pairwise(cuts):
+        run_interval(spark, settings, SOURCE, strict, lo, hi)
     with pytest.raises(QualityError, match="stream join"):
         validate(spark, settings, SOURCE, strict, end)
     suites = validate(spark, settings, SOURCE, strict, end, fail=False)
@@ -105,6 +110,26 @@ def test_recall_check_fails_or_warns_and_finds_no_duplicates(spark, settings, ca
     metrics = delta.read(spark, JOIN_METRICS, settings.lake_root).toPandas()
     assert len(metrics) >= 2 and (metrics["method"] == f"stream:{strict.job_id()}").all()
     assert (metrics["recall"] < 1.0).any()
+
+    # the check runs in Spark and equals the numpy definitions over the history
+    inp = input_from_frame(frame, strict)
+    stored = delta.read(spark, JOIN_RESULTS, settings.lake_root).select("r_seq", "s_seq").toPandas()
+    produced = stored.to_numpy(np.int64).reshape(-1, 2) - 1  # bronze numbers arrivals from 1
+    periods = period_recall(inp, exact_join(inp, strict.query()), produced, strict.period_us, strict.q_user)
+    t_end = int(joint_progress(inp)[-1])
+    want = [(p.period, p.true_pairs, p.produced_pairs) for p in periods if p.start_us + 2 * 300_000 <= t_end]
+    full = period_quality(spark, settings, SOURCE, strict, end).frame
+    assert [tuple(r) for r in full[["period", "true_pairs", "produced_pairs"]].to_numpy().tolist()] == want
+    # a run over a data interval judges the periods closed in it, as a check of everything then would
+    judged, closed_before = [], set()
+    for since, until in pairwise(cuts):
+        part = period_quality(spark, settings, SOURCE, strict, until, since).frame
+        then = period_quality(spark, settings, SOURCE, strict, until).frame
+        fresh = then[~then["period"].isin(closed_before)]
+        assert part.to_dict("records") == fresh.to_dict("records")
+        judged += part["period"].tolist()
+        closed_before |= set(then["period"])
+    assert judged == full["period"].tolist()
     # the repair adds exactly the missing true pairs: recall becomes exact, and a re-run adds none
     fixed = repair(spark, settings, SOURCE, strict, end)
     assert fixed.added == fixed.missing > 0

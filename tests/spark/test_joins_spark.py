@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 from outoforder.core.joins.adaptation import AdaptationSettings, aq_kslack_schedule
 from outoforder.core.joins.kslack import FixedK, MaxDelayK, ScheduledK, kslack_set
 from outoforder.core.joins.qjoin import qjoin_set
-from outoforder.core.joins.query import JoinQuery
-from outoforder.spark.joins import KSlackState, QJoinState, kslack_batch, qjoin_batch
+from outoforder.core.joins.query import JoinQuery, exact_join
+from outoforder.spark.joins import KSlackState, QJoinState, exact_pairs, kslack_batch, qjoin_batch
 from tests.core.joins.strategies import MODELS, make_input
 
 pytestmark = [pytest.mark.spark]
@@ -75,6 +75,27 @@ def test_spark_equals_the_set_form_over_seeds_and_delay_models(spark, seed, mode
     d_r = np.full(120, d, dtype=np.int64)
     d_s = np.full(120, d // 2, dtype=np.int64)
     assert run_spark(spark, inp, q, d_r, d_s, batch) == expected(inp, q, d_r, d_s)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    seed=st.integers(0, 1000),
+    model=st.sampled_from(MODELS),
+    predicate=st.sampled_from(["distance", "key"]),
+    w=st.integers(0, 20),
+    theta=st.sampled_from([0.0, 0.7, 1.5, 4.0]),
+)
+def test_spark_exact_join_equals_the_numpy_ground_truth(spark, seed, model, predicate, w, theta):
+    inp = make_input(seed, 150, model)
+    q = JoinQuery(window_us=w, theta=theta, predicate=predicate)
+    rows = [
+        (i * 3, int(inp.side[i]), int(inp.ts[i]), float(inp.x[i]), float(inp.y[i]), int(inp.key[i]))
+        for i in range(len(inp))
+    ]  # seq = 3 i: arrival numbers need not be dense
+    df = spark.createDataFrame(rows, ["seq", "side", "ts", "x", "y", "key"])
+    got = sorted((r["r_seq"], r["s_seq"], r["r_ts"], r["s_ts"]) for r in exact_pairs(df, q).collect())
+    want = sorted((3 * r, 3 * s, int(inp.ts[r]), int(inp.ts[s])) for r, s in exact_join(inp, q).tolist())
+    assert got == want
 
 
 def run_spark_kslack(spark, inp, query, policy, batch, rows_per_task=2_000_000):

@@ -20,7 +20,7 @@ Everything is vectorised with numpy: one stable sort by scope, a rank transform 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -71,6 +71,28 @@ class DisorderStats:
             span_us=int(ts.max() - ts.min()),
             t_first_us=int(ts.min()),
             t_last_us=int(ts.max()),
+        )
+
+    def combine(self, other: DisorderStats) -> DisorderStats:
+        """The statistics of two disjoint parts of one scope, each measured with the maxima before it.
+
+        >>> a, b = DisorderStats(2, 1, 5, 5, 5, 10, 15), DisorderStats(1, 1, 3, 3, 0, 12, 12)
+        >>> a.combine(b).as_report()["mean_delay_late"] * 1e6
+        4.0
+        """
+        if other.t_first_us is None or other.t_last_us is None:
+            return self
+        if self.t_first_us is None or self.t_last_us is None:
+            return other
+        first, last = min(self.t_first_us, other.t_first_us), max(self.t_last_us, other.t_last_us)
+        return DisorderStats(
+            self.rows + other.rows,
+            self.late + other.late,
+            max(self.max_delay_us, other.max_delay_us),
+            self.sum_delay_us + other.sum_delay_us,
+            last - first,
+            first,
+            last,
         )
 
     def as_report(self) -> dict[str, Any]:
@@ -130,6 +152,52 @@ def late_delays(event_ts: Sequence[int] | IntArray, scope: Scope | None = None) 
     return delays
 
 
+def carried_delays(event_ts: Sequence[int] | IntArray, scope: Scope, before: Mapping[str, int]) -> IntArray:
+    """:func:`late_delays` of a stretch of the arrival order that continues an earlier stretch.
+
+    ``before`` maps a scope to the largest event time it had in the earlier stretch (scopes not in
+    it start afresh). Cutting an arrival order anywhere and carrying the maxima gives the delays of
+    the whole: this is how ranges of arrivals are judged in parallel.
+
+    >>> carried_delays([3, 9, 4], ["a", "a", "b"], {"a": 5}).tolist()
+    [2, 0, 0]
+    """
+    ts = np.asarray(event_ts, dtype=np.int64)
+    sc = np.asarray(scope)
+    seen = [s for s in np.unique(sc) if str(s) in before] if ts.size else []
+    if not seen:
+        return late_delays(ts, sc)
+    head_ts = np.array([before[str(s)] for s in seen], dtype=np.int64)
+    head_scope = np.array(seen, dtype=sc.dtype)
+    return late_delays(np.concatenate([head_ts, ts]), np.concatenate([head_scope, sc]))[len(seen) :]
+
+
+def scope_maxima(event_ts: Sequence[int] | IntArray, scope: Scope) -> dict[str, int]:
+    """The largest event time of each scope (keyed by ``str(scope)``).
+
+    >>> scope_maxima([3, 9, 4], ["a", "a", "b"])
+    {'a': 9, 'b': 4}
+    """
+    ts = np.asarray(event_ts, dtype=np.int64)
+    if ts.size == 0:
+        return {}
+    uniq, inv = np.unique(np.asarray(scope), return_inverse=True)
+    top = np.full(uniq.size, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(top, inv, ts)
+    return {str(k): int(v) for k, v in zip(uniq, top, strict=True)}
+
+
+def stats_by(ts: IntArray, delays: IntArray, keys: Scope) -> dict[str, DisorderStats]:
+    """:class:`DisorderStats` of each key from event times and their delays, keyed by ``str(key)``."""
+    k = np.asarray(keys)
+    out: dict[str, DisorderStats] = {}
+    uniq, inv = np.unique(k, return_inverse=True)
+    for i, key in enumerate(uniq):
+        mask = inv == i
+        out[str(key)] = DisorderStats.of(ts[mask], delays[mask])
+    return dict(sorted(out.items()))
+
+
 def disorder_stats(event_ts: Sequence[int] | IntArray, scope: Scope | None = None) -> DisorderStats:
     """Disorder statistics of one stream (``scope`` groups tuples that are judged separately)."""
     ts = np.asarray(event_ts, dtype=np.int64)
@@ -141,11 +209,4 @@ def disorder_stats(event_ts: Sequence[int] | IntArray, scope: Scope | None = Non
 def disorder_stats_by(event_ts: Sequence[int] | IntArray, keys: Scope) -> dict[str, DisorderStats]:
     """Statistics of each key's own stream (e.g. per sensor, per device), keyed by ``str(key)``."""
     ts = np.asarray(event_ts, dtype=np.int64)
-    k = np.asarray(keys)
-    d = late_delays(ts, k)
-    out: dict[str, DisorderStats] = {}
-    uniq, inv = np.unique(k, return_inverse=True)
-    for i, key in enumerate(uniq):
-        mask = inv == i
-        out[str(key)] = DisorderStats.of(ts[mask], d[mask])
-    return dict(sorted(out.items()))
+    return stats_by(ts, late_delays(ts, np.asarray(keys)), keys)

@@ -1,7 +1,8 @@
 """What each validation judged, per period or window, kept for the quality report.
 
-Validations recompute their judgement over the whole history each time, so every call replaces the
-job's rows of that measure (idempotent) in ``gold/quality_measures``.
+A validation replaces the job's rows of that measure in ``gold/quality_measures``: all of them after
+judging the whole history, or only the items (periods, windows) it judged when it ran over one data
+interval. Either is idempotent.
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ def record_measures(
     job: str,
     measure: str,
     rows: Sequence[Measure],
+    items: tuple[int, int] | None = None,
 ) -> None:
-    """Replace the job's ``measure`` rows with ``rows``."""
+    """Replace the job's ``measure`` rows with ``rows``: all of them, or those of ``items`` (inclusive)."""
     from outoforder.io import delta
     from outoforder.io.tables import QUALITY_MEASURES
 
@@ -43,6 +45,11 @@ def record_measures(
         raise ConfigError(msg)
     at = int(time.time() * 1e6)
     frame = spark.createDataFrame([(source, job, measure, *r, at) for r in rows], QUALITY_MEASURES.schema)
+    between = None if items is None else ("item", items[0], items[1] + 1)
     delta.replace_where(
-        frame, QUALITY_MEASURES, settings.lake_root, {"source": source, "job": job, "measure": measure}
+        frame,
+        QUALITY_MEASURES,
+        settings.lake_root,
+        {"source": source, "job": job, "measure": measure},
+        between,
     )

@@ -135,6 +135,24 @@ class LakeTables:
                 self._cache[table.name] = pd.DataFrame(columns=columns or table.schema.fieldNames())
         return self._cache[table.name]
 
+    def counts(self, table: Any, by: list[str]) -> pd.DataFrame:
+        """Rows of ``table`` per value of ``by`` (column ``rows``), counted by Spark.
+
+        Tables of tuples or pairs are never brought to the driver, only their counts.
+        """
+        import pandas as pd
+
+        from outoforder.io import delta
+
+        name = f"{table.name}#{','.join(by)}"
+        if name not in self._cache:
+            if delta.exists(self.spark, table, self.settings.lake_root):
+                frame = delta.read(self.spark, table, self.settings.lake_root)
+                self._cache[name] = frame.groupBy(*by).count().withColumnRenamed("count", "rows").toPandas()
+            else:
+                self._cache[name] = pd.DataFrame(columns=[*by, "rows"])
+        return self._cache[name]
+
 
 def _jobs(frame: pd.DataFrame) -> Iterator[tuple[str, str, pd.DataFrame]]:
     for (source, job), part in frame.groupby(["source", "job"], sort=True):
@@ -191,8 +209,8 @@ def _join_section(lake: LakeTables, w: Window) -> Section | None:
     measures = w.keep(lake.get(QUALITY_MEASURES), "end_us")
     recall = measures[measures["measure"] == "join_recall"]
     params = w.keep(lake.get(JOIN_PARAMS), "valid_from_us")
-    buffers = w.keep(lake.get(JOIN_BUFFER, ["source", "job", "as_of_us", "side"]), "as_of_us")
-    results = lake.get(JOIN_RESULTS, ["source", "job", "produced_by", "interval_end_us"])
+    buffers = w.keep(lake.counts(JOIN_BUFFER, ["source", "job", "as_of_us", "side"]), "as_of_us")
+    results = lake.counts(JOIN_RESULTS, ["source", "job", "produced_by", "interval_end_us"])
     results = w.keep(results, "interval_end_us")
     if recall.empty and params.empty and buffers.empty:
         return None
@@ -217,7 +235,7 @@ def _join_section(lake: LakeTables, w: Window) -> Section | None:
             )
         )  # fmt: skip
     for source, job, part in _jobs(buffers):
-        sizes = part.groupby(["as_of_us", "side"]).size().unstack(fill_value=0).reset_index()
+        sizes = part.pivot_table(index="as_of_us", columns="side", values="rows", fill_value=0).reset_index()
         series = {f"{'R' if int(c) == 0 else 'S'} tuples": (lambda f, c=c: f[c]) for c in sizes.columns[1:]}
         s.panels.append(
             _steps_panel(
@@ -228,7 +246,7 @@ def _join_section(lake: LakeTables, w: Window) -> Section | None:
             )
         )  # fmt: skip
     if not results.empty:
-        counts = results.groupby(["source", "job", "produced_by"]).size().rename("pairs").reset_index()
+        counts = results.groupby(["source", "job", "produced_by"])["rows"].sum().rename("pairs").reset_index()
         s.panels.append(
             Panel(
                 "Pairs by producer",
@@ -252,7 +270,7 @@ def _aggregate_section(lake: LakeTables, w: Window) -> Section | None:
     measures = w.keep(lake.get(QUALITY_MEASURES), "end_us")
     errors = measures[measures["measure"] == "agg_error"]
     control = w.keep(lake.get(AGG_CONTROL), "interval_end_us")
-    buffers = w.keep(lake.get(AGG_BUFFER, ["source", "job", "as_of_us"]), "as_of_us")
+    buffers = w.keep(lake.counts(AGG_BUFFER, ["source", "job", "as_of_us"]), "as_of_us")
     results = lake.get(
         AGG_RESULTS,
         [
@@ -312,7 +330,7 @@ def _aggregate_section(lake: LakeTables, w: Window) -> Section | None:
             )
         )
     for source, job, part in _jobs(buffers):
-        sizes = part.groupby("as_of_us").size().rename("n").reset_index()
+        sizes = part.groupby("as_of_us")["rows"].sum().rename("n").reset_index()
         s.panels.append(
             _steps_panel(
                 sizes, "as_of_us", {"tuples": lambda f: f["n"]}, "tuples buffered",
@@ -374,7 +392,9 @@ def _topk_section(lake: LakeTables, w: Window) -> Section | None:
     hits = measures[measures["measure"] == "topk_hit_rate"]
     cache = w.keep(lake.get(TOPK_CACHE), "progress_us")
     windows = w.keep(lake.get(TOPK_WINDOWS), "interval_start_us")
-    late = w.keep(lake.get(TOPK_LATE), "interval_start_us")
+    late = w.keep(
+        lake.counts(TOPK_LATE, ["source", "job", "interval_start_us", "window_id"]), "interval_start_us"
+    )
     if hits.empty and cache.empty and windows.empty:
         return None
     s = Section(
@@ -397,7 +417,7 @@ def _topk_section(lake: LakeTables, w: Window) -> Section | None:
             )
         )  # fmt: skip
     for source, job, part in _jobs(windows):
-        late_n = late[(late["source"] == source) & (late["job"] == job)].groupby("window_id").size()
+        late_n = late[(late["source"] == source) & (late["job"] == job)].groupby("window_id")["rows"].sum()
         rows = part.assign(late=part["window_id"].map(late_n).fillna(0).astype("int64"))
         stats = {
             "windows emitted": len(rows),
@@ -447,7 +467,7 @@ def _inputs_section(lake: LakeTables, w: Window) -> Section | None:
 
     log = lake.get(INGEST_LOG)
     log = log[log["status"] == "done"] if not log.empty else log
-    quarantine = lake.get(QUARANTINE, ["source", "reason"])
+    quarantine = lake.counts(QUARANTINE, ["source", "reason"])
     if log.empty and quarantine.empty:
         return None
     s = Section(
@@ -461,7 +481,7 @@ def _inputs_section(lake: LakeTables, w: Window) -> Section | None:
             Panel("Files ingested", "One row per file.", table=_table(log[cols].sort_values("source")))
         )
     if not quarantine.empty:
-        counts = quarantine.groupby(["source", "reason"]).size().rename("rows").reset_index()
+        counts = quarantine.groupby(["source", "reason"])["rows"].sum().rename("rows").reset_index()
         fig, ax = _figure("rows quarantined", "")
         by_reason = counts.groupby("reason")["rows"].sum().sort_values()
         ax.barh(by_reason.index.astype(str), by_reason.to_numpy(), color=COLOURS[1])

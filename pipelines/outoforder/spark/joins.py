@@ -46,7 +46,7 @@ from outoforder.core.joins.scan import (
     scan_fold,
     scan_summary,
 )
-from outoforder.spark.rows import one_row
+from outoforder.spark.rows import arrow_schema, one_row
 from outoforder.spark.scan import carried_scan
 
 TUPLE_SCHEMA = StructType(
@@ -124,6 +124,22 @@ def _predicate(query: JoinQuery) -> Column:
     return band & ((dx * dx + dy * dy) <= F.lit(query.theta * query.theta))
 
 
+def exact_pairs(df: DataFrame, query: JoinQuery) -> DataFrame:
+    """Every pair of ``df``'s tuples that satisfies ``query``, whatever their arrival order: the exact join.
+
+    The Spark twin of :func:`outoforder.core.joins.query.exact_join`: an equi-join of R's probes
+    (exploded to their neighbouring buckets) with S's tuples on the key or cell and the time slot,
+    then the predicate; each pair meets in exactly one bucket, so it is found once. Input columns
+    ``seq``, ``side``, ``ts``, ``x``, ``y``, ``key``; output ``r_seq``, ``s_seq``, ``r_ts``, ``s_ts``.
+    """
+    probes = _buckets(df.where(F.col("side") == 0), query, probe=True).alias("p")
+    found = _buckets(df.where(F.col("side") == 1), query, probe=False).alias("c")
+    return probes.join(found, _same_bucket() & _predicate(query)).select(
+        F.col("p.seq").alias("r_seq"), F.col("c.seq").alias("s_seq"), F.col("p.ts").alias("r_ts"),
+        F.col("c.ts").alias("s_ts"),
+    )  # fmt: skip
+
+
 PROGRESS_SCHEMA = (
     "kind string, seq long, side long, ts long, x double, y double, key long, h_r long, h_s long, "
     "m_r long, m_s long"
@@ -162,11 +178,8 @@ class _Progress:
         last = {k: None if p[k][-1] == NEG else int(p[k][-1]) for k in ("m_r", "m_s", "h_r", "h_s")}
         yield pa.RecordBatch.from_pylist(
             [{"kind": "s", "seq": int(cols["seq"][-1]), **last}],
-            schema=_arrow_schema(PROGRESS_SCHEMA),
+            schema=arrow_schema(PROGRESS_SCHEMA),
         )
-
-
-_ARROW = {"string": pa.string(), "long": pa.int64(), "double": pa.float64(), "boolean": pa.bool_()}
 
 
 def qjoin_batch(
@@ -246,7 +259,7 @@ class _KSlackProgress:
             return
         p = kslack_progress(cols["side"], cols["ts"], carry, self.adaptive, self._schedule(cols))
         n = cols["seq"].size
-        schema = _arrow_schema(KSLACK_SCHEMA)
+        schema = arrow_schema(KSLACK_SCHEMA)
         rows = {"kind": np.full(n, "a", dtype=object), **{c: cols[c] for c in TUPLE_COLS}, "late": p["late"]}
         arrays = []
         for f in schema:
@@ -258,10 +271,6 @@ class _KSlackProgress:
         end = {k: None if p[k][-1] == NEG else int(p[k][-1]) for k in ("m_r", "m_s", "f_r", "f_s")}
         end |= {k: int(p[k].max()) for k in ("k_r", "k_s")}
         yield pa.RecordBatch.from_pylist([{"kind": "s", "seq": int(cols["seq"][-1]), **end}], schema=schema)
-
-
-def _arrow_schema(ddl: str) -> pa.Schema:
-    return pa.schema([(f.split()[0], _ARROW[f.split()[1]]) for f in ddl.split(", ")])
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+
 from outoforder.errors import StateError
 
 if TYPE_CHECKING:
@@ -21,3 +23,11 @@ def one_row(df: DataFrame) -> Row:
         msg = "a global aggregation returned no row"
         raise StateError(msg)
     return row
+
+
+_ARROW = {"string": pa.string(), "long": pa.int64(), "double": pa.float64(), "boolean": pa.bool_()}
+
+
+def arrow_schema(ddl: str) -> pa.Schema:
+    """The Arrow schema of a flat Spark DDL string (``"a long, b string"``), for ``mapInArrow`` output."""
+    return pa.schema([(f.split()[0], _ARROW[f.split()[1]]) for f in ddl.split(", ")])

@@ -306,6 +306,7 @@ def cmd_validate_join(args: argparse.Namespace, settings: Settings) -> int:
         _required_instant(args.until),
         fail=_fail(args),
         run_name=args.run_name,
+        since_us=_instant(args.since),
     )
     return 0
 
@@ -626,6 +627,9 @@ def build_parser() -> argparse.ArgumentParser:
     jr.add_argument("--span-s", type=float, help="only the last this many seconds of arrivals (default: all)")
     vj = stage("validate-join", cmd_validate_join, "GX checks of the stream join", checks)
     vj.add_argument("--until", required=True, help="check the history before this arrival time")
+    vj.add_argument(
+        "--since", help="judge only the periods closed after this arrival time (a DAG run's interval start)"
+    )
 
     ags = stage("aggregate-stream", cmd_aggregate_stream, "HPM aggregates over intervals")
     _interval_options(ags)

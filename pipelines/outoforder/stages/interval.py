@@ -438,6 +438,24 @@ def _job_agg(
     return None if row is None or row[0] is None else int(row[0])
 
 
+def state_at(
+    spark: SparkSession, settings: Settings, state_table: Table, source: str, job: str, at_us: int
+) -> dict[str, Any] | None:
+    """The job's newest state row as of ``at_us`` or earlier (None if there is none)."""
+    from pyspark.sql import functions as F
+
+    from outoforder.io import delta
+
+    delta.ensure(spark, state_table, settings.lake_root)
+    row = (
+        delta.read(spark, state_table, settings.lake_root)
+        .where(where_job(source, job) & (F.col("as_of_us") <= F.lit(at_us)))
+        .orderBy(F.col("as_of_us").desc())
+        .first()
+    )
+    return None if row is None else row.asDict()
+
+
 def last_processed(
     spark: SparkSession, settings: Settings, state_table: Table, source: str, job: str
 ) -> int | None:

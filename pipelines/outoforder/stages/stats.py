@@ -2,7 +2,9 @@
 
 Uses the definitions of the data READMEs (:mod:`outoforder.core.disorder`): arrival order is
 ``arrival_seq``; figures are computed for the whole source ("overall"), per stream, and per key
-(sensor / device / taxi), so they can be compared line by line with ``shared/data/*/stats_*.json``.
+(sensor / device / taxi), so they can be compared line by line with the data folders' statistics.
+The work runs in Spark tasks over ranges of arrivals (:mod:`outoforder.spark.disorder`); the driver
+receives one row per scope.
 """
 
 from __future__ import annotations
@@ -13,27 +15,25 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from outoforder.config import Settings
-from outoforder.core.disorder import disorder_stats, disorder_stats_by
+from outoforder.core.disorder import disorder_stats
 from outoforder.io import delta
 from outoforder.io.tables import BRONZE
 
 
 def source_stats(spark: SparkSession, settings: Settings, source: str) -> dict[str, Any]:
     """Disorder of one bronze source: overall, per stream and per key."""
-    pdf = (
-        delta.read(spark, BRONZE, settings.lake_root)
-        .where(F.col("source") == source)
-        .select("arrival_seq", "event_ts", "stream", "key")
-        .orderBy("arrival_seq")
-        .toPandas()
+    from outoforder.spark.disorder import disorder_by_scope
+
+    arrivals = delta.read_arrivals(spark, BRONZE, settings.lake_root, source=source).select(
+        F.col("arrival_seq").alias("seq"), F.col("event_ts").alias("ts"), "stream", "key"
     )
-    ts = pdf["event_ts"].to_numpy()
-    per_key = disorder_stats_by(ts, pdf["key"].to_numpy())
-    per_stream = disorder_stats_by(ts, pdf["stream"].to_numpy())
+    scopes = disorder_by_scope(arrivals)
+    per_key, per_stream = scopes["key"], scopes["stream"]
+    overall = scopes["all"].get("", disorder_stats([]))
     late_keys = [s for s in per_key.values() if s.late]
     return {
         "source": source,
-        "overall": disorder_stats(ts).as_report(),
+        "overall": overall.as_report(),
         "per_stream": {k: v.as_report() for k, v in per_stream.items()},
         "n_keys": len(per_key),
         "per_key": {k: v.as_report() for k, v in per_key.items()},

@@ -1,8 +1,13 @@
 """What the stream join has seen and produced: the history that adaptation, repair and the checks judge.
 
-The arrivals of the job's streams since its first interval (or the last span of arrival time) are
-read in arrival order, joined exactly (the truth), and matched against the pairs the stream stage
-MERGEd into ``gold/join_results``.
+The arrivals of the job's streams since its first interval (or a span of arrival or event time)
+are joined exactly (the truth) and matched against the pairs the stream stage stored in
+``gold/join_results``. Two forms:
+
+- in Spark (:func:`horizon`, :func:`job_arrivals`, :func:`truth`, :func:`produced`), for the
+  checks and the repair: the exact join runs in Spark tasks and only counts per period, or nothing,
+  reach the driver, however long the history;
+- as arrays (:func:`judged`), for the adaptation, which looks at the last few periods only.
 """
 
 from __future__ import annotations
@@ -24,7 +29,84 @@ from outoforder.stages.join.spec import JoinJob
 
 if TYPE_CHECKING:
     import pandas as pd
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
+
+
+@dataclass(frozen=True)
+class Horizon:
+    """Where a job's stream join stands at a time: its first interval and its newest state by then."""
+
+    first_us: int  # the start of the job's first interval
+    as_of_us: int  # the end of the newest interval processed at or before the time asked
+    progress_us: int | None  # the joint progress min(M_R, M_S) then (None until both streams had one)
+
+
+def horizon(spark: SparkSession, settings: Settings, source: str, job: JoinJob, at_us: int) -> Horizon | None:
+    """The job's :class:`Horizon` at ``at_us``; None when no interval of it ended by then."""
+    first = interval.first_start(spark, settings, JOIN_STATE, source, job.job_id())
+    row = interval.state_at(spark, settings, JOIN_STATE, source, job.job_id(), at_us)
+    if first is None or row is None:
+        return None
+    m_r, m_s = row["m_r"], row["m_s"]
+    progress = None if m_r is None or m_s is None else min(int(m_r), int(m_s))
+    return Horizon(first, int(row["as_of_us"]), progress)
+
+
+def job_arrivals(
+    spark: SparkSession,
+    settings: Settings,
+    source: str,
+    job: JoinJob,
+    arrived: tuple[int, int],
+    event_ts: tuple[int | None, int | None] = (None, None),
+) -> DataFrame:
+    """The job's tuples (:func:`~outoforder.stages.join.stream.join_tuples`) that arrived in ``[lo, hi)``.
+
+    ``event_ts`` narrows them to ``[lo, hi)`` of event time (None: open); Delta skips the files
+    whose statistics fall outside.
+    """
+    from pyspark.sql import functions as F
+
+    from outoforder.io import delta
+    from outoforder.io.tables import BRONZE
+    from outoforder.stages.join.stream import join_tuples
+
+    bronze = delta.read_arrivals(spark, BRONZE, settings.lake_root, source=source, arrival_ts_range=arrived)
+    lo, hi = event_ts
+    if lo is not None:
+        bronze = bronze.where(F.col("event_ts") >= F.lit(lo))
+    if hi is not None:
+        bronze = bronze.where(F.col("event_ts") < F.lit(hi))
+    return join_tuples(bronze, job)
+
+
+def truth(arrivals: DataFrame, job: JoinJob) -> DataFrame:
+    """The exact join of ``arrivals`` (r_seq, s_seq, r_ts, s_ts), computed by Spark tasks."""
+    from outoforder.spark.joins import exact_pairs
+
+    return exact_pairs(arrivals, job.query())
+
+
+def produced(
+    spark: SparkSession, settings: Settings, source: str, jid: str, seqs: tuple[int, int]
+) -> DataFrame:
+    """The distinct pairs (r_seq, s_seq) the job stored whose tuples both lie in ``seqs`` (inclusive).
+
+    The bound lets Delta skip every results file of other arrivals: reading is proportional to
+    the span judged, not to the history.
+    """
+    from pyspark.sql import functions as F
+
+    from outoforder.io import delta
+
+    lo, hi = seqs
+    return (
+        delta.read(spark, JOIN_RESULTS, settings.lake_root)
+        .where(where_job(source, jid))
+        .where(F.col("r_seq").between(lo, hi) & F.col("s_seq").between(lo, hi))
+        .select("r_seq", "s_seq")
+        .dropDuplicates()
+    )
 
 
 @dataclass(frozen=True)
@@ -77,17 +159,10 @@ def produced_mask(
     seqs: npt.NDArray[np.int64],
     truth: PairArray,
 ) -> npt.NDArray[np.bool_]:
-    """Which true pairs (arrival indices) the stream stage produced."""
-    from outoforder.io import delta
-
-    got = (
-        delta.read(spark, JOIN_RESULTS, settings.lake_root)
-        .where(where_job(source, jid))
-        .select("r_seq", "s_seq")
-        .toPandas()
-    )
+    """Which true pairs (arrival indices) the stream stage produced; reads only the pairs among ``seqs``."""
     if truth.size == 0:
         return np.zeros(0, dtype=bool)
+    got = produced(spark, settings, source, jid, (int(seqs.min()), int(seqs.max()))).toPandas()
     base = int(seqs.size) + 1
     pos_r = np.searchsorted(seqs, got["r_seq"].to_numpy(np.int64))
     pos_s = np.searchsorted(seqs, got["s_seq"].to_numpy(np.int64))

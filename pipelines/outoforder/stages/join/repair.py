@@ -1,8 +1,9 @@
 """``join-repair``: add the true pairs the stream join missed, so join recall becomes exact.
 
-The exact join of the history (all of it, or the last span of arrival time) is compared with
-``gold/join_results``; every missing pair is MERGEd with ``produced_by = "repair"``, the repair's
-horizon as its interval and -1 for the retention and parameter version. Rerunning adds nothing.
+The exact join of the history (all of it, or the last span of arrival time), computed by Spark, is
+compared with ``gold/join_results``; every missing pair is MERGEd with ``produced_by = "repair"``,
+the repair's horizon as its interval and -1 for the retention and parameter version. Rerunning adds
+nothing.
 """
 
 from __future__ import annotations
@@ -13,10 +14,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from outoforder.config import Settings
+from outoforder.errors import StateError
 from outoforder.io.conflicts import retry_on_conflict
-from outoforder.io.tables import JOIN_RESULTS
+from outoforder.io.tables import JOIN_RESULTS, JOIN_STATE
+from outoforder.stages import interval
 from outoforder.stages.join import history
 from outoforder.stages.join.spec import JoinJob
+from outoforder.stages.join.stream import result_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -60,23 +64,35 @@ def repair(
     until_us: int,
     span_us: int | None = None,
 ) -> JoinRepairSummary:
-    """Add the true pairs the stream missed among the arrivals before ``until_us``; idempotent."""
+    """Add the true pairs the stream missed among the arrivals before ``until_us``; idempotent.
+
+    The exact join, the comparison and the MERGE run in Spark: the driver sees three counts.
+    """
+    from pyspark.sql import functions as F
+
+    from outoforder.spark.rows import one_row
+
     jid = job.job_id()
-    seen = history.judged(spark, settings, source, job, until_us, span_us)
-    if seen is None:
+    first = interval.first_start(spark, settings, JOIN_STATE, source, jid)
+    if first is None:
+        msg = f"the stream join of {source} ({jid}) has not run yet: nothing to repair"
+        raise StateError(msg)
+    lo = max(first, until_us - (span_us or until_us))
+    arrivals = history.job_arrivals(spark, settings, source, job, (lo, until_us)).localCheckpoint()
+    span = one_row(arrivals.agg(F.min("seq").alias("lo"), F.max("seq").alias("hi")))
+    if span["lo"] is None:
         return JoinRepairSummary(source, jid, until_us, 0, 0, 0)
-    inp, seqs = seen.inp, seen.seqs
-    missing = seen.truth[~seen.produced]
-    now_us = time.time_ns() // 1000
-    rows = [
-        (
-            source, jid, int(seqs[r]), int(seqs[s]), int(inp.ts[r]), int(inp.ts[s]),
-            int(max(seqs[r], seqs[s])),  # the arrival that completed the pair
-            "repair", until_us, until_us, -1, -1, -1, now_us,
-        )
-        for r, s in missing.tolist()
-    ]  # fmt: skip
-    added = _merge_pairs(spark.createDataFrame(rows, JOIN_RESULTS.schema), settings) if rows else 0
-    summary = JoinRepairSummary(source, jid, until_us, len(seen.truth), len(missing), added)
+    truth = history.truth(arrivals, job).localCheckpoint()
+    got = history.produced(spark, settings, source, jid, (int(span["lo"]), int(span["hi"])))
+    missing = result_rows(
+        truth.join(got, ["r_seq", "s_seq"], "left_anti").withColumn(
+            "emitted_at_seq", F.greatest("r_seq", "s_seq")  # the arrival that completed the pair
+        ),
+        source, jid, "repair", (until_us, until_us), (-1, -1, -1), time.time_ns() // 1000,
+    ).localCheckpoint()  # fmt: skip
+    counts = one_row(truth.agg(F.count("*").alias("n")))
+    n_missing = missing.count()
+    added = _merge_pairs(missing, settings) if n_missing else 0
+    summary = JoinRepairSummary(source, jid, until_us, int(counts["n"]), n_missing, added)
     log.info("%s", summary.line())
     return summary

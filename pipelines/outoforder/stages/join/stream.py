@@ -75,6 +75,33 @@ def join_tuples(bronze: DataFrame, job: JoinJob) -> DataFrame:
     )
 
 
+def result_rows(
+    pairs: DataFrame,
+    source: str,
+    jid: str,
+    produced_by: str,
+    interval: tuple[int, int],
+    retention: tuple[int, int, int],
+    written_at_us: int,
+) -> DataFrame:
+    """Pairs (r_seq, s_seq, r_ts, s_ts, emitted_at_seq) as rows of ``gold/join_results``.
+
+    ``retention`` is (d_r, d_s, parameter version) in force when they were produced.
+    """
+    from pyspark.sql import functions as F
+
+    d_r, d_s, version = retention
+    return pairs.select(
+        F.lit(source).alias("source"), F.lit(jid).alias("job"), "r_seq", "s_seq", "r_ts", "s_ts",
+        "emitted_at_seq", F.lit(produced_by).alias("produced_by"),
+        F.lit(interval[0]).cast("long").alias("interval_start_us"),
+        F.lit(interval[1]).cast("long").alias("interval_end_us"),
+        F.lit(d_r).cast("long").alias("d_r_us"), F.lit(d_s).cast("long").alias("d_s_us"),
+        F.lit(version).cast("long").alias("params_version"),
+        F.lit(written_at_us).cast("long").alias("written_at_us"),
+    )  # fmt: skip
+
+
 def params_in_force(
     spark: SparkSession, settings: Settings, source: str, jid: str, at_us: int
 ) -> tuple[int, int, int]:
@@ -160,22 +187,10 @@ class JoinStream(IntervalStage[JoinJob, JoinIntervalSummary]):
         pairs, new_state = qjoin_batch(
             batch, state, self.job.query(), size=(n, int(size[1] or 0), int(size[2] or 0))
         )
-        results = pairs.select(
-            F.lit(source).alias("source"),
-            F.lit(jid).alias("job"),
-            "r_seq",
-            "s_seq",
-            "r_ts",
-            "s_ts",
-            F.col("emitted_at").alias("emitted_at_seq"),
-            F.lit("stream").alias("produced_by"),
-            F.lit(lo).cast("long").alias("interval_start_us"),
-            F.lit(hi).cast("long").alias("interval_end_us"),
-            F.lit(d_r).cast("long").alias("d_r_us"),
-            F.lit(d_s).cast("long").alias("d_s_us"),
-            F.lit(version).cast("long").alias("params_version"),
-            F.lit(interval.now_us).cast("long").alias("written_at_us"),
-        ).localCheckpoint()
+        results = result_rows(
+            pairs.withColumnRenamed("emitted_at", "emitted_at_seq"), source, jid, "stream", (lo, hi),
+            (d_r, d_s, version), interval.now_us,
+        ).localCheckpoint()  # fmt: skip
         produced = results.count()
         new = produced if produced and self.append(results, JOIN_RESULTS, interval) else 0
         buffer = new_state.buffer.localCheckpoint()

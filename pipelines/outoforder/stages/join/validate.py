@@ -3,18 +3,18 @@
 The recall of every closed period against the exact join goes to ``gold/join_metrics`` (method
 ``stream:<job>``) and to the quality measures; Great Expectations checks that no result pair is
 stored twice and that every closed period's recall is at least Q_user. A violation fails the
-task, or is only reported with ``on_violation="warn"``.
+task, or is only reported with ``on_violation="warn"``. The exact join runs in Spark; a run over
+a data interval (``--since``, as the DAG passes it) judges only the periods that closed in it.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from outoforder.config import Settings
-from outoforder.core.joins.metrics import period_recall
-from outoforder.core.joins.progress import joint_progress
+from outoforder.errors import StateError
 from outoforder.io.conflicts import retry_on_conflict
 from outoforder.io.tables import JOIN_METRICS, JOIN_RESULTS
 from outoforder.stages.interval import where_job
@@ -29,24 +29,121 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def period_quality(
-    spark: SparkSession, settings: Settings, source: str, job: JoinJob, until_us: int
-) -> pd.DataFrame:
-    """Recall per closed period of the stream's results against the exact join of bronze.
+def _origin(
+    spark: SparkSession, settings: Settings, source: str, job: JoinJob, h: history.Horizon, reuse: bool
+) -> int | None:
+    """The event time periods count from: the earliest event time of the job's history.
 
-    A period is *closed* once the joint progress at ``until_us`` is one full period past its end
-    (by then the late tuples of typical disorder have arrived; later ones count when re-checked).
+    With ``reuse``, the origin of the periods already stored (so that periods judged by earlier
+    runs keep their numbers); otherwise, or before the first, it is computed over the history.
+    """
+    from pyspark.sql import functions as F
+
+    from outoforder.io import delta
+    from outoforder.spark.rows import one_row
+
+    if reuse and delta.exists(spark, JOIN_METRICS, settings.lake_root):
+        row = (
+            delta.read(spark, JOIN_METRICS, settings.lake_root)
+            .where((F.col("source") == source) & (F.col("method") == f"stream:{job.job_id()}"))
+            .select((F.col("start_us") - F.col("period") * F.lit(job.period_us)).alias("origin"))
+            .first()
+        )
+        if row is not None:
+            return int(row["origin"])
+    arrivals = history.job_arrivals(spark, settings, source, job, (h.first_us, h.as_of_us))
+    found = one_row(arrivals.agg(F.min("ts").alias("origin")))["origin"]
+    return None if found is None else int(found)
+
+
+@dataclass(frozen=True)
+class PeriodQuality:
+    """What a check judged: one row per period, the periods' range and the arrivals read (inclusive)."""
+
+    frame: pd.DataFrame  # period, start_us, true_pairs, produced_pairs, recall, met
+    periods: tuple[int, int] | None = None
+    seqs: tuple[int, int] | None = None
+
+
+def period_quality(
+    spark: SparkSession,
+    settings: Settings,
+    source: str,
+    job: JoinJob,
+    until_us: int,
+    since_us: int | None = None,
+) -> PeriodQuality:
+    """Recall of the stream's results against the exact join, per period closed by ``until_us``.
+
+    A period is *closed* once the joint progress is one full period past its end (by then the late
+    tuples of typical disorder have arrived). With ``since_us``, only the periods that closed after
+    it (a run over the data interval ``[since, until)`` judges what closed in it, so its cost
+    follows the interval, not the history); without, every closed period. The truth is the exact
+    join of the arrivals the stream had processed by ``until_us``, computed by Spark, and the driver
+    receives one row per period.
     """
     import pandas as pd
+    from pyspark.sql import functions as F
 
-    seen = history.judged(spark, settings, source, job, until_us)
+    from outoforder.spark.rows import one_row
+
     cols = ["period", "start_us", "true_pairs", "produced_pairs", "recall", "met"]
-    if seen is None:
-        return pd.DataFrame(columns=cols)
-    periods = period_recall(seen.inp, seen.truth, seen.truth[seen.produced], job.period_us, job.q_user)
-    t_end = int(joint_progress(seen.inp)[-1])
-    closed = [p for p in periods if p.start_us + 2 * job.period_us <= t_end]
-    return pd.DataFrame([asdict(p) for p in closed], columns=cols)
+    none = PeriodQuality(pd.DataFrame(columns=cols))
+    h = history.horizon(spark, settings, source, job, until_us)
+    if h is None:
+        msg = f"the stream join of {source} ({job.job_id()}) has not run by {until_us}: nothing to check"
+        raise StateError(msg)
+    if h.progress_us is None:
+        return none
+    origin = _origin(spark, settings, source, job, h, reuse=since_us is not None)
+    if origin is None:
+        return none
+    p = job.period_us
+    last = (h.progress_us - 2 * p - origin) // p  # the newest closed period
+    first: int | None = None
+    if since_us is not None:
+        before = history.horizon(spark, settings, source, job, since_us)
+        if before is not None and before.progress_us is not None:
+            first = (before.progress_us - 2 * p - origin) // p + 1
+    if first is not None and first > last:
+        return none
+    lo_ts = None if first is None else origin + first * p - job.window_us  # a pair's earlier tuple
+    arrivals = history.job_arrivals(
+        spark, settings, source, job, (h.first_us, h.as_of_us), (lo_ts, origin + (last + 1) * p)
+    ).localCheckpoint()
+    span = one_row(arrivals.agg(F.min("seq").alias("lo"), F.max("seq").alias("hi")))
+    if span["lo"] is None:
+        return none
+    period = F.floor((F.greatest("r_ts", "s_ts") - F.lit(origin)) / F.lit(p)).cast("long")
+    pairs = history.truth(arrivals, job).select("r_seq", "s_seq", period.alias("period"))
+    pairs = pairs.where(F.col("period") <= last)
+    if first is not None:
+        pairs = pairs.where(F.col("period") >= first)
+    got = history.produced(spark, settings, source, job.job_id(), (int(span["lo"]), int(span["hi"])))
+    counts = (
+        pairs.join(got.withColumn("hit", F.lit(1)), ["r_seq", "s_seq"], "left")
+        .groupBy("period")
+        .agg(F.count("*").alias("true_pairs"), F.sum(F.coalesce("hit", F.lit(0))).alias("produced_pairs"))
+        .orderBy("period")
+        .collect()
+    )  # one row per period
+    rows = []
+    for r in counts:
+        n_true, n_prod = int(r["true_pairs"]), int(r["produced_pairs"])
+        recall = n_prod / n_true
+        rows.append(
+            (
+                int(r["period"]),
+                origin + int(r["period"]) * p,
+                n_true,
+                n_prod,
+                recall,
+                recall >= job.q_user - 1e-12,
+            )
+        )
+    seqs = (int(span["lo"]), int(span["hi"]))
+    lo = first if first is not None else (rows[0][0] if rows else last)
+    return PeriodQuality(pd.DataFrame(rows, columns=cols), (lo, last), seqs)
 
 
 @retry_on_conflict
@@ -58,19 +155,27 @@ def validate(
     until_us: int,
     fail: bool | None = None,
     run_name: str | None = None,
+    since_us: int | None = None,
 ) -> list[Any]:
     """Store per-period recall and run the GX checks (duplicates, recall per closed period).
 
-    ``fail`` None follows ``quality.on_violation``.
+    With ``since_us`` only the periods closed after it are judged and replaced (see
+    :func:`period_quality`); without, every closed period. ``fail`` None follows
+    ``quality.on_violation``.
     """
+    from pyspark.sql import functions as F
+
     from outoforder.io import delta
     from outoforder.quality.checkpoints import conclude, run_checkpoint
     from outoforder.quality.measures import record_measures
 
     jid = job.job_id()
-    quality = period_quality(spark, settings, source, job, until_us)
+    judged = period_quality(spark, settings, source, job, until_us, since_us)
+    quality = judged.frame
     method = f"stream:{jid}"
     records = quality.to_dict("records")
+    # an incremental run replaces the periods it judged; a full one every period of the job
+    items = None if since_us is None else judged.periods or (0, -1)
     rows = [
         (
             source, method, int(r["period"]), int(r["start_us"]), int(r["true_pairs"]),
@@ -80,16 +185,23 @@ def validate(
         for r in records
     ]  # fmt: skip
     metrics = spark.createDataFrame(rows, JOIN_METRICS.schema)
-    delta.replace_where(metrics, JOIN_METRICS, settings.lake_root, {"source": source, "method": method})
-    record_measures(
-        spark, settings, source, jid, "join_recall",
-        [
-            (int(r["period"]), int(r["start_us"]), int(r["start_us"]) + job.period_us, float(r["recall"]),
-             float(job.q_user), bool(r["met"]))
-            for r in records
-        ],
-    )  # fmt: skip
+    if items is None or items[0] <= items[1]:
+        between = None if items is None else ("period", items[0], items[1] + 1)
+        match: dict[str, str | int] = {"source": source, "method": method}
+        delta.replace_where(metrics, JOIN_METRICS, settings.lake_root, match, between)
+        record_measures(
+            spark, settings, source, jid, "join_recall",
+            [
+                (int(r["period"]), int(r["start_us"]), int(r["start_us"]) + job.period_us, float(r["recall"]),
+                 float(job.q_user), bool(r["met"]))
+                for r in records
+            ],
+            items,
+        )  # fmt: skip
     results = delta.read(spark, JOIN_RESULTS, settings.lake_root).where(where_job(source, jid))
+    if since_us is not None:  # the pairs of the periods judged: no duplicate among them
+        lo, hi = judged.seqs or (0, -1)
+        results = results.where(F.col("r_seq").between(lo, hi) & F.col("s_seq").between(lo, hi))
     suites = run_checkpoint(
         settings, "join", {"join_results": results, "join_recall": metrics},
         source=source, job=jid, run_name=run_name, q_user=job.q_user,
