@@ -12,7 +12,7 @@ from datetime import timedelta
 from _spark_stage import AGG_ARGS, INTERVAL_DAG, LEDGER_DUE_URI, agg_params
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import Asset, dag, task
-from outoforder_airflow.operators import StageOperator
+from outoforder_airflow.operators import StageOperator, judged_args
 
 INTERVAL = timedelta(minutes=1)
 
@@ -27,8 +27,9 @@ DOC = """
    (`silver/agg_control` keeps the trace). State is carried to the next run in Delta.
 2. **gamma_rule** reads the ledger status the stage wrote: are the pending late tuples spread over
    more than Γ of event time? If so **ledger_due** emits the asset that triggers `late_repair`.
-3. **validate_aggregate** (Great Expectations): every window once; (ε, δ) met at emission; windows
-   without pending late tuples exact. `on_violation = warn` reports without failing.
+3. **validate_aggregate** (Great Expectations) over the windows that closed in the run's interval
+   (the exact values recomputed in Spark from their tuples only): each stored once; (ε, δ) met at
+   emission; those without pending late tuples exact. `on_violation = warn` reports without failing.
 
 Runs depend on the previous run. A manual run joins the minute of arrivals before its logical
 date; for past data use `airflow backfill create --dag-id aggregate_stream --from-date ... --to-date ...`.
@@ -77,7 +78,7 @@ def aggregate_stream() -> None:
     validate_aggregate = StageOperator(
         task_id="validate_aggregate",
         stage="validate-aggregate",
-        stage_args=AGG_ARGS,
+        stage_args=[*AGG_ARGS, *judged_args(INTERVAL)],
         validation=True,
     )
     aggregate_interval >> gamma_rule() >> ledger_due

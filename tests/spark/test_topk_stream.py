@@ -79,6 +79,21 @@ def test_intervals_equal_one_run_rerun_changes_nothing_and_gx_passes(spark, sett
     assert judged["accounted"].all() and (judged["emissions"] <= 1).all()
     closed = judged[judged["closed"]]
     assert len(closed) > 10 and closed["hit_rate"].mean() >= JOB.eps_min
+    # a check over a data interval judges the windows emitted or closed in it, as a full check then would
+    seen: dict[str, set[int]] = {"complete": set(), "closed": set()}
+    for since, until in pairwise(bounds):
+        part = window_accuracy(spark, settings, SOURCE, JOB, until, since).toPandas()
+        then = window_accuracy(spark, settings, SOURCE, JOB, until).toPandas()
+        for col, done in seen.items():
+            mine = part[part[col]].sort_values("window_id").reset_index(drop=True)
+            fresh = (
+                then[then[col] & ~then["window_id"].isin(done)]
+                .sort_values("window_id")
+                .reset_index(drop=True)
+            )
+            pd.testing.assert_frame_equal(mine.drop(columns=list(seen)), fresh.drop(columns=list(seen)))
+            done |= set(then.loc[then[col], "window_id"])
+    assert seen["closed"] == set(closed["window_id"])
     suites = validate(spark, settings, SOURCE, JOB)
     assert all(s.success for s in suites)
 

@@ -340,7 +340,10 @@ def cmd_validate_aggregate(args: argparse.Namespace, settings: Settings) -> int:
 
     spark = _spark(settings, "validate-aggregate")
     job = AggJob.from_options(vars(args))
-    validate(spark, settings, args.source, job, fail=_fail(args), run_name=args.run_name)
+    validate(
+        spark, settings, args.source, job, fail=_fail(args), run_name=args.run_name,
+        until_us=_instant(args.until), since_us=_instant(args.since),
+    )  # fmt: skip
     return 0
 
 
@@ -406,7 +409,10 @@ def cmd_validate_topk(args: argparse.Namespace, settings: Settings) -> int:
 
     spark = _spark(settings, "validate-topk")
     job = TopKJob.from_options(vars(args))
-    validate(spark, settings, args.source, job, fail=_fail(args), run_name=args.run_name)
+    validate(
+        spark, settings, args.source, job, fail=_fail(args), run_name=args.run_name,
+        until_us=_instant(args.until), since_us=_instant(args.since),
+    )  # fmt: skip
     return 0
 
 
@@ -543,6 +549,14 @@ def _interval_options(p: argparse.ArgumentParser, every: bool = True) -> None:
         p.add_argument("--every-s", type=float, help="split [start, end) into intervals of this many seconds")
 
 
+def _since_option(p: argparse.ArgumentParser, items: str) -> None:
+    p.add_argument(
+        "--since",
+        help=f"judge only the {items} closed after this arrival time (a DAG run's interval start; "
+        f"default: every closed one)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of all stages (job options generated from the job declarations)."""
     p = argparse.ArgumentParser(
@@ -627,9 +641,7 @@ def build_parser() -> argparse.ArgumentParser:
     jr.add_argument("--span-s", type=float, help="only the last this many seconds of arrivals (default: all)")
     vj = stage("validate-join", cmd_validate_join, "GX checks of the stream join", checks)
     vj.add_argument("--until", required=True, help="check the history before this arrival time")
-    vj.add_argument(
-        "--since", help="judge only the periods closed after this arrival time (a DAG run's interval start)"
-    )
+    _since_option(vj, "periods")
 
     ags = stage("aggregate-stream", cmd_aggregate_stream, "HPM aggregates over intervals")
     _interval_options(ags)
@@ -645,7 +657,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=False,
         help="repair whatever is pending, Γ or not",
     )
-    stage("validate-aggregate", cmd_validate_aggregate, "GX checks of the aggregates", checks)
+    va = stage("validate-aggregate", cmd_validate_aggregate, "GX checks of the aggregates", checks)
+    va.add_argument(
+        "--until", help="check the windows closed by this arrival time (default: the newest state)"
+    )
+    _since_option(va, "windows")
 
     tj = stage("theta-join", cmd_theta_join, "multi-way θ-join backfill or files", source=False)
     tj.add_argument("--source", help="the bronze source id")
@@ -660,7 +676,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     tks = stage("topk-stream", cmd_topk_stream, "continuous top-k over arrival intervals")
     _interval_options(tks)
-    stage("validate-topk", cmd_validate_topk, "GX checks of the top-k stream", checks)
+    vt = stage("validate-topk", cmd_validate_topk, "GX checks of the top-k stream", checks)
+    vt.add_argument(
+        "--until", help="check the windows closed by this arrival time (default: the newest state)"
+    )
+    _since_option(vt, "windows")
 
     rp = stage("report", cmd_report, "the data-quality report (static HTML)")
     rp.add_argument("--run-name", help="also write this run's page (its validations and interval)")

@@ -28,56 +28,90 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def window_quality(spark: SparkSession, settings: Settings, source: str, job: AggJob) -> pd.DataFrame:
-    """Every closed window: the stream's and the current value against the exact one over bronze.
+def judged_windows(
+    spark: SparkSession,
+    settings: Settings,
+    source: str,
+    job: AggJob,
+    until_us: int | None,
+    since_us: int | None,
+) -> tuple[int, int, int | None]:
+    """(horizon, newest window closed by ``until_us``, newest closed by ``since_us`` or None).
 
-    A window is judged once the stream's frontier has passed it. Columns: wid, exact, n, stream_value,
-    value, version, produced_by, pending (late tuples not yet repaired), stream_error, met_at_emission,
+    A window is closed once the stream's frontier has passed its end. The frontier comes from the
+    job's state at ``until_us`` (its newest state when None) and at ``since_us``.
+    """
+    from outoforder.io.tables import AGG_STATE
+    from outoforder.stages.interval import state_at
+
+    jid, w = job.job_id(), job.query().windows
+    state = state_at(spark, settings, AGG_STATE, source, jid, until_us if until_us is not None else 2**62)
+    if state is None or state["frontier"] is None:
+        msg = f"the aggregate job {jid} has not processed {source} yet: run aggregate-stream first"
+        raise InputError(msg)
+    last = (int(state["frontier"]) - w.size_us) // w.slide_us
+    before = None if since_us is None else state_at(spark, settings, AGG_STATE, source, jid, since_us)
+    done = (
+        None
+        if before is None or before["frontier"] is None
+        else (int(before["frontier"]) - w.size_us) // w.slide_us
+    )
+    return int(state["as_of_us"]), last, done
+
+
+def window_quality(
+    spark: SparkSession,
+    settings: Settings,
+    source: str,
+    job: AggJob,
+    until_us: int | None = None,
+    since_us: int | None = None,
+) -> pd.DataFrame:
+    """Closed windows: the stream's and the current value against the exact one over bronze.
+
+    Every window closed by ``until_us`` (the job's newest state when None), or with ``since_us``
+    only those closed after it: the tuples read are those of the judged windows' event time, and
+    the driver receives one row per judged window. Columns: wid, exact, n, stream_value, value,
+    version, produced_by, pending (late tuples not yet repaired), stream_error, met_at_emission,
     exact_now.
     """
     from pyspark.sql import functions as F
 
     from outoforder.io import delta
-    from outoforder.io.tables import AGG_RESULTS, AGG_STATE, BRONZE
+    from outoforder.io.tables import AGG_RESULTS, BRONZE
     from outoforder.spark.windows import exact_windows
 
     jid = job.job_id()
     lake = settings.lake_root
-    state = (
-        delta.read(spark, AGG_STATE, lake)
-        .where(where_job(source, jid))
-        .orderBy(F.col("as_of_us").desc())
-        .first()
-    )
-    if state is None or state["frontier"] is None:
-        msg = f"the aggregate job {jid} has not processed {source} yet: run aggregate-stream first"
-        raise InputError(msg)
-    horizon, frontier = int(state["as_of_us"]), int(state["frontier"])
+    horizon, last, done = judged_windows(spark, settings, source, job, until_us, since_us)
     w = job.query().windows
-    tuples = agg_tuples(
-        delta.read_arrivals(spark, BRONZE, lake, source=source).where(F.col("arrival_ts") < F.lit(horizon)),
-        job,
+    bronze = delta.read_arrivals(spark, BRONZE, lake, source=source).where(
+        F.col("arrival_ts") < F.lit(horizon)
     )
-    exact = exact_windows(tuples, w, job.aggregate).where(
-        F.col("wid") * F.lit(w.slide_us) + F.lit(w.size_us) <= F.lit(frontier)
+    bronze = bronze.where(F.col("event_ts") < F.lit(last * w.slide_us + w.size_us))
+    in_range = F.col("wid") <= F.lit(last)
+    if done is not None:
+        bronze = bronze.where(F.col("event_ts") >= F.lit((done + 1) * w.slide_us))
+        in_range = in_range & (F.col("wid") > F.lit(done))
+    tuples = agg_tuples(bronze, job)
+    exact = exact_windows(tuples, w, job.aggregate).where(in_range)
+    results = (
+        delta.read(spark, AGG_RESULTS, lake)
+        .where(where_job(source, jid))
+        .select(F.col("window_id").alias("wid"), "stream_value", "value", "version", "produced_by")
+        .where(in_range)
     )
-    results = delta.read(spark, AGG_RESULTS, lake).where(where_job(source, jid))
     pending = (
         pending_ledger(spark, settings, source, job)
         .groupBy(F.col("window_id").alias("wid"))
         .agg(F.count("*").alias("pending"))
+        .where(in_range)
     )
     ranked = exact.select("wid", F.col("value").alias("exact"), F.col("n_rcv").alias("n"))
     frame = (
-        ranked.join(
-            results.select(
-                F.col("window_id").alias("wid"), "stream_value", "value", "version", "produced_by"
-            ),
-            "wid",
-            "left",
-        )
+        ranked.join(results, "wid", "left")
         .join(pending, "wid", "left")
-        .toPandas()
+        .toPandas()  # one row per judged window
         .sort_values("wid")
         .reset_index(drop=True)
     )
@@ -127,12 +161,16 @@ def validate(
     job: AggJob,
     fail: bool | None = None,
     run_name: str | None = None,
+    until_us: int | None = None,
+    since_us: int | None = None,
 ) -> list[Any]:
     """GX: windows unique; (ε, δ) at emission; windows without pending late tuples exact; no gaps.
 
-    ``fail`` None follows ``quality.on_violation``.
+    Over the windows closed by ``until_us`` (the newest state when None), or with ``since_us`` only
+    those closed after it (a DAG run's interval). ``fail`` None follows ``quality.on_violation``.
     """
     import pandas as pd
+    from pyspark.sql import functions as F
 
     from outoforder.io import delta
     from outoforder.io.tables import AGG_RESULTS
@@ -140,8 +178,12 @@ def validate(
     from outoforder.quality.measures import record_measures
 
     jid = job.job_id()
-    frame = window_quality(spark, settings, source, job)
+    frame = window_quality(spark, settings, source, job, until_us, since_us)
     results = delta.read(spark, AGG_RESULTS, settings.lake_root).where(where_job(source, jid))
+    items = None
+    if since_us is not None:  # an interval's run replaces and checks the windows it judged
+        items = (int(frame["wid"].min()), int(frame["wid"].max())) if len(frame) else (0, -1)
+        results = results.where(F.col("window_id").between(*items))
     settled = frame[frame["pending"] == 0]
     judged = spark.createDataFrame(
         pd.DataFrame(
@@ -164,6 +206,7 @@ def validate(
              bool(m))
             for w, s, e, m in zip(wids, starts, errors, frame["met_at_emission"], strict=True)
         ],
+        items,
     )  # fmt: skip
     suites = run_checkpoint(
         settings, "aggregate", {"agg_results": results, "agg_quality": judged},

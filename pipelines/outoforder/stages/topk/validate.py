@@ -3,12 +3,15 @@
 The exact top-k comes from Spark (:func:`outoforder.spark.topk.window_topk`). Every window up to
 the last emitted one must be emitted once, or all its tuples came late; the mean accuracy over
 the closed windows (those whose ``end + horizon`` the stream has passed) must be at least ε_min.
+A run over a data interval (``--since``) judges only the windows emitted or closed in it, reading
+only their tuples.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from outoforder.config import Settings
@@ -19,7 +22,7 @@ from outoforder.stages.topk.spec import TopKJob
 from outoforder.stages.topk.stream import topk_tuples
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
     from outoforder.quality.checkpoints import SuiteResult
 
@@ -30,55 +33,132 @@ class NothingYet(QualityError):
     """The stream has emitted no window yet: there is nothing to judge (not a violation)."""
 
 
-def window_accuracy(spark: SparkSession, settings: Settings, source: str, job: TopKJob) -> DataFrame:
-    """Per window of bronze up to the last emitted one: emissions, all late, hit rate, closed.
+@dataclass(frozen=True)
+class Judged:
+    """What a check judges: arrivals before ``as_of_us``; window ranges ``(lo, hi]`` (lo None: open).
 
-    The exact top-k comes from :func:`outoforder.spark.topk.window_topk` over the job's bronze rows.
+    ``complete``: windows that must be emitted once (up to the newest emitted one); ``closed``:
+    windows whose accuracy is final (their end + the horizon passed, and emitted).
     """
+
+    as_of_us: int
+    complete: tuple[int | None, int]
+    closed: tuple[int | None, int]
+
+
+def _standing(
+    spark: SparkSession, settings: Settings, source: str, job: TopKJob, at_us: int
+) -> tuple[int, int, int] | None:
+    """(as_of, newest window emitted, newest window closed) of the job's state at ``at_us``."""
     from pyspark.sql import functions as F
 
     from outoforder.io import delta
-    from outoforder.io.tables import BRONZE, TOPK_LATE, TOPK_RESULTS, TOPK_STATE, TOPK_WINDOWS
-    from outoforder.spark.topk import window_topk
-    from outoforder.spark.windows import memberships
+    from outoforder.io.tables import TOPK_STATE, TOPK_WINDOWS
+    from outoforder.stages.interval import state_at
 
     jid = job.job_id()
+    state = state_at(spark, settings, TOPK_STATE, source, jid, at_us)
+    if state is None:
+        return None
+    as_of = int(state["as_of_us"])
+    top = (
+        delta.read(spark, TOPK_WINDOWS, settings.lake_root)
+        .where(where_job(source, jid) & (F.col("interval_start_us") < F.lit(as_of)))
+        .agg(F.max("window_id"))
+        .first()
+    )
+    progress = json.loads(state["snapshot"])["operator"]["progress"]
+    if top is None or top[0] is None or progress is None:
+        return None
+    closed = (int(progress) - job.horizon_us - job.window_us) // job.slide_us
+    return as_of, int(top[0]), min(closed, int(top[0]))
+
+
+def judged_windows(
+    spark: SparkSession,
+    settings: Settings,
+    source: str,
+    job: TopKJob,
+    until_us: int | None,
+    since_us: int | None,
+) -> Judged:
+    """The windows a check at ``until_us`` (None: the newest state) judges, after ``since_us`` if given."""
+    from outoforder.io import delta
+    from outoforder.io.tables import TOPK_LATE, TOPK_RESULTS, TOPK_STATE, TOPK_WINDOWS
+
     for t in (TOPK_STATE, TOPK_WINDOWS, TOPK_RESULTS, TOPK_LATE):
         if not delta.exists(spark, t, settings.lake_root):
             msg = f"the top-k stream has not run yet (no {t.name} under {settings.lake_root})"
             raise QualityError(msg)
-    mine = where_job(source, jid)
-    state = (
-        delta.read(spark, TOPK_STATE, settings.lake_root)
-        .where(mine)
-        .orderBy(F.col("as_of_us").desc())
-        .first()
-    )
-    emitted = delta.read(spark, TOPK_WINDOWS, settings.lake_root).where(mine)
-    top = emitted.agg(F.max("window_id")).first()
-    if state is None or top is None or top[0] is None:
-        msg = f"{source}, job {jid}"
+    now = _standing(spark, settings, source, job, until_us if until_us is not None else 2**62)
+    if now is None:
+        msg = f"{source}, job {job.job_id()}"
         raise NothingYet(msg)
-    progress = json.loads(state["snapshot"])["operator"]["progress"]
-    bronze = delta.read(spark, BRONZE, settings.lake_root).where(F.col("source") == source)
+    before = None if since_us is None else _standing(spark, settings, source, job, since_us)
+    as_of, top, closed = now
+    if before is None:
+        return Judged(as_of, (None, top), (None, closed))
+    return Judged(as_of, (before[1], top), (before[2], closed))
+
+
+def _within(lo: int | None, hi: int) -> Column:
+    from pyspark.sql import functions as F
+
+    inside = F.col("window_id") <= F.lit(hi)
+    return inside if lo is None else inside & (F.col("window_id") > F.lit(lo))
+
+
+def window_accuracy(
+    spark: SparkSession,
+    settings: Settings,
+    source: str,
+    job: TopKJob,
+    until_us: int | None = None,
+    since_us: int | None = None,
+) -> DataFrame:
+    """Per judged window: emissions, all late, hit rate, whether it is judged complete and closed.
+
+    The exact top-k comes from :func:`outoforder.spark.topk.window_topk` over the job's tuples that
+    arrived by the state judged, of the judged windows' event time only (:func:`judged_windows`).
+    """
+    from pyspark.sql import functions as F
+
+    from outoforder.io import delta
+    from outoforder.io.tables import BRONZE, TOPK_LATE, TOPK_RESULTS, TOPK_WINDOWS
+    from outoforder.spark.topk import window_topk
+    from outoforder.spark.windows import memberships
+
+    jid = job.job_id()
+    j = judged_windows(spark, settings, source, job, until_us, since_us)
+    lows = [lo for lo in (j.complete[0], j.closed[0]) if lo is not None]
+    lo = min(lows) if len(lows) == 2 else None
+    hi = max(j.complete[1], j.closed[1])
+    mine = where_job(source, jid)
+    judged = _within(lo, hi)
+    bronze = delta.read_arrivals(spark, BRONZE, settings.lake_root, source=source).where(
+        (F.col("arrival_ts") < F.lit(j.as_of_us))
+        & (F.col("event_ts") < F.lit(hi * job.slide_us + job.window_us))
+    )
+    if lo is not None:
+        bronze = bronze.where(F.col("event_ts") >= F.lit((lo + 1) * job.slide_us))
     tuples = topk_tuples(bronze, job).where(F.col("score").isNotNull())
-    truth = window_topk(tuples, job.windows(), job.k).where(F.col("window_id") <= top[0])
-    got = delta.read(spark, TOPK_RESULTS, settings.lake_root).where(mine).select("window_id", "seq")
+    truth = window_topk(tuples, job.windows(), job.k).where(judged)
+    got = delta.read(spark, TOPK_RESULTS, settings.lake_root).where(mine & judged).select("window_id", "seq")
     hits = (
         truth.join(got.withColumn("hit", F.lit(1)), ["window_id", "seq"], "left")
         .groupBy("window_id")
         .agg((F.sum(F.coalesce("hit", F.lit(0))) / F.count("*")).alias("hit_rate"))
     )
+    emitted = delta.read(spark, TOPK_WINDOWS, settings.lake_root).where(mine & judged)
     counts = emitted.groupBy("window_id").agg(F.count("*").alias("emissions"))
     members = tuples.select("seq", F.explode(memberships(tuples, job.windows())).alias("window_id"))
-    late = delta.read(spark, TOPK_LATE, settings.lake_root).where(mine).select("seq", "window_id")
+    late = delta.read(spark, TOPK_LATE, settings.lake_root).where(mine & judged).select("seq", "window_id")
     all_late = (
-        members.where(F.col("window_id") <= top[0])
+        members.where(judged)
         .join(late.withColumn("was_late", F.lit(True)), ["seq", "window_id"], "left")
         .groupBy("window_id")
         .agg(F.min(F.coalesce("was_late", F.lit(False))).alias("all_late"))
     )
-    end = F.col("window_id") * job.slide_us + job.window_us
     return (
         all_late.join(hits, "window_id", "left")
         .join(counts, "window_id", "left")
@@ -89,7 +169,8 @@ def window_accuracy(spark: SparkSession, settings: Settings, source: str, job: T
             (F.coalesce("emissions", F.lit(0)) == 1).alias("emitted_once"),
             ((F.coalesce("emissions", F.lit(0)) == 1) | F.col("all_late")).alias("accounted"),
             "hit_rate",
-            (end + job.horizon_us <= F.lit(progress)).alias("closed"),
+            _within(*j.complete).alias("complete"),
+            _within(*j.closed).alias("closed"),
         )
     )
 
@@ -102,11 +183,15 @@ def validate(
     job: TopKJob,
     fail: bool | None = None,
     run_name: str | None = None,
+    until_us: int | None = None,
+    since_us: int | None = None,
 ) -> list[SuiteResult]:
     """GX: every window emitted once (or all its tuples late); closed windows' accuracy >= ε_min.
 
-    Before the first emission there is nothing to check, and no accuracy verdict before the first
-    window closes: both are reported, neither fails. ``fail`` None follows ``quality.on_violation``.
+    Over the windows of the state at ``until_us`` (the newest when None), or with ``since_us`` only
+    those emitted or closed after it (a DAG run's interval, see :func:`judged_windows`). Before the
+    first emission there is nothing to check, and no accuracy verdict before the first window
+    closes: both are reported, neither fails. ``fail`` None follows ``quality.on_violation``.
     """
     from pyspark.sql import functions as F
 
@@ -114,24 +199,27 @@ def validate(
     from outoforder.quality.measures import record_measures
 
     try:
-        judged = window_accuracy(spark, settings, source, job).localCheckpoint()
+        judged = window_accuracy(spark, settings, source, job, until_us, since_us).localCheckpoint()
     except NothingYet as e:
         log.info("[quality] no top-k window emitted yet (%s): nothing to check", e)
         return []
-    closed = judged.where("closed")
-    n_all, n_closed = judged.count(), closed.count()
-    frames = {"topk_completeness": judged}
+    complete, closed = judged.where("complete"), judged.where("closed")
+    n_all, n_closed = complete.count(), closed.count()
+    frames = {"topk_completeness": complete}
     if n_closed:  # the mean of no window is undefined; before the first closes there is no verdict
         frames["topk_accuracy"] = closed
     jid = job.job_id()
+    rows = closed.select("window_id", "hit_rate").orderBy("window_id").collect()  # the judged windows only
+    items = None if since_us is None else ((rows[0][0], rows[-1][0]) if rows else (0, -1))
     record_measures(
         spark, settings, source, jid, "topk_hit_rate",
         [
             (int(r[0]), int(r[0]) * job.slide_us, int(r[0]) * job.slide_us + job.window_us,
              None if r[1] is None else float(r[1]), float(job.eps_min),
              r[1] is not None and float(r[1]) >= job.eps_min)
-            for r in closed.select("window_id", "hit_rate").collect()
+            for r in rows
         ],
+        items,
     )  # fmt: skip
     suites = run_checkpoint(
         settings, "topk", frames, source=source, job=jid, run_name=run_name, eps_min=job.eps_min

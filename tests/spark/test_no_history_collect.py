@@ -1,0 +1,132 @@
+"""A guard: no stage brings the history to the driver.
+
+Spark refuses to return more than ``spark.driver.maxResultSize`` of task results to the driver in
+one action. Bronze here holds a long history, megabytes if it were collected, and every stage runs
+with that limit set to 1 MB: a stage that collects per tuple or per pair of the history fails
+here, while what is small by construction (per period, per window, per interval of a few thousand
+arrivals, per parameter) fits. The stream join and the aggregates process the whole history (one
+large interval and a small one); the top-k stream, whose operator still runs on the driver over
+one interval's arrivals at a time, processes the recent part in small intervals.
+"""
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from outoforder.sources.disorder import inject
+from outoforder.stages.aggregate.repair import repair as agg_repair
+from outoforder.stages.aggregate.spec import AggJob
+from outoforder.stages.aggregate.stream import AggregateStream
+from outoforder.stages.aggregate.validate import validate as agg_validate
+from outoforder.stages.join.adapt import adapt
+from outoforder.stages.join.repair import repair as join_repair
+from outoforder.stages.join.spec import JoinJob
+from outoforder.stages.join.stream import JoinStream
+from outoforder.stages.join.validate import validate as join_validate
+from outoforder.stages.stats import source_stats
+from outoforder.stages.topk.spec import TopKJob
+from outoforder.stages.topk.stream import TopKStream
+from outoforder.stages.topk.validate import validate as topk_validate
+
+pytestmark = [pytest.mark.spark, pytest.mark.delta, pytest.mark.integration]  # in the end-to-end run
+
+SOURCE = "test/long-history"
+N = 120_000  # arrivals, one per ms: 2 minutes
+T0 = 1_700_000_000_000_000
+STEP = 1_000
+LIMIT = "1m"
+
+
+@contextmanager
+def max_result_size(spark, size: str) -> Iterator[None]:
+    """``spark.driver.maxResultSize`` for the actions started inside (read per task set).
+
+    A broadcast join also sends its small side through the driver, bounded by the broadcast
+    threshold (10 MB by default, under the 64 MB of the scale benchmark): the threshold is lowered
+    to a quarter of the limit, so that only a collect, never a broadcast, can exceed it.
+    """
+    conf = spark.sparkContext._jsc.sc().conf()
+    before = conf.get("spark.driver.maxResultSize", "1g")
+    thresholds = ("spark.sql.autoBroadcastJoinThreshold", "spark.sql.adaptive.autoBroadcastJoinThreshold")
+    sql_before = {k: spark.conf.get(k, None) for k in thresholds}
+    conf.set("spark.driver.maxResultSize", size)
+    for k in thresholds:
+        spark.conf.set(k, "256k")
+    try:
+        yield
+    finally:
+        conf.set("spark.driver.maxResultSize", before)
+        for k, v in sql_before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
+def history(n=N, seed=11):
+    rng = np.random.default_rng(seed)
+    ts = np.sort(rng.integers(0, n * STEP, n)) + 10_000_000_000
+    o = inject(ts, "lognormal:mu=-4,sigma=1.2,late_prob=0.4", seed).order
+    return pd.DataFrame(
+        {
+            "stream": np.where(rng.random(n) < 0.4, "ball", "team_a")[o],
+            "event_ts": ts[o],
+            "x": rng.uniform(0, 50, n)[o],
+            "y": rng.uniform(0, 50, n)[o],
+            "value": np.round(rng.gamma(2.0, 3.0, n), 3)[o],
+            "key": rng.choice([f"s{i}" for i in range(20)], n)[o],
+        }
+    )
+
+
+def test_the_limit_stops_a_collect_of_the_history(spark, settings, load_bronze):
+    """The guard itself: with the limit in force, collecting the history fails."""
+    from outoforder.io import delta
+    from outoforder.io.tables import BRONZE
+
+    load_bronze(history(30_000), SOURCE)
+    arrivals = delta.read(spark, BRONZE, settings.lake_root)  # about 3 MB of rows
+    with max_result_size(spark, LIMIT), pytest.raises(Exception, match="maxResultSize"):
+        arrivals.toPandas()
+    assert len(arrivals.limit(1000).toPandas()) == 1000  # a small collect passes
+
+
+def test_every_stage_runs_over_a_long_history_without_collecting_it(spark, settings, load_bronze):
+    load_bronze(history(), SOURCE)
+    end = T0 + N * STEP
+    recent = end - 4_000 * STEP
+    join = JoinJob(s_streams=("team_a",), window_us=50_000, theta=2.0, period_us=5_000_000, q_user=0.9)
+    agg = AggJob(size_us=2_000_000, slide_us=1_000_000, gamma_us=5_000_000)
+    topk = TopKJob(k=3, window_us=1_000_000, slide_us=500_000, n=3, m=3, initial_us=200_000)
+    with max_result_size(spark, LIMIT):
+        stats = source_stats(spark, settings, SOURCE)
+        assert stats["overall"]["rows"] == N and stats["n_keys"] == 20
+
+        stream = JoinStream(spark, settings, SOURCE, join)
+        joined = stream.run_interval(T0, recent)
+        stream.run_interval(recent, end)
+        assert joined.new_pairs > 1_000
+        adapt(spark, settings, SOURCE, join, end)
+        join_validate(spark, settings, SOURCE, join, end, fail=False)
+        join_validate(spark, settings, SOURCE, join, end, fail=False, since_us=recent)
+        fixed = join_repair(spark, settings, SOURCE, join, end)
+        assert fixed.added == fixed.missing
+
+        aggregates = AggregateStream(spark, settings, SOURCE, agg)
+        aggregates.run_interval(T0, recent)
+        aggregates.run_interval(recent, end)
+        agg_repair(spark, settings, SOURCE, agg, force=True)
+        agg_validate(spark, settings, SOURCE, agg, fail=False)
+        agg_validate(spark, settings, SOURCE, agg, fail=False, until_us=end, since_us=recent)
+
+        top = TopKStream(spark, settings, SOURCE, topk)
+        top.run(recent, end, every_us=1_000 * STEP)
+        topk_validate(spark, settings, SOURCE, topk, fail=False)
+        topk_validate(spark, settings, SOURCE, topk, fail=False, until_us=end, since_us=end - 1_000 * STEP)
+
+        from outoforder.quality.report import build_reports
+
+        assert all(p.exists() for p in build_reports(spark, settings, "guard", recent, end))
