@@ -3,10 +3,8 @@
 Spark refuses to return more than ``spark.driver.maxResultSize`` of task results to the driver in
 one action. Bronze here holds a long history, megabytes if it were collected, and every stage runs
 with that limit set to 1 MB: a stage that collects per tuple or per pair of the history fails
-here, while what is small by construction (per period, per window, per interval of a few thousand
-arrivals, per parameter) fits. The stream join and the aggregates process the whole history (one
-large interval and a small one); the top-k stream, whose operator still runs on the driver over
-one interval's arrivals at a time, processes the recent part in small intervals.
+here, while what is small by construction (per period, per window, per parameter) fits. Every
+stream stage processes the whole history, in one large interval and a small one.
 """
 
 from collections.abc import Iterator
@@ -123,7 +121,8 @@ def test_every_stage_runs_over_a_long_history_without_collecting_it(spark, setti
         agg_validate(spark, settings, SOURCE, agg, fail=False, until_us=end, since_us=recent)
 
         top = TopKStream(spark, settings, SOURCE, topk)
-        top.run(recent, end, every_us=1_000 * STEP)
+        top.run_interval(T0, recent)
+        assert top.run_interval(recent, end).windows > 0
         topk_validate(spark, settings, SOURCE, topk, fail=False)
         topk_validate(spark, settings, SOURCE, topk, fail=False, until_us=end, since_us=end - 1_000 * STEP)
 

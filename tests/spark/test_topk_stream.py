@@ -122,6 +122,15 @@ def test_skipping_an_interval_or_the_state_budget_fails_and_bad_jobs_are_refused
     states = delta.read(spark, TOPK_STATE, settings.lake_root).where(F.col("job") == JOB.job_id())
     assert states.where(F.col("as_of_us") == T0 + 200 * STEP).count() == 0
     assert run_interval(spark, settings, SOURCE, JOB, T0 + 100 * STEP, T0 + 200 * STEP).arrivals == 100
+
+    # a damaged snapshot is refused on the driver, naming it, before any task runs
+    from delta.tables import DeltaTable
+
+    DeltaTable.forPath(spark, TOPK_STATE.path(settings.lake_root)).update(
+        F.col("as_of_us") == T0 + 200 * STEP, {"snapshot": F.lit('{"operator": 1}')}
+    )
+    with pytest.raises(StateError, match="unreadable"):
+        run_interval(spark, settings, SOURCE, JOB, T0 + 200 * STEP, T0 + 300 * STEP)
     with pytest.raises(ConfigError):
         TopKJob(score="speed")
     with pytest.raises(ConfigError):

@@ -1,4 +1,4 @@
-"""Top-k per sliding window set at a time on Spark: exact, and as a cache of duration K emits it.
+"""Top-k per sliding window on Spark: exact, as a cache of duration K emits it, and the stream operator.
 
 The DataFrame twins of :func:`outoforder.core.topk.reference.exact_topk` and
 :func:`~outoforder.core.topk.reference.topk_at_cache` (the differential tests hold them equal).
@@ -11,15 +11,30 @@ The cache form needs, per window, the arrival at which the stream's progress fir
 emission of window ``w`` is ``min(seq)`` over the tuples whose *last due window*
 ``floor((ts − K − size) / slide)`` is ``>= w``: a minimum per due window followed by a suffix
 minimum over the (few) distinct due windows, without ordering the whole stream.
+
+:func:`operator_step` runs the stream operator itself over one interval of arrivals in a Spark
+task, so that the arrivals never pass through the driver.
 """
 
 from __future__ import annotations
 
+import functools
+import json
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from outoforder.core.protocol import Arrival
+from outoforder.core.topk.cache import CacheSettings
+from outoforder.core.topk.operator import TopK, TopKQuery
 from outoforder.core.windows.assign import Windows
 from outoforder.errors import ConfigError
+from outoforder.spark.rows import arrow_schema
 from outoforder.spark.windows import memberships
 
 
@@ -95,3 +110,79 @@ def as_lists(rows: DataFrame) -> dict[int, list[int]]:
     for r in rows.orderBy("window_id", "rank").collect():
         out.setdefault(int(r["window_id"]), []).append(int(r["seq"]))
     return out
+
+
+# Rows of one run of the operator: w an emitted window (a = window end, b = size, seq = the arrival
+# that emitted it, x = K in force), r a result (a = rank), l a late membership (a = ts, x = score),
+# c a cache decision (seq = the arrival after which it was made, a = progress, x/y/z = K_min, K_down,
+# K_up, text = {"move", "accuracy"}), s the new state and the figures (text, JSON; one row).
+STEP_SCHEMA = (
+    "kind string, window_id long, seq long, a long, b long, x double, y double, z double, text string"
+)
+
+
+def operator_step(
+    batch: DataFrame, query: TopKQuery, cache: CacheSettings | float, snapshot: str | None
+) -> DataFrame:
+    """The operator over one interval's arrivals (``seq``, ``ts``, ``score``) in a Spark task.
+
+    The operator is a state machine over one arrival order, so the interval runs in one task, in
+    arrival order, from ``snapshot`` (:meth:`~outoforder.core.topk.operator.TopK.snapshot` as JSON;
+    None: a fresh operator). Its output rows are :data:`STEP_SCHEMA`; the driver receives only the
+    one ``s`` row (the new state, small by construction: k entries per open window) and writes the
+    others from the executors. Lazy: cache or checkpoint it.
+    """
+    run = functools.partial(_operator_task, query=query, cache=cache, snapshot=snapshot)
+    return batch.select("seq", "ts", "score").coalesce(1).mapInArrow(run, STEP_SCHEMA)
+
+
+def run_operator(
+    seq: np.ndarray[Any, Any], ts: np.ndarray[Any, Any], score: np.ndarray[Any, Any], op: TopK
+) -> list[dict[str, Any]]:
+    """Arrivals in arrival order through ``op``; the :data:`STEP_SCHEMA` rows it produced (no ``s`` row)."""
+    batch = [
+        Arrival(int(q), int(t), float(v))
+        for q, t, v in zip(seq.tolist(), ts.tolist(), score.tolist(), strict=True)
+    ]
+    ranked = [a for a in batch if not math.isnan(a.value)]  # the operator's arrival index counts these
+    first, decided = op.op.index, len(op.op.decisions)
+    out = op.process(batch)
+    w = op.query.windows
+    rows: list[dict[str, Any]] = []
+    for e in out.emitted:
+        rows.append({"kind": "w", "window_id": e.window_id, "seq": ranked[e.at_index - first].id,
+                     "a": w.bounds(e.window_id)[1], "b": len(e.tids), "x": e.cache_us})  # fmt: skip
+        rows += [
+            {"kind": "r", "window_id": e.window_id, "a": r, "seq": t} for r, t in enumerate(e.tids, start=1)
+        ]
+    score_of = {a.id: a.value for a in ranked}
+    rows += [
+        {"kind": "l", "window_id": x.window, "seq": x.id, "a": x.ts, "x": score_of[x.id]} for x in out.late
+    ]
+    for d, (at, progress) in zip(op.op.decisions[decided:], op.op.decided_at[decided:], strict=True):
+        text = json.dumps({"move": d.move, "accuracy": [float(v) for v in d.accuracies]})
+        rows.append({"kind": "c", "seq": ranked[at - first].id, "a": int(progress), "x": d.k_min_us,
+                     "y": d.k_down_us, "z": d.k_up_us, "text": text})  # fmt: skip
+    return rows
+
+
+def _operator_task(
+    it: Iterator[pa.RecordBatch], query: TopKQuery, cache: CacheSettings | float, snapshot: str | None
+) -> Iterator[pa.RecordBatch]:
+    received = [b for b in it if b.num_rows]
+    table = pa.Table.from_batches(received).sort_by("seq") if received else None
+    op = TopK(query, cache)
+    if snapshot is not None:
+        op.restore(json.loads(snapshot))
+    if table is None:
+        cols = [np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float64)]
+    else:
+        # a null score becomes NaN: not ranked, counted
+        cols = [table.column(c).to_numpy(zero_copy_only=False) for c in ("seq", "ts", "score")]
+        cols[2] = cols[2].astype(np.float64)
+    rows = run_operator(cols[0], cols[1], cols[2], op)
+    figures = {"arrivals": int(cols[0].size), "unscored": int(np.isnan(cols[2]).sum())}
+    state = {"snapshot": op.snapshot(), "figures": figures, "k_min_us": float(op.op.cache.k_min_us),
+             "state_rows": op.op.state_rows, "candidates": op.op.candidate_count}  # fmt: skip
+    rows.append({"kind": "s", "text": json.dumps(state)})
+    yield pa.RecordBatch.from_pylist(rows, schema=arrow_schema(STEP_SCHEMA))

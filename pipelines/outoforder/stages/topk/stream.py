@@ -7,9 +7,10 @@ pure operator :class:`~outoforder.core.topk.operator.TopK` over the bronze arriv
 1. the operator and its cache controller are restored from the JSON snapshot *as of* ``start``
    in ``silver/topk_state``;
 2. the interval's arrivals go through the operator (:class:`~outoforder.core.topk.operator.TopK`)
-   in arrival order on the driver. The operator is a state machine over one arrival order, so it
-   is sequential by nature; its state is small (k entries per open window). Spark reads and
-   writes, and computes the exact top-k for the checks;
+   in arrival order, in one Spark task (:func:`outoforder.spark.topk.operator_step`). The operator
+   is a state machine over one arrival order, so it is sequential by nature; its state is small
+   (k entries per open window), and it is all the driver receives: the arrivals, the results and
+   the late tuples go from the task to the tables;
 3. emitted windows go to ``gold/topk_windows`` (one row each, also when emitted empty) and their
    lists to ``gold/topk_results``; tuples that arrive after their window's emission go to
    ``silver/topk_late``; every controller decision (the K_min trace) goes to ``silver/topk_cache``.
@@ -23,14 +24,11 @@ A tuple with a null or NaN score is not ranked; it is counted per interval. The 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from outoforder.config import Settings
-from outoforder.core.protocol import Arrival
-from outoforder.core.topk.operator import TopK
 from outoforder.errors import StateError
 from outoforder.io.tables import BRONZE, TOPK_CACHE, TOPK_LATE, TOPK_RESULTS, TOPK_STATE, TOPK_WINDOWS
 from outoforder.stages.interval import Interval, IntervalStage, IntervalSummary, Step
@@ -88,100 +86,86 @@ class TopKStream(IntervalStage[TopKJob, TopKIntervalSummary]):
         """See :func:`topk_tuples`."""
         return topk_tuples(bronze, self.job)
 
-    def _restore(self, prev: Mapping[str, Any] | None) -> TopK:
-        op = self.job.operator()
-        if prev is not None:
-            try:
-                op.restore(json.loads(prev["snapshot"]))
-            except (ValueError, StateError) as err:
-                msg = (
-                    f"the top-k snapshot of {self.source} ({self.jid}) as of {prev['as_of_us']} is unreadable"
-                )
-                raise StateError(msg) from err
-        return op
-
     def step(self, interval: Interval, prev: Mapping[str, Any] | None) -> Step:
-        """The interval's arrivals through the operator in arrival order; MERGE what it emitted."""
+        """The interval's arrivals through the operator in a Spark task; append what it emitted."""
         from pyspark.sql import functions as F
 
         from outoforder.io import delta
+        from outoforder.spark.rows import one_row
+        from outoforder.spark.topk import operator_step
 
         source, jid, lake, start = self.source, self.jid, self.settings.lake_root, interval.start_us
-        op = self._restore(prev)
-        rows = self.arrivals(start, interval.end_us).orderBy("seq").toPandas()
-        batch = [
-            Arrival(int(seq), int(ts), math.nan if score is None else float(score))
-            for seq, ts, score in zip(
-                rows["seq"].tolist(), rows["ts"].tolist(), rows["score"].tolist(), strict=True
-            )
-        ]
-        ranked = [a for a in batch if not math.isnan(a.value)]  # the operator's arrival index counts these
-        first, decided = op.op.index, len(op.op.decisions)
-        out = op.process(batch)
-        w = self.job.windows()
-        windows = [
-            (e.window_id, w.bounds(e.window_id)[1], len(e.tids), ranked[e.at_index - first].id, e.cache_us)
-            for e in out.emitted
-        ]
-        results = [(e.window_id, r, t) for e in out.emitted for r, t in enumerate(e.tids, start=1)]
-        score_of = {a.id: a.value for a in ranked}
-        late = [(x.id, x.window, x.ts, score_of[x.id]) for x in out.late]
-        trace = [
-            (source, jid, ranked[at - first].id, int(progress), d.k_min_us, d.k_down_us, d.k_up_us, d.move,
-             [float(a) for a in d.accuracies], start)
-            for d, (at, progress) in zip(op.op.decisions[decided:], op.op.decided_at[decided:], strict=True)
-        ]  # fmt: skip
-
+        op = self.job.operator()
+        snapshot = None
+        if prev is not None:  # checked here (it is small) so that a bad one fails with its name
+            snapshot = str(prev["snapshot"])
+            try:
+                op.restore(json.loads(snapshot))
+            except (ValueError, StateError) as err:
+                msg = f"the top-k snapshot of {source} ({jid}) as of {prev['as_of_us']} is unreadable"
+                raise StateError(msg) from err
+        out = operator_step(
+            self.arrivals(start, interval.end_us), op.query, op.cache, snapshot
+        ).localCheckpoint()
+        (row,) = out.where(F.col("kind") == "s").select("text").collect()  # the new state: one small row
+        try:
+            state = json.loads(row["text"])
+        except ValueError as err:  # the task writes it; unreadable means a broken task, not bad input
+            msg = f"the top-k step of {source} ({jid}) returned an unreadable state"
+            raise StateError(msg) from err
+        figures = state["figures"]
+        counts = {r["kind"]: int(r["count"]) for r in out.groupBy("kind").count().collect()}
         lit = {"source": F.lit(source), "job": F.lit(jid)}
-        if windows:
-            wdf = self.spark.createDataFrame(
-                windows, "window_id long, window_end_us long, size long, emitted_at_seq long, cache_us double"
-            ).select(
-                *(v.alias(k) for k, v in lit.items()),
-                "*",
-                F.lit(start).cast("long").alias("interval_start_us"),
-                F.lit(interval.now_us).cast("long").alias("written_at_us"),
-            )
+        started = F.lit(start).cast("long").alias("interval_start_us")
+        if counts.get("w"):
+            wdf = out.where(F.col("kind") == "w").select(
+                *(v.alias(k) for k, v in lit.items()), "window_id", F.col("a").alias("window_end_us"),
+                F.col("b").alias("size"), F.col("seq").alias("emitted_at_seq"), F.col("x").alias("cache_us"),
+                started, F.lit(interval.now_us).cast("long").alias("written_at_us"),
+            )  # fmt: skip
             self.append(wdf, TOPK_WINDOWS, interval)
-        if results:
+        if counts.get("r"):
             # a list may hold tuples of earlier intervals: look their ts and score up in bronze, reading
             # only the seq range the lists span (Delta skips the other files by their statistics)
-            needed = [t for _, _, t in results]
+            results = out.where(F.col("kind") == "r").select("window_id", F.col("a").alias("rank"), "seq")
+            span = one_row(results.agg(F.min("seq"), F.max("seq")))
             known = self.tuples(
                 delta.read_arrivals(
-                    self.spark, BRONZE, lake, source=source, seq_range=(min(needed), max(needed) + 1)
+                    self.spark, BRONZE, lake, source=source, seq_range=(int(span[0]), int(span[1]) + 1)
                 )
             )
-            rdf = self.spark.createDataFrame(results, "window_id long, rank long, seq long").join(
-                known, "seq"
+            rdf = results.join(known, "seq").select(
+                *(v.alias(k) for k, v in lit.items()), "window_id", "rank", "seq", "ts", "score"
             )
-            rdf = rdf.select(*(v.alias(k) for k, v in lit.items()), "window_id", "rank", "seq", "ts", "score")
             self.append(rdf, TOPK_RESULTS, interval)
-        if late:  # late tuples are this interval's own arrivals: their ts and score are at hand
-            ldf = self.spark.createDataFrame(late, "seq long, window_id long, ts long, score double").select(
-                *(v.alias(k) for k, v in lit.items()),
-                "seq",
-                "window_id",
-                "ts",
-                "score",
-                F.lit(start).cast("long").alias("interval_start_us"),
-            )
+        if counts.get("l"):  # late tuples are this interval's own arrivals: their ts and score are at hand
+            ldf = out.where(F.col("kind") == "l").select(
+                *(v.alias(k) for k, v in lit.items()), "seq", "window_id", F.col("a").alias("ts"),
+                F.col("x").alias("score"), started,
+            )  # fmt: skip
             self.append(ldf, TOPK_LATE, interval)
-        if trace:
-            self.append(self.spark.createDataFrame(trace, TOPK_CACHE.schema), TOPK_CACHE, interval)
-        k_min = float(op.op.cache.k_min_us)
+        if counts.get("c"):
+            decision = F.from_json("text", "move string, accuracy array<double>")
+            cdf = out.where(F.col("kind") == "c").select(
+                *(v.alias(k) for k, v in lit.items()), F.col("seq").alias("at_seq"),
+                F.col("a").alias("progress_us"), F.col("x").alias("k_min_us"), F.col("y").alias("k_down_us"),
+                F.col("z").alias("k_up_us"), decision["move"].alias("move"),
+                decision["accuracy"].alias("accuracy"), started,
+            )  # fmt: skip
+            self.append(cdf, TOPK_CACHE, interval)
+        arrivals = int(figures["arrivals"])
         return Step(
-            arrivals=len(batch),
-            state={"snapshot": json.dumps(op.snapshot()), "k_min_us": k_min},
-            state_rows=op.op.state_rows,  # every entry of the operator's state
-            added={"arrivals": len(batch)},
+            arrivals=arrivals,
+            state={"snapshot": json.dumps(state["snapshot"]), "k_min_us": float(state["k_min_us"])},
+            state_rows=int(state["state_rows"]),  # every entry of the operator's state
+            added={"arrivals": arrivals},
             figures={
-                "unscored": len(batch) - len(ranked),
-                "windows": len(windows),
-                "late": len(late),
-                "decisions": len(trace),
-                "k_min_us": k_min,
-                "candidates": op.op.candidate_count,
+                "unscored": int(figures["unscored"]),
+                "windows": counts.get("w", 0),
+                "late": counts.get("l", 0),
+                "decisions": counts.get("c", 0),
+                "k_min_us": float(state["k_min_us"]),
+                "candidates": int(state["candidates"]),
             },
         )
 
