@@ -9,7 +9,7 @@ from outoforder.spark.disorder import disorder_by_scope
 pytestmark = [pytest.mark.spark]
 
 
-@pytest.mark.parametrize("rows_per_task", [2_000_000, 37, 1])
+@pytest.mark.parametrize("rows_per_task", [2_000_000, 37, 150])
 def test_ranges_of_arrivals_give_the_statistics_of_the_whole_source(spark, rows_per_task):
     rng = np.random.default_rng(7)
     n = 400
