@@ -25,7 +25,7 @@ from outoforder.quality.suites import SUITES
 
 if TYPE_CHECKING:
     import pandas as pd
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 TEMPLATE = REPO_ROOT / "include" / "templates" / "quality_report.html.j2"
 
@@ -123,34 +123,36 @@ class LakeTables:
 
     def get(self, table: Any, columns: list[str] | None = None) -> pd.DataFrame:
         """The table (only ``columns`` when given) as read the first time it was asked for."""
-        import pandas as pd
-
-        from outoforder.io import delta
-
-        if table.name not in self._cache:
-            if delta.exists(self.spark, table, self.settings.lake_root):
-                frame = delta.read(self.spark, table, self.settings.lake_root)
-                self._cache[table.name] = frame.select(*(columns or frame.columns)).toPandas()
-            else:
-                self._cache[table.name] = pd.DataFrame(columns=columns or table.schema.fieldNames())
-        return self._cache[table.name]
+        return self._read(
+            table,
+            table.name,
+            lambda df: df.select(*(columns or df.columns)),
+            columns or table.schema.fieldNames(),
+        )
 
     def counts(self, table: Any, by: list[str]) -> pd.DataFrame:
         """Rows of ``table`` per value of ``by`` (column ``rows``), counted by Spark.
 
         Tables of tuples or pairs are never brought to the driver, only their counts.
         """
+        return self._read(
+            table, f"{table.name}#{','.join(by)}",
+            lambda df: df.groupBy(*by).count().withColumnRenamed("count", "rows"), [*by, "rows"],
+        )  # fmt: skip
+
+    def _read(
+        self, table: Any, name: str, shape: Callable[[DataFrame], DataFrame], empty: list[str]
+    ) -> pd.DataFrame:
+        """``shape`` of the table as pandas, cached under ``name``; no rows (columns ``empty``) if absent."""
         import pandas as pd
 
         from outoforder.io import delta
 
-        name = f"{table.name}#{','.join(by)}"
         if name not in self._cache:
             if delta.exists(self.spark, table, self.settings.lake_root):
-                frame = delta.read(self.spark, table, self.settings.lake_root)
-                self._cache[name] = frame.groupBy(*by).count().withColumnRenamed("count", "rows").toPandas()
+                self._cache[name] = shape(delta.read(self.spark, table, self.settings.lake_root)).toPandas()
             else:
-                self._cache[name] = pd.DataFrame(columns=[*by, "rows"])
+                self._cache[name] = pd.DataFrame(columns=empty)
         return self._cache[name]
 
 

@@ -115,7 +115,8 @@ def as_lists(rows: DataFrame) -> dict[int, list[int]]:
 # Rows of one run of the operator: w an emitted window (a = window end, b = size, seq = the arrival
 # that emitted it, x = K in force), r a result (a = rank), l a late membership (a = ts, x = score),
 # c a cache decision (seq = the arrival after which it was made, a = progress, x/y/z = K_min, K_down,
-# K_up, text = {"move", "accuracy"}), s the new state and the figures (text, JSON; one row).
+# K_up, text = {"move", "accuracy"}), s the new state and the figures, with the number of rows of
+# each other kind (text, JSON; one row).
 STEP_SCHEMA = (
     "kind string, window_id long, seq long, a long, b long, x double, y double, z double, text string"
 )
@@ -181,7 +182,11 @@ def _operator_task(
         cols = [table.column(c).to_numpy(zero_copy_only=False) for c in ("seq", "ts", "score")]
         cols[2] = cols[2].astype(np.float64)
     rows = run_operator(cols[0], cols[1], cols[2], op)
-    figures = {"arrivals": int(cols[0].size), "unscored": int(np.isnan(cols[2]).sum())}
+    figures: dict[str, Any] = {
+        "arrivals": int(cols[0].size),
+        "unscored": int(np.isnan(cols[2]).sum()),
+        "rows": {kind: sum(r["kind"] == kind for r in rows) for kind in "wrlc"},  # what is to be written
+    }
     state = {"snapshot": op.snapshot(), "figures": figures, "k_min_us": float(op.op.cache.k_min_us),
              "state_rows": op.op.state_rows, "candidates": op.op.candidate_count}  # fmt: skip
     rows.append({"kind": "s", "text": json.dumps(state)})

@@ -55,15 +55,23 @@ def scan_summary(
     level: int, side: IntArray, ts: IntArray, d_r: IntArray, d_s: IntArray, carry: Carry, window_us: int
 ) -> Carry:
     """What a range of arrivals contributes to the carry of ``level``, given the lower levels' carry."""
-    p = progress(side, ts, d_r, d_s, carry, window_us)
-    keys = LEVEL_KEYS[level]
-    return {k: None if p[k].size == 0 or p[k][-1] == NEG else int(p[k][-1]) for k in keys}
+    return _last(progress(side, ts, d_r, d_s, carry, window_us), LEVEL_KEYS[level])
 
 
 def scan_fold(level: int, carry: Carry, summary: Carry) -> Carry:
     """The carry after a range, from the carry before it and the range's summary (maxima)."""
+    return _fold_maxima(carry, summary, LEVEL_KEYS[level])
+
+
+def _last(p: dict[str, IntArray], keys: tuple[str, ...]) -> Carry:
+    """Each key's value after a range's last arrival (None: not defined yet, or no arrival)."""
+    return {k: None if p[k].size == 0 or p[k][-1] == NEG else int(p[k][-1]) for k in keys}
+
+
+def _fold_maxima(carry: Carry, summary: Carry, keys: tuple[str, ...]) -> Carry:
+    """``carry`` with each of ``keys`` raised to the summary's value (None: nothing seen)."""
     out = dict(carry)
-    for k in LEVEL_KEYS[level]:
+    for k in keys:
         a, b = carry[k], summary[k]
         out[k] = b if a is None else a if b is None else max(a, b)
     return out
@@ -125,18 +133,9 @@ def kslack_summary(
     scheduled: tuple[IntArray, IntArray] | None = None,
 ) -> Carry:
     """What a range of arrivals contributes to the K-slack carry of ``level``."""
-    p = kslack_progress(side, ts, carry, adaptive, scheduled)
-    out: Carry = {}
-    for k in KSLACK_LEVEL_KEYS[level]:
-        last = p[k][-1] if p[k].size else NEG
-        out[k] = None if last == NEG else int(last)
-    return out
+    return _last(kslack_progress(side, ts, carry, adaptive, scheduled), KSLACK_LEVEL_KEYS[level])
 
 
 def kslack_fold(level: int, carry: Carry, summary: Carry) -> Carry:
     """The K-slack carry after a range (every level is a running maximum; K never falls)."""
-    out = dict(carry)
-    for k in KSLACK_LEVEL_KEYS[level]:
-        a, b = carry[k], summary[k]
-        out[k] = b if a is None else a if b is None else max(a, b)
-    return out
+    return _fold_maxima(carry, summary, KSLACK_LEVEL_KEYS[level])
