@@ -4,7 +4,8 @@ import subprocess
 import sys
 import time
 
-from outoforder.bench.longrun import MemorySampler, summarize
+from outoforder.bench.harness import MemorySampler
+from outoforder.bench.longrun import summarize
 
 MB = 2**20
 

@@ -4,6 +4,8 @@ from outoforder.sources.readers import make_reader, read_file
 from outoforder.sources.synthetic import (
     HALF_LENGTH_MM,
     HALF_WIDTH_MM,
+    KICKOFF_PS,
+    PS_PER_S,
     SYNTHETIC_STREAMS,
     SoccerConfig,
     generate_soccer,
@@ -50,3 +52,34 @@ def test_writing_the_same_play_twice_gives_identical_bytes(tmp_path):
     a = write_debs2013(tmp_path / "a.csv.gz", s.lines()).read_bytes()
     b = write_debs2013(tmp_path / "b.csv.gz", s.lines()).read_bytes()
     assert a == b
+
+
+def test_arrow_text_equals_the_per_line_text():
+    s = generate_soccer(SoccerConfig(seconds=0.5, seed=6))
+    order = np.random.default_rng(6).permutation(len(s)).astype(np.int64)
+    arrival = s.ts_ps + 1234
+    assert s.csv(order, arrival) == ("\n".join(s.lines(order, arrival)) + "\n").encode()
+    assert s.csv() == ("\n".join(s.lines()) + "\n").encode()
+
+
+def test_replay_parts_are_one_arrival_ordered_stream_of_every_generated_tuple(tmp_path):
+    from outoforder.stages.ingest.replay import write_replay_parts
+
+    r = write_replay_parts(tmp_path, "hpm_game1", 5.5, 3, part_s=2.0)
+    rows = np.concatenate([np.loadtxt(p, delimiter=",", dtype=np.int64, ndmin=2) for p in r.paths])
+    assert len(r.paths) == 3 and rows.shape == (r.tuples, 14)
+    assert (np.diff(rows[:, 13]) >= 0).all()  # arrival order across part boundaries
+    assert (rows[:, 13] >= rows[:, 1]).all()
+    # every piece's play, each tuple once; some arrive in the next part (the carry)
+    pieces = [
+        generate_soccer(SoccerConfig(seconds=sec, seed=3 * 100_003 + c, start_ps=s0))
+        for c, (sec, s0) in enumerate(
+            [(2.0, KICKOFF_PS), (2.0, KICKOFF_PS + 2 * PS_PER_S), (1.5, KICKOFF_PS + 4 * PS_PER_S)]
+        )
+    ]
+    want = np.concatenate([np.column_stack([p.ts_ps, p.sid]) for p in pieces])
+    got = rows[:, [1, 0]]
+    assert np.array_equal(got[np.lexsort(got.T[::-1])], want[np.lexsort(want.T[::-1])])
+    first = np.loadtxt(r.paths[0], delimiter=",", dtype=np.int64, ndmin=2)
+    assert (first[:, 13] < KICKOFF_PS + 2 * PS_PER_S).all() and len(first) < len(pieces[0])
+    assert write_replay_parts(tmp_path, "hpm_game1", 5.5, 3, part_s=2.0).paths == r.paths  # reused

@@ -16,7 +16,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m outoforder.bench", description=__doc__)
     p.add_argument(
         "name",
-        choices=["join", "aggregate", "theta", "topk", "mcf", "scaling", "reliability", "longrun"],
+        choices=["join", "aggregate", "theta", "topk", "mcf", "scaling", "reliability", "longrun", "scale"],
         help="which benchmark",
     )
     p.add_argument(
@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     from outoforder.stages.cli import configure_logging
 
     configure_logging(args.quiet)
-    from outoforder.bench import aggregate, join, longrun, mcf, reliability, scaling, theta, topk
+    from outoforder.bench import aggregate, join, longrun, mcf, reliability, scale, scaling, theta, topk
 
     benches: dict[str, Callable[..., int]] = {
         "join": join.main,
@@ -41,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         "scaling": scaling.main,
         "reliability": reliability.main,
         "longrun": longrun.main,
+        "scale": scale.main,
     }
     bench = benches[args.name]
     try:

@@ -8,6 +8,7 @@ import os
 import platform
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 from outoforder.config import REPO_ROOT
 
 DEFAULT_OUT = REPO_ROOT / "docs" / "benchmarks"
+SAMPLE_S = 0.2  # how often MemorySampler reads /proc
 
 
 def run_command(cmd: list[str], env: dict[str, str], what: str) -> str:
@@ -122,3 +124,90 @@ def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, 
             cells.append("–" if v is None else format(v, fmt) if fmt else str(v))
         body.append("| " + " | ".join(cells) + " |")
     return "\n".join([head, rule, *body])
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from each process's parent in /proc/<pid>/stat)."""
+    parent: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                stat = Path(entry.path, "stat").read_text()
+            except OSError:
+                continue  # ended while we looked
+            parent[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = [], [pid]
+    while frontier:
+        p = frontier.pop()
+        kids = [c for c, pp in parent.items() if pp == p]
+        found += kids
+        frontier += kids
+    return found
+
+
+def _memory_bytes(pid: int) -> int:
+    """The process's proportional set size (PSS), or its resident set where the kernel lacks PSS.
+
+    PSS splits each shared page between the processes that map it, so a sum over a process tree
+    counts it once: the JVM forking a helper would double its resident set, not its PSS.
+    """
+    for name, field in (("smaps_rollup", "Pss:"), ("status", "VmRSS:")):
+        try:
+            for line in Path(f"/proc/{pid}/{name}").read_text().splitlines():
+                if line.startswith(field):
+                    return int(line.split()[1]) * 1024
+        except OSError:
+            continue  # no such file here, or the process ended
+    return 0
+
+
+class MemorySampler:
+    """Resident memory of this process and of its descendants, sampled in a thread.
+
+    ``peak()`` gives the largest values since the last ``reset()``; ``trace`` every sample as
+    (seconds since start, driver bytes, descendants bytes).
+    """
+
+    def __init__(self, every_s: float = SAMPLE_S) -> None:
+        self.every_s = every_s
+        self.trace: list[tuple[float, int, int]] = []
+        self._peak = (0, 0, 0)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._t0 = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="memory-sampler", daemon=True)
+
+    def _run(self) -> None:
+        me = os.getpid()
+        kids: list[int] = []
+        n = 0
+        while not self._stop.is_set():
+            if n % 25 == 0:  # the process tree changes rarely (Python workers come and go)
+                kids = _descendants(me)
+            n += 1
+            driver, others = _memory_bytes(me), sum(_memory_bytes(k) for k in kids)
+            with self._lock:
+                self.trace.append((time.monotonic() - self._t0, driver, others))
+                a, b, c = self._peak
+                self._peak = (max(a, driver), max(b, others), max(c, driver + others))
+            self._stop.wait(self.every_s)
+
+    def start(self) -> MemorySampler:
+        """Start sampling (returns self)."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop sampling and wait for the thread."""
+        self._stop.set()
+        self._thread.join()
+
+    def reset(self) -> None:
+        """Start a new peak (the trace keeps every sample)."""
+        with self._lock:
+            self._peak = (0, 0, 0)
+
+    def peak(self) -> tuple[int, int, int]:
+        """(driver, descendants, both together) in bytes."""
+        with self._lock:
+            return self._peak

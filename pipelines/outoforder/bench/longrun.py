@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -29,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from outoforder.bench.harness import (
     DEFAULT_OUT,
+    SAMPLE_S,
+    MemorySampler,
     earlier_results,
     log,
     machine,
@@ -43,99 +44,13 @@ from outoforder.errors import StateError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from outoforder.stages.join.spec import JoinJob
+
 PRESET = "exponential:mean=0.05,late_prob=0.3"
 TUPLES = 10_000_000
 TUPLES_PER_PLAY_S = 10_800  # the synthetic game's rate (all sensors), measured on its generator
 INTERVAL_S = 60.0
 BUDGET_ROWS = 1_000_000
-SAMPLE_S = 0.2
-
-
-def _descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (from each process's parent in /proc/<pid>/stat)."""
-    parent: dict[int, int] = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                stat = Path(entry.path, "stat").read_text()
-            except OSError:
-                continue  # ended while we looked
-            parent[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found, frontier = [], [pid]
-    while frontier:
-        p = frontier.pop()
-        kids = [c for c, pp in parent.items() if pp == p]
-        found += kids
-        frontier += kids
-    return found
-
-
-def _memory_bytes(pid: int) -> int:
-    """The process's proportional set size (PSS), or its resident set where the kernel lacks PSS.
-
-    PSS splits each shared page between the processes that map it, so a sum over a process tree
-    counts it once: the JVM forking a helper would double its resident set, not its PSS.
-    """
-    for name, field in (("smaps_rollup", "Pss:"), ("status", "VmRSS:")):
-        try:
-            for line in Path(f"/proc/{pid}/{name}").read_text().splitlines():
-                if line.startswith(field):
-                    return int(line.split()[1]) * 1024
-        except OSError:
-            continue  # no such file here, or the process ended
-    return 0
-
-
-class MemorySampler:
-    """Resident memory of this process and of its descendants, sampled in a thread.
-
-    ``peak()`` gives the largest values since the last ``reset()``; ``trace`` every sample as
-    (seconds since start, driver bytes, descendants bytes).
-    """
-
-    def __init__(self, every_s: float = SAMPLE_S) -> None:
-        self.every_s = every_s
-        self.trace: list[tuple[float, int, int]] = []
-        self._peak = (0, 0, 0)
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._t0 = time.monotonic()
-        self._thread = threading.Thread(target=self._run, name="memory-sampler", daemon=True)
-
-    def _run(self) -> None:
-        me = os.getpid()
-        kids: list[int] = []
-        n = 0
-        while not self._stop.is_set():
-            if n % 25 == 0:  # the process tree changes rarely (Python workers come and go)
-                kids = _descendants(me)
-            n += 1
-            driver, others = _memory_bytes(me), sum(_memory_bytes(k) for k in kids)
-            with self._lock:
-                self.trace.append((time.monotonic() - self._t0, driver, others))
-                a, b, c = self._peak
-                self._peak = (max(a, driver), max(b, others), max(c, driver + others))
-            self._stop.wait(self.every_s)
-
-    def start(self) -> MemorySampler:
-        """Start sampling (returns self)."""
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop sampling and wait for the thread."""
-        self._stop.set()
-        self._thread.join()
-
-    def reset(self) -> None:
-        """Start a new peak (the trace keeps every sample)."""
-        with self._lock:
-            self._peak = (0, 0, 0)
-
-    def peak(self) -> tuple[int, int, int]:
-        """(driver, descendants, both together) in bytes."""
-        with self._lock:
-            return self._peak
 
 
 @dataclass(frozen=True)
@@ -146,18 +61,26 @@ class StreamStage:
     run: Callable[[SparkSession, Settings, str, int, int], Any]
 
 
+def narrow_join() -> JoinJob:
+    """The join of the long runs: 0.1 s and 0.5 m, about one result pair per tuple.
+
+    The default join (0.5 s, 2 m) makes about ten pairs per tuple: 100 million result rows over
+    ten million tuples, and the figures would measure the writing of result rows.
+    """
+    from outoforder.stages.join.spec import JoinJob
+
+    return JoinJob(window_us=100_000, theta=0.5)
+
+
 def stream_stages() -> list[StreamStage]:
     """The three stream stages with the jobs the long run gives them (the CLI's defaults, a narrower join)."""
     from outoforder.stages.aggregate.spec import AggJob
     from outoforder.stages.aggregate.stream import AggregateStream
-    from outoforder.stages.join.spec import JoinJob
     from outoforder.stages.join.stream import JoinStream
     from outoforder.stages.topk.spec import TopKJob
     from outoforder.stages.topk.stream import TopKStream
 
-    agg, topk = AggJob(), TopKJob()
-    # the default join (0.5 s, 2 m) makes about ten pairs per tuple: 100 million result rows here
-    join = JoinJob(window_us=100_000, theta=0.5)
+    agg, topk, join = AggJob(), TopKJob(), narrow_join()
     return [
         StreamStage(
             "aggregate-stream",
@@ -361,7 +284,7 @@ def _run_one(stage_name: str, work: Path, interval_s: float) -> int:
         msg = f"no arrivals of {source} in {settings.lake_root}"
         raise StateError(msg)
     (stage,) = [s for s in stream_stages() if s.name == stage_name]
-    for t in _stage_tables(stage.name):  # a fresh run of the stage on the reused bronze
+    for t in stage_tables(stage.name):  # a fresh run of the stage on the reused bronze
         shutil.rmtree(t.path(settings.lake_root), ignore_errors=True)
     sampler = MemorySampler().start()
     try:
@@ -502,7 +425,8 @@ def write_results(
     )
 
 
-def _stage_tables(name: str) -> tuple[Any, ...]:
+def stage_tables(name: str) -> tuple[Any, ...]:
+    """The tables a stream stage writes (a fresh run of the stage on a reused lake removes them)."""
     from outoforder.io import tables as T
 
     return {

@@ -70,6 +70,28 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def start_cluster(
+    folder: Path, env: dict[str, str], workers: int, cores: int
+) -> tuple[list[str], dict[str, str], str]:
+    """(Re)start the loopback cluster of ``infra/spark-cluster.sh`` on free ports, state in ``folder``.
+
+    Returns its command (``[*command, "stop"]`` stops it), the environment it needs and its master URL.
+    """
+    cenv = {
+        **env,
+        "OOO_SPARK_MASTER_PORT": str(_free_port()),
+        "OOO_SPARK_MASTER_UI_PORT": str(_free_port()),
+        "OOO_SPARK_WORKER_UI_PORT": "0",
+        "OOO_SPARK_CLUSTER_DIR": str(folder),
+    }
+    command = ["bash", str(REPO_ROOT / "infra" / "spark-cluster.sh")]
+    run_command([*command, "stop"], cenv, "stopping the cluster")
+    size = ["--workers", str(workers), "--cores", str(cores), "--memory", "3g"]
+    run_command([*command, "start", *size], cenv, "starting the cluster")
+    master = run_command([*command, "env"], cenv, "cluster env").split("'")[1]
+    return command, cenv, master
+
+
 def _stages(env: dict[str, str], config: Path, *args: str) -> str:
     return run_command(stage_command(config, *args), env, " ".join(args))
 
@@ -96,25 +118,16 @@ def main(
     base = {**os.environ, "OOO_WORK_DIR": str(work), "OOO_REPORTS_DIR": str(work / "reports")}
     log("scaling", f"ingesting a {seconds:g} s replay (hpm_game1) into {work / 'lake'}")
     _stages({**base, "OOO_LAKE_ROOT": str(work / "lake")}, config, "demo", "--steps", "replay")
-    cluster_env = {
-        **base,
-        "OOO_SPARK_MASTER_PORT": str(_free_port()),
-        "OOO_SPARK_MASTER_UI_PORT": str(_free_port()),
-        "OOO_SPARK_WORKER_UI_PORT": "0",
-        "OOO_SPARK_CLUSTER_DIR": str(work / "spark-cluster"),
-    }
-    cluster = ["bash", str(REPO_ROOT / "infra" / "spark-cluster.sh")]
     records: list[dict[str, Any]] = []
+    cluster: tuple[list[str], dict[str, str], str] | None = None
     reference: dict[str, Any] | None = None
     for c in CANDIDATES:
         lake = work / f"lake-{len(records)}"
         shutil.copytree(work / "lake", lake)
         env = {**base, "OOO_LAKE_ROOT": str(lake)}
         if c.master is None:
-            run_command([*cluster, "stop"], cluster_env, "stopping the cluster")
-            size = ["--workers", str(c.workers), "--cores", str(c.cores), "--memory", "3g"]
-            run_command([*cluster, "start", *size], cluster_env, "starting the cluster")
-            master = run_command([*cluster, "env"], cluster_env, "cluster env").split("'")[1]
+            cluster = start_cluster(work / "spark-cluster", base, c.workers, c.cores)
+            master = cluster[2]
         else:
             master = c.master
         env["OOO_SPARK_MASTER"] = master
@@ -134,7 +147,8 @@ def main(
             + ", ".join(f"{s} {rec[f'{s}_s']:.0f} s" for s in STEPS)
             + f", same output {rec['same_output']}",
         )
-    run_command([*cluster, "stop"], cluster_env, "stopping the cluster")
+    if cluster is not None:
+        run_command([*cluster[0], "stop"], cluster[1], "stopping the cluster")
     for r in records:
         r["vs_local"] = round(r["total_s"] / records[0]["total_s"], 2)
     meta = {

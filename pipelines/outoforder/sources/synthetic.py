@@ -103,6 +103,31 @@ class SoccerStream:
             out.append(base if arrival_ps is None else f"{base},{arrival_ps[i]}")
         return out
 
+    def csv(
+        self, order: npt.NDArray[np.int64] | None = None, arrival_ps: npt.NDArray[np.int64] | None = None
+    ) -> bytes:
+        """The text of :meth:`lines` (one line each, newline-terminated), written by Arrow in C++.
+
+        The same bytes as joining the lines with newlines (and one at the end), about three times
+        faster and without a Python string per row: replays of tens of millions of rows are written this way.
+        """
+        import pyarrow as pa
+        import pyarrow.csv as pacsv
+
+        idx = np.arange(len(self)) if order is None else order
+        zero = pa.array(np.zeros(idx.size, dtype=np.int64))
+        columns = [
+            self.sid[idx], self.ts_ps[idx], self.xyz_mm[idx, 0], self.xyz_mm[idx, 1], self.xyz_mm[idx, 2],
+            self.speed_um_s[idx], self.accel_um_s2[idx],
+        ]  # fmt: skip
+        arrays = [pa.array(np.ascontiguousarray(c)) for c in columns] + [zero] * 6
+        if arrival_ps is not None:
+            arrays.append(pa.array(np.ascontiguousarray(arrival_ps[idx])))
+        table = pa.Table.from_arrays(arrays, names=[f"c{i}" for i in range(len(arrays))])
+        sink = pa.BufferOutputStream()
+        pacsv.write_csv(table, sink, pacsv.WriteOptions(include_header=False, quoting_style="none"))
+        return bytes(sink.getvalue())
+
 
 def _track(
     rng: np.random.Generator, n: int, hz: int, home: npt.NDArray[np.float64], speed_scale: float
@@ -188,8 +213,11 @@ def generate_soccer(cfg: SoccerConfig) -> SoccerStream:
     )
 
 
-def write_debs2013(path: Path, lines: list[str]) -> Path:
-    """Write lines as a gzip DEBS 2013 file (the format :class:`Debs2013Reader` reads)."""
+def write_debs2013(path: Path, lines: list[str] | bytes) -> Path:
+    """Write lines (or their text, from :meth:`SoccerStream.csv`) as a gzip DEBS 2013 file.
+
+    The format :class:`Debs2013Reader` reads.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     # mtime=0 and no file name in the header: the same lines give the same bytes, hence the same
@@ -198,6 +226,6 @@ def write_debs2013(path: Path, lines: list[str]) -> Path:
         tmp.open("wb") as raw,
         gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=3) as fh,
     ):
-        fh.write(("\n".join(lines) + "\n").encode("utf-8"))
+        fh.write(lines if isinstance(lines, bytes) else ("\n".join(lines) + "\n").encode("utf-8"))
     tmp.replace(path)
     return path

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from outoforder.config import Settings
-from outoforder.errors import ConfigError, InputError, StateError
+from outoforder.errors import ConfigError, InputError
 from outoforder.stages.join.spec import METHODS, JoinJob
 from outoforder.stages.theta.spec import DEMO_JOB as THETA_JOB
 from outoforder.stages.topk.spec import DEMO_JOB as TOPK_JOB
@@ -228,25 +228,13 @@ def aggregates(spark: SparkSession, settings: Settings, source: str, run_name: s
 
 def theta(spark: SparkSession, settings: Settings, source: str, run_name: str | None) -> dict[str, Any]:
     """Step 8: a θ-join backfill over the replay's whole event-time range, and its completeness check."""
-    from pyspark.sql import functions as F
-
-    from outoforder.io import delta
-    from outoforder.io.tables import BRONZE
-    from outoforder.stages.theta.backfill import run_interval
+    from outoforder.stages.theta.backfill import event_range, run_interval
     from outoforder.stages.theta.validate import validate
 
     job = THETA_JOB
-    row = (
-        delta.read(spark, BRONZE, settings.lake_root)
-        .where(F.col("source") == source)
-        .agg(F.min("event_ts"), F.max("event_ts"))
-        .first()
-    )
-    if row is None or row[0] is None:
-        msg = f"no tuples of {source} in bronze"
-        raise StateError(msg)
+    first, last = event_range(spark, settings, source)
     w = job.window_us
-    start, end = int(row[0]) // w * w, (int(row[1]) // w + 1) * w
+    start, end = first // w * w, (last // w + 1) * w
     _announce(
         "theta",
         f"θ-join backfill (DAG theta_backfill) with FastThetaJoin: ball.x within 1 cm of team_a.x "

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from outoforder.errors import StateError
 from outoforder.io.conflicts import retry_on_conflict
 from outoforder.stages.theta.spec import ThetaJob
 
@@ -80,6 +81,25 @@ def _counts(bronze: DataFrame, job: ThetaJob) -> dict[tuple[int, str], tuple[int
 
 
 @retry_on_conflict
+def event_range(spark: SparkSession, settings: Settings, source: str) -> tuple[int, int]:
+    """The first and the last event time of ``source`` in bronze (µs); a StateError when it has none."""
+    from pyspark.sql import functions as F
+
+    from outoforder.io import delta
+    from outoforder.io.tables import BRONZE
+
+    row = (
+        delta.read(spark, BRONZE, settings.lake_root)
+        .where(F.col("source") == source)
+        .agg(F.min("event_ts"), F.max("event_ts"))
+        .first()
+    )
+    if row is None or row[0] is None:
+        msg = f"no tuples of {source} in bronze"
+        raise StateError(msg)
+    return int(row[0]), int(row[1])
+
+
 def run_interval(
     spark: SparkSession, settings: Settings, source: str, job: ThetaJob, start_us: int, end_us: int
 ) -> BackfillSummary:
