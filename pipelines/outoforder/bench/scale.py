@@ -44,7 +44,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from outoforder.bench.harness import DEFAULT_OUT, MemorySampler, log, machine, markdown_table, write_json
+from outoforder.bench.harness import (
+    DEFAULT_OUT,
+    SAMPLE_S,
+    MemorySampler,
+    log,
+    machine,
+    markdown_table,
+    run_command,
+    stage_command,
+    write_json,
+)
 from outoforder.bench.longrun import narrow_join
 from outoforder.bench.scaling import start_cluster
 from outoforder.config import REPO_ROOT, Settings, load_settings
@@ -125,7 +135,7 @@ def _interval_loop(
     from outoforder.stages.aggregate import validate as agg_check
     from outoforder.stages.aggregate.spec import AggJob
     from outoforder.stages.aggregate.stream import AggregateStream
-    from outoforder.stages.interval import pending_span, split_span
+    from outoforder.stages.interval import split_span
     from outoforder.stages.join import validate as join_check
     from outoforder.stages.join.spec import JoinJob
     from outoforder.stages.join.stream import JoinStream
@@ -161,7 +171,7 @@ def _interval_loop(
         def check(lo: int, hi: int) -> Any:
             return topk_check.validate(spark, settings, source, topk, fail=False, until_us=hi, since_us=lo)
 
-    span = pending_span(spark, settings, source, None)
+    span: tuple[int, int] | None = stage.pending_span()  # its tables were removed: from the first arrival
     if span is None:
         msg = f"no arrivals of {source} in {settings.lake_root}"
         raise StateError(msg)
@@ -287,7 +297,9 @@ def _run_part(part: str, work: Path) -> int:
         "peak_pss_jvm_workers_mb": max((o for _, _, o in sampler.trace), default=0) >> 20,
         **extra,
     }
-    trace = [(round(t, 1), d >> 20, o >> 20) for t, d, o in sampler.trace[::5]]
+    trace = [
+        (round(t, 1), d >> 20, o >> 20) for t, d, o in sampler.trace[:: max(1, round(1 / SAMPLE_S))]
+    ]  # one sample a second
     (work / f"{part}.json").write_text(json.dumps({"total": total, "records": records, "trace": trace}))
     return 0
 
@@ -315,7 +327,6 @@ def _one_run(
     root: Path, name: str, label: str, tuples: int, parts: list[str], quick: bool
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Generate (or reuse) the replay, run the chosen parts as processes; their records and run facts."""
-    from outoforder.bench.harness import run_command, stage_command
     from outoforder.stages.ingest.replay import write_replay_parts
 
     seconds = float(-(-tuples // TUPLES_PER_PLAY_S))

@@ -121,8 +121,8 @@ def write_replay_parts(
         tmp.write_bytes(play.csv(order[:cut], arrival_ps))
         tmp.replace(path)
         paths_out.append(path)
-        rest = order[cut:]
-        carry = (_take(play, np.sort(rest)), arrival_ps[np.sort(rest)]) if rest.size else None
+        rest = np.sort(order[cut:])  # generation order, so that ties keep it in the next part
+        carry = (_take(play, rest), arrival_ps[rest]) if rest.size else None
         if c % 10 == 0 or c == pieces - 1:
             log.info("[replay] part %d/%d written: %s tuples so far", c + 1, pieces, f"{tuples:,}")
     report = {
