@@ -8,9 +8,9 @@ computed in Spark tasks:
   the state carried from the previous batch (:mod:`outoforder.core.joins.scan`, run by
   :func:`outoforder.spark.scan.carried_scan`: one task, or ranges of arrivals with carries);
 - each arrival probes the tuples still buffered from earlier batches plus the earlier arrivals of
-  its own batch, through an equi-join on the predicate's buckets (the key, or the 3 x 3 cells of
-  side theta around its position) and on the 3 event-time slots of width w around its ts, then
-  the predicate itself; a candidate is emitted iff it
+  its own batch, through an equi-join on the predicate's buckets (the key, or the cells of side
+  2θ its θ-disc meets) and on the two event-time slots of width 2w its ±w range meets, then the
+  predicate itself; a candidate is emitted iff it
   is on the other stream, arrived earlier, and ``candidate.ts >= H_side(arrival)``;
 - the new buffer keeps the tuples with ``ts >= H`` at the end of the batch.
 
@@ -78,35 +78,45 @@ class QJoinState:
         return cls(None, None, None, None, spark.createDataFrame([], TUPLE_SCHEMA))
 
 
-def _buckets(df: DataFrame, query: JoinQuery, probe: bool) -> DataFrame:
-    """Bucket columns (b1, b2, b3): the key or theta-sized cells, and w-wide slots of event time.
+def _floor_div(value: str, width: int) -> Column:
+    """floor(value / width) of a long column expression, exact in integers."""
+    return F.expr(f"(({value}) - pmod({value}, {width})) div {width}")
 
-    A probe explodes to its neighbouring buckets (3 slots; with the distance predicate, 3 x 3 cells
-    in each), so the equi-join finds every candidate within w and theta. The time slot keeps the
-    join linear in the batch's length: without it every probe meets its cell's whole batch.
+
+def _buckets(df: DataFrame, query: JoinQuery, probe: bool) -> DataFrame:
+    """Bucket columns (b1, b2, b3): the key or square cells of side 2θ, and slots of event time 2w wide.
+
+    A tuple lies in one bucket; a probe explodes to every bucket its range (±w in time, ±θ in x
+    and y) meets, so the equi-join finds each candidate of the predicate in exactly one bucket.
+    With buckets twice the range's half-width the range meets two slots, and two cells per axis
+    (three when rounding puts a bound on a cell edge): about 2 x 2 x 2 = 8 copies of a probe with
+    the distance predicate and 2 with the key, where buckets as wide as the half-width need
+    3 x 3 x 3 = 27 (and 3). Copies are what the join shuffles and sorts; the larger buckets only
+    add comparisons inside a bucket, which cost less. The time slot keeps the join linear in the
+    batch's length: without it every probe meets its cell's whole batch.
     """
-    width = max(query.window_us, 1)
-    slot = F.expr(f"(ts - pmod(ts, {width})) div {width}")  # floor(ts / w), exact in integers
-    steps = F.array(*[F.lit(o) for o in (-1, 0, 1)])
+    w = query.window_us
+    width = max(2 * w, 1)
     if query.predicate == "key":
         df = df.withColumn("b1", F.col("key")).withColumn("b2", F.lit(0).cast("long"))
     else:
-        size = query.theta if query.theta > 0 else 1.0
-        cx = F.floor(F.col("x") / F.lit(size)).cast("long")
-        cy = F.floor(F.col("y") / F.lit(size)).cast("long")
+        size = 2 * query.theta if query.theta > 0 else 1.0
+        # the range's bounds widened by a hair, so that rounding can only add a cell, never lose one
+        reach = query.theta * (1 + 1e-9) + 1e-12
+
+        def cell(v: Column) -> Column:
+            return F.floor(v / F.lit(size)).cast("long")
+
         if probe:
-            df = (
-                df.withColumn("dx_", F.explode(steps))
-                .withColumn("dy_", F.explode(steps))
-                .withColumn("b1", cx + F.col("dx_"))
-                .withColumn("b2", cy + F.col("dy_"))
-                .drop("dx_", "dy_")
-            )
+            for axis, b in (("x", "b1"), ("y", "b2")):
+                near = F.sequence(cell(F.col(axis) - F.lit(reach)), cell(F.col(axis) + F.lit(reach)))
+                df = df.withColumn(b, F.explode(near))
         else:
-            df = df.withColumn("b1", cx).withColumn("b2", cy)
+            df = df.withColumn("b1", cell(F.col("x"))).withColumn("b2", cell(F.col("y")))
     if not probe:
-        return df.withColumn("b3", slot)
-    return df.withColumn("dt_", F.explode(steps)).withColumn("b3", slot + F.col("dt_")).drop("dt_")
+        return df.withColumn("b3", _floor_div("ts", width))
+    near = F.sequence(_floor_div(f"ts - {w}", width), _floor_div(f"ts + {w}", width))
+    return df.withColumn("b3", F.explode(near))
 
 
 def _same_bucket() -> Column:
@@ -128,7 +138,7 @@ def exact_pairs(df: DataFrame, query: JoinQuery) -> DataFrame:
     """Every pair of ``df``'s tuples that satisfies ``query``, whatever their arrival order: the exact join.
 
     The Spark twin of :func:`outoforder.core.joins.query.exact_join`: an equi-join of R's probes
-    (exploded to their neighbouring buckets) with S's tuples on the key or cell and the time slot,
+    (exploded to the buckets their range meets) with S's tuples on the key or cell and the time slot,
     then the predicate; each pair meets in exactly one bucket, so it is found once. Input columns
     ``seq``, ``side``, ``ts``, ``x``, ``y``, ``key``; output ``r_seq``, ``s_seq``, ``r_ts``, ``s_ts``.
     """
