@@ -77,6 +77,18 @@ def test_intervals_equal_one_run_rerun_changes_nothing_and_gx_passes(spark, sett
 
     judged = window_accuracy(spark, settings, SOURCE, JOB).toPandas()
     assert judged["accounted"].all() and (judged["emissions"] <= 1).all()
+    # "all late" by its definition: every scored member of the window has a late row for it
+    late = table(spark, settings, TOPK_LATE).groupby("window_id")["seq"].agg(set).to_dict()
+    members: dict[int, set[int]] = {}
+    for seq, (ts, v) in enumerate(zip(frame["event_ts"], frame["value"], strict=True)):
+        if not np.isnan(v):
+            for w in JOB.windows().ids_of(int(ts)):
+                members.setdefault(int(w), set()).add(seq)
+    want_late = {w: m <= late.get(w, set()) for w, m in members.items()}
+    assert dict(zip(judged["window_id"], judged["all_late"], strict=True)) == {
+        w: want_late[w] for w in judged["window_id"]
+    }
+    assert not judged["all_late"].all()
     closed = judged[judged["closed"]]
     assert len(closed) > 10 and closed["hit_rate"].mean() >= JOB.eps_min
     # a check over a data interval judges the windows emitted or closed in it, as a full check then would

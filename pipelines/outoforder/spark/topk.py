@@ -35,7 +35,7 @@ from outoforder.core.topk.operator import TopK, TopKQuery
 from outoforder.core.windows.assign import Windows
 from outoforder.errors import ConfigError
 from outoforder.spark.rows import arrow_schema
-from outoforder.spark.windows import memberships
+from outoforder.spark.windows import memberships, pane_start
 
 
 def _ranked(members: DataFrame, k: int) -> DataFrame:
@@ -55,8 +55,21 @@ def _members(df: DataFrame, windows: Windows) -> DataFrame:
 
 
 def window_topk(df: DataFrame, windows: Windows, k: int) -> DataFrame:
-    """The exact top-k of every window holding a tuple (score descending, then seq ascending)."""
-    return _ranked(_members(df, windows), k)
+    """The exact top-k of every window holding a tuple (score descending, then seq ascending).
+
+    Two rankings instead of one over every membership: first the top-k of every *pane* (the
+    ``gcd(size, slide)`` slices every window is made of), then the top-k of every window over its
+    panes' top-k. Exact, because the order is total (``seq`` breaks ties): a tuple among a window's
+    k best is among its pane's k best. A tuple belongs to ``size / slide`` windows (12 for a minute
+    sliding by 5 s) but only the panes' k best are copied to each window.
+    """
+    best = _ranked(
+        df.select("seq", "ts", "score", pane_start(F.col("ts"), windows).alias("window_id")), k
+    ).withColumnRenamed("window_id", "start")
+    return _ranked(
+        best.select("seq", "ts", "score", F.explode(memberships(best, windows, "start")).alias("window_id")),
+        k,
+    )
 
 
 def _due_window(ts: Column, windows: Windows, cache_us: int) -> Column:

@@ -20,6 +20,7 @@ per arrival.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -120,6 +121,29 @@ def memberships(df: DataFrame, windows: Windows, ts: str = "ts") -> Column:
     return F.sequence(
         _floor_div(F.col(ts) - F.lit(windows.size_us), windows.slide_us) + 1,
         _floor_div(F.col(ts), windows.slide_us),
+    )
+
+
+def pane_start(ts: Column, windows: Windows) -> Column:
+    """The start of the pane holding ``ts``: panes are the ``gcd(size, slide)`` slices windows are made of.
+
+    A pane lies inside exactly the windows that hold its start, so per-pane partial results (counts,
+    top-k) reach every window of their rows by :func:`memberships` of the start alone.
+    """
+    pane_us = math.gcd(windows.size_us, windows.slide_us)
+    return _floor_div(ts, pane_us) * F.lit(pane_us)
+
+
+def pane_counts(df: DataFrame, windows: Windows, ts: str = "ts") -> DataFrame:
+    """``(window_id, members)``: the rows of every window holding one, counted per pane then summed.
+
+    Each row is counted once, not copied to each of the ``size / slide`` windows it belongs to.
+    """
+    per_pane = df.groupBy(pane_start(F.col(ts), windows).alias("start")).agg(F.count("*").alias("n"))
+    return (
+        per_pane.select("n", F.explode(memberships(per_pane, windows, "start")).alias("window_id"))
+        .groupBy("window_id")
+        .agg(F.sum("n").alias("members"))
     )
 
 

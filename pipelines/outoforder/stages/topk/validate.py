@@ -126,7 +126,7 @@ def window_accuracy(
     from outoforder.io import delta
     from outoforder.io.tables import BRONZE, TOPK_LATE, TOPK_RESULTS, TOPK_WINDOWS
     from outoforder.spark.topk import window_topk
-    from outoforder.spark.windows import memberships
+    from outoforder.spark.windows import pane_counts
 
     jid = job.job_id()
     j = judged_windows(spark, settings, source, job, until_us, since_us)
@@ -151,13 +151,20 @@ def window_accuracy(
     )
     emitted = delta.read(spark, TOPK_WINDOWS, settings.lake_root).where(mine & judged)
     counts = emitted.groupBy("window_id").agg(F.count("*").alias("emissions"))
-    members = tuples.select("seq", F.explode(memberships(tuples, job.windows())).alias("window_id"))
-    late = delta.read(spark, TOPK_LATE, settings.lake_root).where(mine & judged).select("seq", "window_id")
-    all_late = (
-        members.where(judged)
-        .join(late.withColumn("was_late", F.lit(True)), ["seq", "window_id"], "left")
+    # a window's tuples are all late when it has as many late rows (among the tuples judged) as
+    # members; members are counted per pane and summed, not copied to each of their windows
+    members = pane_counts(tuples, job.windows()).where(judged)
+    late = (
+        delta.read(spark, TOPK_LATE, settings.lake_root)
+        .where(mine & judged)
+        .select("seq", "window_id")
+        .distinct()
+        .join(tuples.select("seq"), "seq", "left_semi")
         .groupBy("window_id")
-        .agg(F.min(F.coalesce("was_late", F.lit(False))).alias("all_late"))
+        .agg(F.count("*").alias("late"))
+    )
+    all_late = members.join(late, "window_id", "left").select(
+        "window_id", (F.coalesce("late", F.lit(0)) == F.col("members")).alias("all_late")
     )
     return (
         all_late.join(hits, "window_id", "left")
