@@ -92,16 +92,8 @@ def _config(work: Path) -> Path:
 
 def executor_metrics(spark: SparkSession) -> dict[str, Any]:
     """Spark's own totals per executor (tasks, task time, GC, input, shuffle) from its REST API."""
-    sc = spark.sparkContext
-    url = sc.uiWebUrl
-    if not url:
-        return {}
-    with urllib.request.urlopen(
-        f"{url}/api/v1/applications/{sc.applicationId}/allexecutors", timeout=30
-    ) as r:
-        rows = json.loads(r.read())
     out = {}
-    for e in rows:
+    for e in _rest(spark, "allexecutors") or []:
         out[e["id"]] = {
             "tasks": e["totalTasks"],
             "task_s": round(e["totalDuration"] / 1000, 1),
@@ -112,6 +104,37 @@ def executor_metrics(spark: SparkSession) -> dict[str, Any]:
             "cores": e["totalCores"],
         }
     return out
+
+
+def _rest(spark: SparkSession, path: str) -> Any:
+    """One answer of Spark's REST API for this application (None with the UI off)."""
+    sc = spark.sparkContext
+    if not sc.uiWebUrl:
+        return None
+    with urllib.request.urlopen(
+        f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/{path}", timeout=30
+    ) as r:
+        return json.loads(r.read())
+
+
+def input_bytes(spark: SparkSession) -> int:
+    """Bytes every executor has read from files so far (Spark's own input metric)."""
+    return sum(e["totalInputBytes"] for e in _rest(spark, "allexecutors") or [])
+
+
+def heaviest_stages(spark: SparkSession, top: int = 12) -> list[dict[str, Any]]:
+    """Spark's stages grouped by their call site, the ``top`` heaviest by task time: where the time went."""
+    by: dict[str, dict[str, Any]] = {}
+    for st in _rest(spark, "stages") or []:
+        g = by.setdefault(
+            st["name"], {"name": st["name"], "stages": 0, "tasks": 0, "task_s": 0.0, "input_mb": 0.0}
+        )
+        g["stages"] += 1
+        g["tasks"] += st["numTasks"]
+        g["task_s"] += st["executorRunTime"] / 1000
+        g["input_mb"] += st["inputBytes"] / 2**20
+    rows = sorted(by.values(), key=lambda g: -g["task_s"])[:top]
+    return [g | {"task_s": round(g["task_s"], 1), "input_mb": round(g["input_mb"])} for g in rows]
 
 
 def _driver_cpu_s() -> float:
@@ -180,6 +203,7 @@ def _interval_loop(
     done = 0
     for i, (lo, hi) in enumerate(split_span(*span, step)):
         sampler.reset()
+        read0 = input_bytes(spark)
         t0 = time.monotonic()
         stage.before_interval(lo)  # join: the adaptation, at its cadence
         summary = stage.run_interval(lo, hi)
@@ -187,6 +211,7 @@ def _interval_loop(
         t1 = time.monotonic()
         check(lo, hi)
         t2 = time.monotonic()
+        read1 = input_bytes(spark)
         done += summary.arrivals
         rec = {
             "part": part,
@@ -197,6 +222,7 @@ def _interval_loop(
             "seconds": round(t2 - t0, 2),
             "full_interval": hi - lo == step,
             "state_rows": int(summary.state_rows),
+            "input_mb": round((read1 - read0) / 2**20),
             **_peak(sampler),
         }
         records.append(rec)
@@ -285,6 +311,7 @@ def _run_part(part: str, work: Path) -> int:
         seconds = time.monotonic() - t0
         cpu = _driver_cpu_s() - cpu0
         metrics = executor_metrics(spark)
+        heaviest = heaviest_stages(spark)
         spark.stop()
         sampler.stop()
     total = {
@@ -293,6 +320,7 @@ def _run_part(part: str, work: Path) -> int:
         "process_s": round(time.monotonic() - t_start, 1),
         "python_driver_cpu_s": round(cpu, 1),
         "executors": metrics,
+        "heaviest_stages": heaviest,
         "peak_pss_driver_mb": max((d for _, d, _ in sampler.trace), default=0) >> 20,
         "peak_pss_jvm_workers_mb": max((o for _, _, o in sampler.trace), default=0) >> 20,
         **extra,
