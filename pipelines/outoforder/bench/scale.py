@@ -17,7 +17,10 @@ the pipeline in a process of its own, as Airflow starts a stage:
 5. ``topk``: the continuous top-k with ``validate-topk`` over each interval;
 6. ``theta``: the θ-join backfill (the main job's job) in 60 s event-time slices, each checked,
    over the first ``THETA_SPAN_S`` seconds of play;
-7. ``report``: the data-quality report.
+7. ``report``: the data-quality report;
+8. ``sss-join`` and ``sss-aggregate``: Spark Structured Streaming's own stream-stream join and
+   windowed aggregation of the same queries over bronze, one part per micro-batch, as the
+   throughput anchor (they drop what is behind their watermark and judge nothing).
 
 ``spark.driver.maxResultSize`` is 64m: a stage that collected the history would fail the run.
 The Python driver's and the JVM's memory (PSS) are sampled every 0.2 s; Spark's own executor
@@ -71,8 +74,10 @@ INTERVAL_S = 60.0  # the stream DAGs' schedule
 ADAPT_EVERY_S = 600.0  # the join_adapt DAG's schedule
 THETA_SPAN_S = 600.0
 MAX_RESULT = "64m"
-PARTS = ("ingest", "stats", "join", "aggregate", "topk", "theta", "report")
+SSS_WATERMARK_S = 1.0  # the anchor's watermark delay: late tuples' mean delay in the replay is 34 ms
+PARTS = ("ingest", "stats", "join", "aggregate", "topk", "theta", "report", "sss-join", "sss-aggregate")
 STREAM_PARTS = ("join", "aggregate", "topk")
+SSS_PARTS = ("sss-join", "sss-aggregate")  # Structured Streaming's own operators: the throughput anchor
 
 
 def _settings(work: Path) -> Settings:
@@ -271,6 +276,78 @@ def _theta(
     return records
 
 
+def _sss(spark: SparkSession, settings: Settings, part: str, source: str, work: Path) -> list[dict[str, Any]]:
+    """Structured Streaming's stream-stream join or windowed aggregation over bronze, one file a batch.
+
+    What a Spark user would run instead of the stream stages: bronze read as a Delta stream, one
+    part (60 s of arrivals) per micro-batch, a watermark of ``SSS_WATERMARK_S``, the same query as
+    the stage (the narrow join, with event-time slots in its equality; the aggregates' default
+    windows) and its output appended to a
+    Delta table. Rows behind the watermark are dropped: this is an anchor for throughput, not
+    for recall. One record per micro-batch, from the query's own progress reports.
+    """
+    from pyspark.sql import functions as F
+
+    from outoforder.bench.sss_agg import windowed
+    from outoforder.bench.sss_join import join_streams
+    from outoforder.io.tables import BRONZE
+    from outoforder.stages.aggregate.spec import AggJob
+
+    out, ckpt = work / "sss" / part, work / "sss" / f"{part}.checkpoint"
+    for p in (out, ckpt):
+        shutil.rmtree(p, ignore_errors=True)
+    spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "10000")
+    watermark = round(SSS_WATERMARK_S * 1e6)
+
+    def bronze(streams: tuple[str, ...]) -> Any:
+        df = (
+            spark.readStream.format("delta")
+            .option("maxFilesPerTrigger", 1)
+            .load(BRONZE.path(settings.lake_root))
+            .where(F.col("source") == source)
+        )
+        if streams:
+            df = df.where(F.col("stream").isin(*streams))
+        return df.select(
+            F.col("arrival_seq").alias("seq"), F.col("event_ts").alias("ts_us"), "x", "y",
+            F.xxhash64("key").alias("key"), F.col("value").alias("v"),
+        )  # fmt: skip
+
+    if part == "sss-join":
+        job = narrow_join()
+        result = join_streams(
+            bronze(job.r_streams), bronze(job.s_streams), job.query(), watermark, slots=True
+        )
+    else:
+        agg = AggJob()
+        result = windowed(bronze(agg.streams), agg.query().windows, agg.aggregate, watermark)
+    query = (
+        result.writeStream.format("delta")
+        .outputMode("append")
+        .option("checkpointLocation", str(ckpt))
+        .trigger(availableNow=True)
+        .start(str(out))
+    )
+    query.awaitTermination()
+    records = []
+    for i, prog in enumerate(query.recentProgress):
+        seconds = prog["durationMs"].get("triggerExecution", 0) / 1000
+        rows = int(prog.get("numInputRows", 0))
+        if not rows:
+            continue
+        state = prog.get("stateOperators") or [{}]
+        records.append(
+            {
+                "part": part, "interval": i, "arrivals": rows, "stage_s": round(seconds, 2), "check_s": 0.0,
+                "seconds": round(seconds, 2), "full_interval": True,
+                "state_rows": int(sum(op.get("numRowsTotal", 0) for op in state)),
+                "dropped_by_watermark": int(sum(op.get("numRowsDroppedByWatermark", 0) for op in state)),
+            }
+        )  # fmt: skip
+        log("scale", f"{part} batch {i}: {rows:,} rows, {seconds:.1f} s")
+    return records
+
+
 def _run_part(part: str, work: Path) -> int:
     """Child process: one part of the pipeline; its records, totals and memory to ``<part>.json``."""
     from outoforder.spark.session import get_spark
@@ -303,6 +380,8 @@ def _run_part(part: str, work: Path) -> int:
             records = _interval_loop(spark, settings, part, source, sampler)
         elif part == "theta":
             records = _theta(spark, settings, source, sampler)
+        elif part in SSS_PARTS:
+            records = _sss(spark, settings, part, source, work)
         else:
             from outoforder.quality.report import build_reports
 
@@ -435,8 +514,9 @@ def summarize(records: list[dict[str, Any]], runs: dict[str, Any]) -> list[dict[
             rate = facts["tuples"] / facts["play_s"]
             seconds = r["seconds"]
             covered = facts["play_s"]
-            if r["part"] in STREAM_PARTS:
+            if r["part"] in STREAM_PARTS + SSS_PARTS:
                 seconds = sum(i["seconds"] for i in r["intervals"])
+            if r["part"] in STREAM_PARTS:
                 row["check_share"] = round(sum(i["check_s"] for i in r["intervals"]) / seconds, 2)
             elif r["part"] == "theta":
                 seconds = sum(i["seconds"] for i in r["intervals"])
@@ -474,7 +554,7 @@ def plot(records: list[dict[str, Any]], runs: dict[str, Any], out: Path) -> None
 
     fig, axes = plt.subplots(2, 1, figsize=(9, 8))
     for r in records:
-        if "failed" in r or r["part"] not in STREAM_PARTS:
+        if "failed" in r or r["part"] not in STREAM_PARTS + SSS_PARTS:
             continue
         ivs = r["intervals"]
         label = f"{r['part']} ({runs[r['run']]['label']})"

@@ -69,19 +69,9 @@ def write_batches(ts: IntArray, values: FloatArray, bounds: list[int], folder: P
     os.utime(path, (t0 + end, t0 + end))
 
 
-def run_sss_aggregate(
-    spark: SparkSession,
-    ts: IntArray,
-    values: FloatArray,
-    windows: Windows,
-    aggregate: str,
-    bounds: list[int],
-    watermark_us: int,
-    workdir: Path,
-) -> SssAggRun:
-    """Run the windowed aggregation over the micro-batches ``[bounds[i], bounds[i + 1])``."""
+def windowed(df: DataFrame, windows: Windows, aggregate: str, watermark_us: int) -> DataFrame:
+    """The windowed aggregation of a stream (columns ts_us, v) with a watermark: (start_us, value)."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import DoubleType, LongType, StructField, StructType
 
     kind, q = parse_aggregate(aggregate)
     agg = {
@@ -93,6 +83,27 @@ def run_sss_aggregate(
     }.get(kind)
     if agg is None:  # quantiles: Spark's exact percentile of the window's values
         agg = F.percentile_disc("v", F.lit(q)) if hasattr(F, "percentile_disc") else F.percentile("v", q)
+    df = df.withColumn("ts", F.timestamp_micros("ts_us")).withWatermark(
+        "ts", f"{max(watermark_us // 1000, 0)} milliseconds"
+    )
+    win = F.window("ts", f"{windows.size_us} microseconds", f"{windows.slide_us} microseconds")
+    out = df.groupBy(win.alias("w")).agg(agg.alias("value"))
+    return out.select(F.unix_micros(F.col("w.start")).alias("start_us"), "value")
+
+
+def run_sss_aggregate(
+    spark: SparkSession,
+    ts: IntArray,
+    values: FloatArray,
+    windows: Windows,
+    aggregate: str,
+    bounds: list[int],
+    watermark_us: int,
+    workdir: Path,
+) -> SssAggRun:
+    """Run the windowed aggregation over the micro-batches ``[bounds[i], bounds[i + 1])``."""
+    from pyspark.sql.types import DoubleType, LongType, StructField, StructType
+
     schema = StructType(
         [StructField("seq", LongType()), StructField("ts_us", LongType()), StructField("v", DoubleType())]
     )
@@ -102,12 +113,7 @@ def run_sss_aggregate(
     if not data.exists() or len(list(data.glob("*.parquet"))) != len(bounds):
         write_batches(ts, values, bounds, data)
     df = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(data))
-    df = df.withColumn("ts", F.timestamp_micros("ts_us")).withWatermark(
-        "ts", f"{max(watermark_us // 1000, 0)} milliseconds"
-    )
-    win = F.window("ts", f"{windows.size_us} microseconds", f"{windows.slide_us} microseconds")
-    out = df.groupBy(win.alias("w")).agg(agg.alias("value"))
-    out = out.select(F.unix_micros(F.col("w.start")).alias("start_us"), "value")
+    out = windowed(df, windows, aggregate, watermark_us)
     emitted: list[pd.DataFrame] = []
 
     def collect(batch: DataFrame, batch_id: int) -> None:

@@ -74,6 +74,47 @@ def write_batches(inp: JoinInput, bounds: list[int], folder: Path) -> None:
             os.utime(path, (t0 + b, t0 + b))
 
 
+def join_streams(
+    r: DataFrame, s: DataFrame, query: JoinQuery, watermark_us: int, slots: bool = False
+) -> DataFrame:
+    """The stream-stream join of R's and S's streams (columns seq, ts_us, x, y, key): (r_seq, s_seq).
+
+    Spark's stream-stream join matches on the equality only and applies the time range after, so
+    a micro-batch of a minute meets a minute of state per key. ``slots`` adds an event-time slot
+    2w wide to the equality (R's rows repeated for the two slots their ±w range meets), as a user
+    would for long micro-batches.
+    """
+    from pyspark.sql import functions as F
+
+    def timed(df: DataFrame) -> DataFrame:
+        df = df.withColumn("ts", F.timestamp_micros("ts_us"))
+        return df.withWatermark("ts", f"{max(watermark_us // 1000, 0)} milliseconds")
+
+    r, s = timed(r), timed(s)
+    if query.predicate == "distance":
+        strip = query.theta if query.theta > 0 else 1.0
+        r = r.withColumn("jk", F.explode(F.array(*[F.floor(F.col("x") / strip) + o for o in (-1, 0, 1)])))
+        s = s.withColumn("jk", F.floor(F.col("x") / strip))
+    else:
+        r = r.withColumn("jk", F.col("key"))
+        s = s.withColumn("jk", F.col("key"))
+    if slots:
+        width = max(2 * query.window_us, 1)
+        near = F.sequence(
+            F.floor((F.col("ts_us") - query.window_us) / width),
+            F.floor((F.col("ts_us") + query.window_us) / width),
+        )
+        r = r.withColumn("slot", F.explode(near)).withColumn("jk", F.struct("jk", "slot"))
+        s = s.withColumn("jk", F.struct("jk", F.floor(F.col("ts_us") / width).alias("slot")))
+    r = r.select(*[F.col(c).alias(f"r_{c}") for c in ("seq", "ts", "x", "y", "jk")])
+    s = s.select(*[F.col(c).alias(f"s_{c}") for c in ("seq", "ts", "x", "y", "jk")])
+    w = f"INTERVAL {query.window_us} MICROSECONDS"
+    cond = F.expr(f"r_jk = s_jk AND s_ts >= r_ts - {w} AND s_ts <= r_ts + {w}")
+    if query.predicate == "distance":
+        cond = cond & F.expr(f"(r_x - s_x) * (r_x - s_x) + (r_y - s_y) * (r_y - s_y) <= {query.theta**2!r}")
+    return r.join(s, cond).select("r_seq", "s_seq")
+
+
 def run_sss_join(
     spark: SparkSession,
     inp: JoinInput,
@@ -84,7 +125,6 @@ def run_sss_join(
     samples: int = 12,
 ) -> SssRun:
     """Run the stream-stream join over the micro-batches ``[bounds[i], bounds[i + 1])``."""
-    from pyspark.sql import functions as F
     from pyspark.sql.types import DoubleType, LongType, StructField, StructType
 
     schema = StructType(
@@ -104,26 +144,9 @@ def run_sss_join(
         write_batches(inp, bounds, data)
 
     def stream(name: str) -> DataFrame:
-        df = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(data / name))
-        df = df.withColumn("ts", F.timestamp_micros("ts_us"))
-        return df.withWatermark("ts", f"{max(watermark_us // 1000, 0)} milliseconds")
+        return spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(data / name))
 
-    r = stream("r")
-    s = stream("s")
-    if query.predicate == "distance":
-        strip = query.theta if query.theta > 0 else 1.0
-        r = r.withColumn("jk", F.explode(F.array(*[F.floor(F.col("x") / strip) + o for o in (-1, 0, 1)])))
-        s = s.withColumn("jk", F.floor(F.col("x") / strip))
-    else:
-        r = r.withColumn("jk", F.col("key"))
-        s = s.withColumn("jk", F.col("key"))
-    r = r.select(*[F.col(c).alias(f"r_{c}") for c in ("seq", "ts", "x", "y", "jk")])
-    s = s.select(*[F.col(c).alias(f"s_{c}") for c in ("seq", "ts", "x", "y", "jk")])
-    w = f"INTERVAL {query.window_us} MICROSECONDS"
-    cond = F.expr(f"r_jk = s_jk AND s_ts >= r_ts - {w} AND s_ts <= r_ts + {w}")
-    if query.predicate == "distance":
-        cond = cond & F.expr(f"(r_x - s_x) * (r_x - s_x) + (r_y - s_y) * (r_y - s_y) <= {query.theta**2!r}")
-    joined = r.join(s, cond).select("r_seq", "s_seq")
+    joined = join_streams(stream("r"), stream("s"), query, watermark_us)
     # keep every batch's state version, so that the state reader can look back afterwards
     spark.conf.set("spark.sql.streaming.minBatchesToRetain", str(len(bounds) + 1))
     t0 = time.monotonic()
