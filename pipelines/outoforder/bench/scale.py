@@ -64,7 +64,7 @@ from outoforder.config import REPO_ROOT, Settings, load_settings
 from outoforder.errors import StateError
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 TUPLES = 49_600_000  # the DEBS 2013 full game (the seeds' dataset)
 TUPLES_PER_PLAY_S = 10_800  # the synthetic game's rate, all sensors
@@ -128,7 +128,11 @@ def input_bytes(spark: SparkSession) -> int:
 
 
 def heaviest_stages(spark: SparkSession, top: int = 12) -> list[dict[str, Any]]:
-    """Spark's stages grouped by their call site, the ``top`` heaviest by task time: where the time went."""
+    """Spark's stages grouped by their call site, the ``top`` heaviest by task time: where the time went.
+
+    Spark's UI keeps the newest ``spark.ui.retainedStages`` (1000) stages, so over a long part these
+    are the heaviest of its last stages.
+    """
     by: dict[str, dict[str, Any]] = {}
     for st in _rest(spark, "stages") or []:
         g = by.setdefault(
@@ -282,9 +286,9 @@ def _sss(spark: SparkSession, settings: Settings, part: str, source: str, work: 
     What a Spark user would run instead of the stream stages: bronze read as a Delta stream, one
     part (60 s of arrivals) per micro-batch, a watermark of ``SSS_WATERMARK_S``, the same query as
     the stage (the narrow join, with event-time slots in its equality; the aggregates' default
-    windows) and its output appended to a
-    Delta table. Rows behind the watermark are dropped: this is an anchor for throughput, not
-    for recall. One record per micro-batch, from the query's own progress reports.
+    windows) and its output appended to a Delta table. Rows behind the watermark are dropped: this
+    is an anchor for throughput, not for recall. One record per micro-batch, from the query's own
+    progress reports.
     """
     from pyspark.sql import functions as F
 
@@ -299,7 +303,7 @@ def _sss(spark: SparkSession, settings: Settings, part: str, source: str, work: 
     spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "10000")
     watermark = round(SSS_WATERMARK_S * 1e6)
 
-    def bronze(streams: tuple[str, ...]) -> Any:
+    def bronze(streams: tuple[str, ...]) -> DataFrame:
         df = (
             spark.readStream.format("delta")
             .option("maxFilesPerTrigger", 1)
@@ -514,14 +518,13 @@ def summarize(records: list[dict[str, Any]], runs: dict[str, Any]) -> list[dict[
             rate = facts["tuples"] / facts["play_s"]
             seconds = r["seconds"]
             covered = facts["play_s"]
-            if r["part"] in STREAM_PARTS + SSS_PARTS:
+            if r["intervals"]:  # parts in intervals: their time is the intervals' (stage + check)
                 seconds = sum(i["seconds"] for i in r["intervals"])
             if r["part"] in STREAM_PARTS:
                 row["check_share"] = round(sum(i["check_s"] for i in r["intervals"]) / seconds, 2)
                 stage_s = sum(i["stage_s"] for i in r["intervals"])
                 row["x_real_time_stage"] = round(covered / stage_s, 2) if stage_s else None
             elif r["part"] == "theta":
-                seconds = sum(i["seconds"] for i in r["intervals"])
                 covered = len(r["intervals"]) * INTERVAL_S
             tenth = max(1, len(ivs) // 10)
             first = sum(i["seconds"] for i in ivs[:tenth]) / tenth if ivs else None
