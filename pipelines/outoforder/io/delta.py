@@ -16,6 +16,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from outoforder.config import StorageSettings
 from outoforder.errors import SchemaError, WriteConflict
 from outoforder.io.tables import ALL_TABLES, VOLATILE_COLUMNS, Table
 
@@ -92,14 +93,31 @@ def _kernel(spark: SparkSession) -> tuple[Any, Any, Any]:
 _engines: dict[int, Any] = {}
 
 
-def _transaction(
-    spark: SparkSession, table: Table, lake_root: Path | str, app: tuple[str, int] | None
-) -> Any:
+def _snapshot(spark: SparkSession, table: Table, lake_root: Path | str) -> Any:
     _, kernel, engine = _kernel(spark)
-    snapshot = kernel.TableManager.loadSnapshot(table.path(lake_root)).build(engine)
+    return kernel.TableManager.loadSnapshot(table.path(lake_root)).build(engine)
+
+
+def _transaction(
+    spark: SparkSession,
+    table: Table,
+    lake_root: Path | str,
+    app: tuple[str, int] | None,
+    snapshot: Any = None,
+    retries: int | None = None,
+) -> Any:
+    """A Kernel write transaction on ``snapshot`` (default: the newest).
+
+    ``retries`` 0 commits only right after that snapshot: a concurrent commit raises instead of
+    being rebased over (what a write that looked at the snapshot first needs).
+    """
+    _, kernel, engine = _kernel(spark)
+    snapshot = snapshot if snapshot is not None else _snapshot(spark, table, lake_root)
     builder = snapshot.buildUpdateTableTransaction("outoforder", kernel.Operation.WRITE)
     if app is not None:
         builder = builder.withTransactionId(app[0], app[1])
+    if retries is not None:
+        builder = builder.withMaxRetries(retries)
     return builder.build(engine)
 
 
@@ -160,7 +178,6 @@ def commit_files(
     """
     from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
 
-    jvm, kernel, engine = _kernel(spark)
     ensure(spark, table, lake_root)
     done = committed_version(spark, table, lake_root, app_id)
     if done is not None and done >= version:
@@ -171,6 +188,16 @@ def commit_files(
         if "ConcurrentTransactionException" in str(e.java_exception.getClass().getName()):
             return False  # another attempt committed this transaction id since the check above
         raise
+    return _commit(spark, table, txn, partition, files, f"this append ({app_id}, {version})")
+
+
+def _commit(
+    spark: SparkSession, table: Table, txn: Any, partition: Mapping[str, str], files: Sequence[Any], what: str
+) -> bool:
+    """Commit ``files`` (of one partition) in ``txn``; False if its transaction id was committed meanwhile."""
+    from py4j.protocol import Py4JJavaError
+
+    jvm, kernel, engine = _kernel(spark)
     state = txn.getTransactionState(engine)
     context = kernel.Transaction.getWriteContext(engine, state, _partition(spark, table, partition))
     schema = txn.getSchema(engine)
@@ -187,13 +214,167 @@ def commit_files(
         name = str(e.java_exception.getClass().getName())
         if name.endswith("ConcurrentTransactionException"):
             return False
-        if name.endswith("ConcurrentWriteException"):
-            msg = f"a concurrent commit to {table.name} conflicts with this append ({app_id}, {version})"
+        if name.endswith(("ConcurrentWriteException", "MaxCommitRetryLimitReachedException")):
+            msg = f"a concurrent commit to {table.name} conflicts with {what}"
             raise WriteConflict(msg) from e
         raise
     for hook in result.getPostCommitHooks():
         hook.threadSafeInvoke(engine)
     return True
+
+
+# --- a few rows from the driver ----------------------------------------------------------------
+#
+# A state row, a check's verdicts, the measures of the periods it judged: a handful of rows that
+# the driver holds anyway. Spark's writer spends about a second on each such commit (planning, a
+# job, a replaceWhere's scan for the rows it replaces); one Parquet file written here and a Kernel
+# commit take about a tenth of that, and an interval writes several (docs/benchmarks/scale.md).
+
+
+def _rows_file(
+    spark: SparkSession,
+    table: Table,
+    lake_root: Path | str,
+    storage: StorageSettings,
+    rows: Sequence[Sequence[Any]],
+) -> tuple[dict[str, str], Any]:
+    """``rows`` (the table's column order, one partition) as one Parquet file in their partition's folder."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from outoforder.io.files import write_parquet
+
+    names = table.schema.fieldNames()
+    records = [dict(zip(names, r, strict=True)) for r in rows]
+    partitions = {tuple(str(r[c]) for c in table.partition_by) for r in records}
+    if len(partitions) != 1:
+        msg = (
+            f"rows for {table.name} must lie in one partition of {table.partition_by}, got {len(partitions)}"
+        )
+        raise SchemaError(msg)
+    partition = dict(zip(table.partition_by, partitions.pop(), strict=True))
+    data = pa.Table.from_pylist(records, schema=to_arrow_schema(table.schema)).drop_columns(
+        list(table.partition_by)
+    )
+    flat = {f.name for f in table.schema.fields if f.dataType.typeName() in _STATS_TYPES}
+    stats = [c for c in stats_columns(table) if c in flat]
+    folder = table_folder(spark, table, lake_root, partition)
+    return partition, write_parquet(data, folder, "part-driver", storage, stats)
+
+
+_STATS_TYPES = frozenset({"long", "integer", "double", "string", "boolean"})
+
+
+def _same_schema(table: Table, snapshot: Any) -> bool:
+    """Whether the table on disk has exactly the declared columns (else Spark's writer merges them)."""
+    return list(snapshot.getSchema().fieldNames()) == table.schema.fieldNames()
+
+
+def append_rows(
+    spark: SparkSession,
+    table: Table,
+    lake_root: Path | str,
+    storage: StorageSettings,
+    rows: Sequence[Sequence[Any]],
+    app_id: str,
+    version: int,
+) -> bool:
+    """Append a few driver-side rows (table column order, one partition) once, like :func:`append_once`.
+
+    Written as one Parquet file and committed by Delta Kernel with the transaction id; a table
+    whose columns differ from the declared ones (written before a column was added) goes through
+    Spark's writer instead, which merges the schema.
+    """
+    ensure(spark, table, lake_root)
+    if not rows:
+        return False
+    if not _same_schema(table, _snapshot(spark, table, lake_root)):
+        return append_once(spark.createDataFrame(list(rows), table.schema), table, lake_root, app_id, version)
+    done = committed_version(spark, table, lake_root, app_id)
+    if done is not None and done >= version:
+        return False
+    partition, written = _rows_file(spark, table, lake_root, storage, rows)
+    return commit_files(spark, table, lake_root, partition, [written], app_id, version)
+
+
+def _slice_predicate(
+    spark: SparkSession, match: Mapping[str, str | int], between: tuple[str, int, int] | None
+) -> Any:
+    _, kernel, _ = _kernel(spark)
+    ex = kernel.expressions
+
+    def lit(v: str | int) -> Any:
+        return ex.Literal.ofString(v) if isinstance(v, str) else ex.Literal.ofLong(v)
+
+    def cmp(op: str, col: str, v: str | int) -> Any:
+        return ex.Predicate(op, ex.Column(col), lit(v))
+
+    parts = [cmp("=", c, v) for c, v in match.items()]
+    if between is not None:
+        col, lo, hi = between
+        parts += [cmp(">=", col, lo), cmp("<", col, hi)]
+    pred = parts[0]
+    for p in parts[1:]:
+        pred = ex.And(pred, p)
+    return pred
+
+
+def _may_hold(spark: SparkSession, snapshot: Any, predicate: Any) -> bool:
+    """Whether any file of ``snapshot`` may hold a row matching ``predicate`` (partitions and statistics)."""
+    _, _, engine = _kernel(spark)
+    files = snapshot.getScanBuilder().withFilter(predicate).build().getScanFiles(engine)
+    try:
+        while files.hasNext():
+            batch = files.next()
+            selected = batch.getRows()
+            try:
+                if selected.hasNext():
+                    return True
+            finally:
+                selected.close()
+        return False
+    finally:
+        files.close()
+
+
+def replace_rows(
+    spark: SparkSession,
+    table: Table,
+    lake_root: Path | str,
+    storage: StorageSettings,
+    rows: Sequence[Sequence[Any]],
+    match: dict[str, str | int],
+    between: tuple[str, int, int] | None = None,
+) -> None:
+    """:func:`replace_where` for a few driver-side rows (table column order, one partition).
+
+    When no file of the table can hold a row of the slice (by partition and file statistics: the
+    usual case, a check judging periods for the first time), the rows are appended by Delta Kernel
+    in a commit that must directly follow the snapshot that was looked at: a concurrent commit
+    raises :class:`~outoforder.errors.WriteConflict`, and the caller's conflict retry redoes the
+    whole operation. Otherwise, or when the table's columns differ from the declared ones, Spark's
+    ``replaceWhere`` replaces the slice.
+    """
+    ensure(spark, table, lake_root)
+    names = table.schema.fieldNames()
+
+    def inside(r: Sequence[Any]) -> bool:
+        d = dict(zip(names, r, strict=True))
+        ok = all(d[c] == v for c, v in match.items())
+        return ok and (between is None or between[1] <= d[between[0]] < between[2])
+
+    kept = [r for r in rows if inside(r)]  # as replace_where: nothing outside the slice is written
+    snapshot = _snapshot(spark, table, lake_root)
+    if not _same_schema(table, snapshot) or _may_hold(
+        spark, snapshot, _slice_predicate(spark, match, between)
+    ):
+        replace_where(spark.createDataFrame(kept, table.schema), table, lake_root, match, between)
+        return
+    if not kept:
+        return
+    partition, written = _rows_file(spark, table, lake_root, storage, kept)
+    txn = _transaction(spark, table, lake_root, None, snapshot=snapshot, retries=0)
+    _commit(spark, table, txn, partition, [written], f"replacing {where_sql(match)}")
 
 
 def sql_literal(value: str | int) -> str:

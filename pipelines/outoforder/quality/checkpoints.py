@@ -29,7 +29,8 @@ from outoforder.quality.suites import CHECKPOINTS, expectations
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    import pandas as pd
+    from pyspark.sql import DataFrame, SparkSession
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ def _checks(result: Any) -> list[tuple[str, bool, str]]:
 def run_checkpoint(
     settings: Settings,
     checkpoint: str,
-    frames: Mapping[str, DataFrame],
+    frames: Mapping[str, DataFrame | pd.DataFrame],
     *,
     source: str,
     job: str,
@@ -114,6 +115,10 @@ def run_checkpoint(
 
     ``frames`` maps suite names to the frames they judge; a suite of the checkpoint left out is not
     run (e.g. no accuracy verdict before the first window closes). ``params`` carry the targets.
+
+    A frame is a Spark DataFrame, or a pandas one when it is small by construction (one row per
+    period or window the check judged): GX then computes its metrics in the driver instead of
+    running a Spark job per metric, about two seconds a suite.
     """
     import great_expectations as gx
     from great_expectations.core.run_identifier import RunIdentifier
@@ -135,7 +140,9 @@ def run_checkpoint(
         run_id = RunIdentifier(run_name=name, run_time=now)
         out = []
         for suite_name, frame in frames.items():
-            source_ = context.data_sources.add_spark(name=f"{suite_name}_source")
+            spark_frame = _session(frame) is not None
+            add = context.data_sources.add_spark if spark_frame else context.data_sources.add_pandas
+            source_ = add(name=f"{suite_name}_source")
             batch = source_.add_dataframe_asset(name=suite_name).add_batch_definition_whole_dataframe("all")
             suite = context.suites.add(
                 gx.ExpectationSuite(name=suite_name, expectations=expectations(suite_name, **params))
@@ -162,24 +169,35 @@ def run_checkpoint(
     except Exception as e:  # GX raises many unrelated types; the context is what helps
         msg = f"Great Expectations failed while running checkpoint {checkpoint!r} for {source} ({job}): {e}"
         raise QualityError(msg) from e
-    _record(settings, checkpoint, source, job, name, out, next(iter(frames.values()), None))
+    spark = next((s for s in map(_session, frames.values()) if s is not None), None)
+    if frames:
+        _record(spark, settings, checkpoint, source, job, name, out)
     return out
 
 
+def _session(frame: object) -> SparkSession | None:
+    return getattr(frame, "sparkSession", None)
+
+
 def _record(
+    spark: SparkSession | None,
     settings: Settings,
     checkpoint: str,
     source: str,
     job: str,
     run_name: str,
     results: Sequence[SuiteResult],
-    any_frame: DataFrame | None,
 ) -> None:
     from outoforder.io import delta
     from outoforder.io.tables import QUALITY_RUNS
 
-    if any_frame is None:
-        return
+    if spark is None:  # only pandas frames were judged: the session the check ran in
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.getActiveSession()
+        if spark is None:
+            msg = f"no Spark session to record the {checkpoint} checkpoint's verdicts with"
+            raise QualityError(msg)
     at = int(time.time() * 1e6)
     rows = [
         (
@@ -198,12 +216,13 @@ def _record(
         )
         for r in results
     ]
-    frame = any_frame.sparkSession.createDataFrame(rows, QUALITY_RUNS.schema)
     # a re-run of the same run replaces its rows (idempotent); other runs are history
-    delta.replace_where(
-        frame,
+    delta.replace_rows(
+        spark,
         QUALITY_RUNS,
         settings.lake_root,
+        settings.storage,
+        rows,
         {"checkpoint": checkpoint, "source": source, "job": job, "run_name": run_name},
     )
 

@@ -44,12 +44,13 @@ def record_measures(
         msg = f"unknown measure {measure!r} (known: {', '.join(MEASURES)})"
         raise ConfigError(msg)
     at = int(time.time() * 1e6)
-    frame = spark.createDataFrame([(source, job, measure, *r, at) for r in rows], QUALITY_MEASURES.schema)
     between = None if items is None else ("item", items[0], items[1] + 1)
-    delta.replace_where(
-        frame,
+    delta.replace_rows(
+        spark,
         QUALITY_MEASURES,
         settings.lake_root,
+        settings.storage,
+        [(source, job, measure, *r, at) for r in rows],
         {"source": source, "job": job, "measure": measure},
         between,
     )

@@ -221,6 +221,13 @@ class IntervalStage(ABC, Generic[J, S]):
 
         return delta.append_once(df, table, self.settings.lake_root, self._app, interval.end_us)
 
+    def append_rows(self, rows: Sequence[Sequence[Any]], table: Table, interval: Interval) -> bool:
+        """:meth:`append` for rows the driver holds (a few per window or period of the interval)."""
+        from outoforder.io import delta
+
+        lake, storage = self.settings.lake_root, self.settings.storage
+        return delta.append_rows(self.spark, table, lake, storage, rows, self._app, interval.end_us)
+
     def _resume(self, start_us: int) -> Resume:
         carried = self._carried
         if carried is not None and carried.state is not None and carried.state["as_of_us"] == start_us:
@@ -310,8 +317,8 @@ class IntervalStage(ABC, Generic[J, S]):
         if missing:
             msg = f"{self.name}'s state row lacks {missing}"
             raise SchemaError(msg)
-        row = self.spark.createDataFrame([tuple(values[n] for n in names)], self.state_table.schema)
-        delta.append_once(row, self.state_table, lake, self._app, end_us)
+        row = tuple(values[n] for n in names)
+        delta.append_rows(self.spark, self.state_table, lake, self.settings.storage, [row], self._app, end_us)
         return values
 
     # --- where the job is -------------------------------------------------------------------

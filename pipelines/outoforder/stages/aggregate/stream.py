@@ -127,8 +127,7 @@ class AggregateStream(IntervalStage[AggJob, AggIntervalSummary]):
         w = query.windows
 
         em = out.emitted
-        results = self.spark.createDataFrame(
-            [
+        results = [
                 (
                     source, jid, int(r["wid"]), int(r["wid"]) * w.slide_us,
                     int(r["wid"]) * w.slide_us + w.size_us, float(r["value"]), int(r["n_rcv"]), 1, False,
@@ -136,11 +135,9 @@ class AggregateStream(IntervalStage[AggJob, AggIntervalSummary]):
                     float(r["lambda_thr"]), end, interval.now_us,
                 )
                 for r in em.to_dict("records")
-            ],
-            AGG_RESULTS.schema,
-        )  # fmt: skip
-        if len(em):
-            self.append(results, AGG_RESULTS, interval)
+        ]  # fmt: skip
+        if results:
+            self.append_rows(results, AGG_RESULTS, interval)
         n_late = out.late_count
         if n_late:
             late = out.late.select(
@@ -163,7 +160,7 @@ class AggregateStream(IntervalStage[AggJob, AggIntervalSummary]):
             )
         ]  # fmt: skip
         if control:
-            self.append(self.spark.createDataFrame(control, AGG_CONTROL.schema), AGG_CONTROL, interval)
+            self.append_rows(control, AGG_CONTROL, interval)
         buffered = out.buffered
         n = out.arrivals
         mean_slack = out.slack_sum / n if n else None

@@ -62,10 +62,11 @@ def adapt(
         "stats_json": json.dumps(step.stats, sort_keys=True),
         "computed_at_us": time.time_ns() // 1000,
     }
-    df = spark.createDataFrame([tuple(row[f.name] for f in JOIN_PARAMS.schema.fields)], JOIN_PARAMS.schema)
-    delta.replace_where(
-        df, JOIN_PARAMS, settings.lake_root, {"source": source, "job": jid, "valid_from_us": until_us}
-    )
+    delta.replace_rows(
+        spark, JOIN_PARAMS, settings.lake_root, settings.storage,
+        [tuple(row[f.name] for f in JOIN_PARAMS.schema.fields)],
+        {"source": source, "job": jid, "valid_from_us": until_us},
+    )  # fmt: skip
     log.info(
         "[join-adapt] %s (%s) from %d: Q_L = %.4f, d = (%g, %g) ms, estimated recall %.4f; "
         "%s arrivals, %s true pairs, %s produced",

@@ -163,6 +163,7 @@ def validate(
     :func:`period_quality`); without, every closed period. ``fail`` None follows
     ``quality.on_violation``.
     """
+    import pandas as pd
     from pyspark.sql import functions as F
 
     from outoforder.io import delta
@@ -184,11 +185,11 @@ def validate(
         )
         for r in records
     ]  # fmt: skip
-    metrics = spark.createDataFrame(rows, JOIN_METRICS.schema)
+    metrics = pd.DataFrame(rows, columns=JOIN_METRICS.schema.fieldNames())  # one row per period judged
     if items is None or items[0] <= items[1]:
         between = None if items is None else ("period", items[0], items[1] + 1)
         match: dict[str, str | int] = {"source": source, "method": method}
-        delta.replace_where(metrics, JOIN_METRICS, settings.lake_root, match, between)
+        delta.replace_rows(spark, JOIN_METRICS, settings.lake_root, settings.storage, rows, match, between)
         record_measures(
             spark, settings, source, jid, "join_recall",
             [

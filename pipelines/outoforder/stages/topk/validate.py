@@ -200,39 +200,43 @@ def validate(
     first emission there is nothing to check, and no accuracy verdict before the first window
     closes: both are reported, neither fails. ``fail`` None follows ``quality.on_violation``.
     """
-    from pyspark.sql import functions as F
+    import pandas as pd
 
     from outoforder.quality.checkpoints import conclude, run_checkpoint
     from outoforder.quality.measures import record_measures
 
     try:
-        judged = window_accuracy(spark, settings, source, job, until_us, since_us).localCheckpoint()
+        # one row per window judged: the verdicts are computed in the driver, GX's included
+        judged = window_accuracy(spark, settings, source, job, until_us, since_us).toPandas()
     except NothingYet as e:
         log.info("[quality] no top-k window emitted yet (%s): nothing to check", e)
         return []
-    complete, closed = judged.where("complete"), judged.where("closed")
-    n_all, n_closed = complete.count(), closed.count()
+    judged = judged.sort_values("window_id", ignore_index=True)
+    complete, closed = judged[judged["complete"]], judged[judged["closed"]]
+    n_all, n_closed = len(complete), len(closed)
     frames = {"topk_completeness": complete}
     if n_closed:  # the mean of no window is undefined; before the first closes there is no verdict
         frames["topk_accuracy"] = closed
     jid = job.job_id()
-    rows = closed.select("window_id", "hit_rate").orderBy("window_id").collect()  # the judged windows only
+    rows = [
+        (int(w), None if pd.isna(h) else float(h))
+        for w, h in zip(closed["window_id"], closed["hit_rate"], strict=True)
+    ]
     items = None if since_us is None else ((rows[0][0], rows[-1][0]) if rows else (0, -1))
     record_measures(
         spark, settings, source, jid, "topk_hit_rate",
         [
-            (int(r[0]), int(r[0]) * job.slide_us, int(r[0]) * job.slide_us + job.window_us,
-             None if r[1] is None else float(r[1]), float(job.eps_min),
-             r[1] is not None and float(r[1]) >= job.eps_min)
-            for r in rows
+            (w, w * job.slide_us, w * job.slide_us + job.window_us, h, float(job.eps_min),
+             h is not None and h >= job.eps_min)
+            for w, h in rows
         ],
         items,
     )  # fmt: skip
     suites = run_checkpoint(
         settings, "topk", frames, source=source, job=jid, run_name=run_name, eps_min=job.eps_min
     )
-    mean = closed.agg(F.avg("hit_rate")).first()
-    acc = "no closed window" if mean is None or mean[0] is None else f"accuracy {mean[0]:.4f}"
+    mean = closed["hit_rate"].mean() if n_closed else None
+    acc = "no closed window" if mean is None or pd.isna(mean) else f"accuracy {mean:.4f}"
     what = f"top-{job.k} {jid} of {source}: {n_all} windows, {n_closed} closed, {acc}"
     log.info("[validate-topk] %s (ε_min %s)", what, job.eps_min)
     conclude(suites, what, settings.quality.fails(fail))
