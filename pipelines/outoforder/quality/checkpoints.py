@@ -122,6 +122,7 @@ def run_checkpoint(
     """
     import great_expectations as gx
     from great_expectations.core.run_identifier import RunIdentifier
+    from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
 
     suites = {s.name for s in CHECKPOINTS.get(checkpoint, [])}
     if not suites:
@@ -139,6 +140,7 @@ def run_checkpoint(
         context = _context(settings, results_dir)
         run_id = RunIdentifier(run_name=name, run_time=now)
         out = []
+        rendered: list[Any] = []
         for suite_name, frame in frames.items():
             spark_frame = _session(frame) is not None
             add = context.data_sources.add_spark if spark_frame else context.data_sources.add_pandas
@@ -150,20 +152,18 @@ def run_checkpoint(
             definition = context.validation_definitions.add(
                 gx.ValidationDefinition(data=batch, suite=suite, name=f"{suite_name}_validation")
             )
-            actions = (
-                [gx.checkpoint.UpdateDataDocsAction(name="data_docs")] if settings.quality.build_docs else []
-            )
             cp = context.checkpoints.add(
-                gx.Checkpoint(
-                    name=f"{checkpoint}.{suite_name}", validation_definitions=[definition], actions=actions
-                )
+                gx.Checkpoint(name=f"{checkpoint}.{suite_name}", validation_definitions=[definition])
             )
             result = cp.run(batch_parameters={"dataframe": frame}, run_id=run_id)
             ((result_id, validation),) = result.run_results.items()
             page = None
             if settings.quality.build_docs:
                 page = "/".join(["validations", *result_id.to_tuple()]) + ".html"
+                rendered += [result_id, ExpectationSuiteIdentifier(name=suite_name)]
             out.append(SuiteResult(suite_name, bool(validation.success), _checks(validation), page))
+        if rendered:  # one site update for the run's suites (each takes about a second)
+            context.build_data_docs(resource_identifiers=rendered)
     except (ConfigError, QualityError):
         raise
     except Exception as e:  # GX raises many unrelated types; the context is what helps

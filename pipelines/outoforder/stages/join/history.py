@@ -43,13 +43,13 @@ class Horizon:
 
 def horizon(spark: SparkSession, settings: Settings, source: str, job: JoinJob, at_us: int) -> Horizon | None:
     """The job's :class:`Horizon` at ``at_us``; None when no interval of it ended by then."""
-    first = interval.first_start(spark, settings, JOIN_STATE, source, job.job_id())
     row = interval.state_at(spark, settings, JOIN_STATE, source, job.job_id(), at_us)
-    if first is None or row is None:
+    if row is None:
         return None
     m_r, m_s = row["m_r"], row["m_s"]
     progress = None if m_r is None or m_s is None else min(int(m_r), int(m_s))
-    return Horizon(first, int(row["as_of_us"]), progress)
+    # every state row carries the start of the job's first interval: no second read of the table
+    return Horizon(int(row["interval_start_us"]), int(row["as_of_us"]), progress)
 
 
 def job_arrivals(
