@@ -91,33 +91,51 @@ def test_replace_rows_into_an_unpartitioned_table(spark, settings):
     assert table(spark, QUALITY_RUNS, settings) == [(*row[:5], False, 1, 2, ["x"], "fail", None, 6)]
 
 
-def test_replace_rows_refuses_to_commit_over_a_commit_it_did_not_see(spark, settings, monkeypatch):
-    lake, storage = settings.lake_root, settings.storage
-    match = {"source": SRC, "job": "qj-1", "measure": "join_recall"}
-    delta.replace_rows(
-        spark, QUALITY_MEASURES, lake, storage, measures("qj-1", [0], 1), match, ("item", 0, 1)
-    )
+def slip_in(monkeypatch, writes):
+    """Make each look at the table (``_may_hold``) be followed by the next of ``writes`` (a commit)."""
     looked = delta._may_hold
+    pending = list(writes)
 
-    def a_writer_slips_in(spark_, snapshot, predicate):
+    def look_then_commit(spark_, snapshot, predicate):
         found = looked(spark_, snapshot, predicate)
-        rival = spark.createDataFrame(measures("qj-1", [1], 9), QUALITY_MEASURES.schema)
-        delta.replace_where(rival, QUALITY_MEASURES, lake, match, ("item", 1, 2))
+        if pending:
+            pending.pop(0)()
         return found
 
-    monkeypatch.setattr(delta, "_may_hold", a_writer_slips_in)
-    with pytest.raises(WriteConflict):
-        delta.replace_rows(
-            spark, QUALITY_MEASURES, lake, storage, measures("qj-1", [1], 2), match, ("item", 1, 2)
-        )
-    monkeypatch.setattr(delta, "_may_hold", looked)
-    # nothing of the refused write is visible; its retry (the callers' conflict retry) replaces the rival
-    assert table(spark, QUALITY_MEASURES, settings) == sorted(
-        measures("qj-1", [0], 1) + measures("qj-1", [1], 9)
-    )
+    monkeypatch.setattr(delta, "_may_hold", look_then_commit)
+
+
+def test_replace_rows_looks_again_when_a_commit_lands_before_its_own(spark, settings, monkeypatch):
+    lake, storage = settings.lake_root, settings.storage
+    match = {"source": SRC, "job": "qj-1", "measure": "join_recall"}
+    other = {**match, "job": "qj-2"}
+
+    def rival(job, at, slice_):
+        df = spark.createDataFrame(measures(job, [1], at), QUALITY_MEASURES.schema)
+        return lambda: delta.replace_where(df, QUALITY_MEASURES, lake, slice_, ("item", 1, 2))
+
+    # a commit to another slice in between: looked at again, still empty, appended by Kernel
+    slip_in(monkeypatch, [rival("qj-2", 9, other)])
     delta.replace_rows(
         spark, QUALITY_MEASURES, lake, storage, measures("qj-1", [1], 2), match, ("item", 1, 2)
     )
     assert table(spark, QUALITY_MEASURES, settings) == sorted(
-        measures("qj-1", [0], 1) + measures("qj-1", [1], 2)
+        measures("qj-1", [1], 2) + measures("qj-2", [1], 9)
     )
+    # a commit into the same slice in between: the second look finds it, replaceWhere replaces it
+    slip_in(monkeypatch, [rival("qj-1", 7, match)])
+    delta.replace_rows(
+        spark, QUALITY_MEASURES, lake, storage, measures("qj-1", [1], 3), {**match}, ("item", 1, 2)
+    )
+    slip_in(monkeypatch, [])
+    got = table(spark, QUALITY_MEASURES, settings)
+    assert got == sorted(measures("qj-1", [1], 3) + measures("qj-2", [1], 9))
+    # a commit before every look: the conflict goes to the caller's retry, nothing of it is visible
+    busy = [rival("qj-2", 10 + k, other) for k in range(delta._LOOKS)]
+    slip_in(monkeypatch, busy)
+    with pytest.raises(WriteConflict):
+        delta.replace_rows(
+            spark, QUALITY_MEASURES, lake, storage, measures("qj-1", [5], 4), match, ("item", 5, 6)
+        )
+    slip_in(monkeypatch, [])
+    assert table(spark, QUALITY_MEASURES, settings, F.col("job") == "qj-1") == measures("qj-1", [1], 3)

@@ -350,10 +350,11 @@ def replace_rows(
 
     When no file of the table can hold a row of the slice (by partition and file statistics: the
     usual case, a check judging periods for the first time), the rows are appended by Delta Kernel
-    in a commit that must directly follow the snapshot that was looked at: a concurrent commit
-    raises :class:`~outoforder.errors.WriteConflict`, and the caller's conflict retry redoes the
-    whole operation. Otherwise, or when the table's columns differ from the declared ones, Spark's
-    ``replaceWhere`` replaces the slice.
+    in a commit that must directly follow the snapshot that was looked at. When another commit
+    lands in between (another check's verdicts in ``gold/quality_runs``), the look is repeated on
+    the new snapshot, as Delta's own conflict check would: only a commit that may have added rows
+    to the slice sends the write to ``replaceWhere``. Otherwise, or when the table's columns differ
+    from the declared ones, Spark's ``replaceWhere`` replaces the slice.
     """
     ensure(spark, table, lake_root)
     names = table.schema.fieldNames()
@@ -364,17 +365,26 @@ def replace_rows(
         return ok and (between is None or between[1] <= d[between[0]] < between[2])
 
     kept = [r for r in rows if inside(r)]  # as replace_where: nothing outside the slice is written
-    snapshot = _snapshot(spark, table, lake_root)
-    if not _same_schema(table, snapshot) or _may_hold(
-        spark, snapshot, _slice_predicate(spark, match, between)
-    ):
-        replace_where(spark.createDataFrame(kept, table.schema), table, lake_root, match, between)
-        return
-    if not kept:
-        return
-    partition, written = _rows_file(spark, table, lake_root, storage, kept)
-    txn = _transaction(spark, table, lake_root, None, snapshot=snapshot, retries=0)
-    _commit(spark, table, txn, partition, [written], f"replacing {where_sql(match)}")
+    predicate = _slice_predicate(spark, match, between)
+    written = None
+    for attempt in range(_LOOKS):
+        snapshot = _snapshot(spark, table, lake_root)
+        if not _same_schema(table, snapshot) or _may_hold(spark, snapshot, predicate):
+            replace_where(spark.createDataFrame(kept, table.schema), table, lake_root, match, between)
+            return
+        if not kept:
+            return
+        written = written or _rows_file(spark, table, lake_root, storage, kept)
+        txn = _transaction(spark, table, lake_root, None, snapshot=snapshot, retries=0)
+        try:
+            _commit(spark, table, txn, written[0], [written[1]], f"replacing {where_sql(match)}")
+            return
+        except WriteConflict:
+            if attempt == _LOOKS - 1:
+                raise
+
+
+_LOOKS = 5  # commits that may land between a look and the append before the caller's retry takes over
 
 
 def sql_literal(value: str | int) -> str:
