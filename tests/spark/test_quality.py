@@ -22,13 +22,28 @@ def _frames(spark, recall):
     results = spark.createDataFrame(
         pd.DataFrame({"r_seq": [1, 2], "s_seq": [1, 1], "d_r_us": [5, 5], "d_s_us": [7, 7]})
     )
-    return {"join_results": results, "join_recall": spark.createDataFrame(pd.DataFrame({"recall": recall}))}
+    # the results in Spark, the per-period recall in pandas (GX's two engines), as validate-join passes them
+    return {"join_results": results, "join_recall": pd.DataFrame({"recall": recall})}
 
 
 @pytest.fixture
 def settings(settings):
     """The session's test settings with Data Docs on: this module checks them."""
     return dataclasses.replace(settings, quality=dataclasses.replace(settings.quality, build_docs=True))
+
+
+def test_a_checkpoint_of_pandas_frames_only_records_its_run_with_the_session(spark, settings):
+    windows = pd.DataFrame({"accounted": [True, True], "emissions": [1, 2], "hit_rate": [1.0, None]})
+    out = run_checkpoint(
+        settings, "topk", {"topk_completeness": windows, "topk_accuracy": windows.iloc[:1]},
+        source="s", job="tk-1", run_name="r1", eps_min=0.9,
+    )  # fmt: skip
+    assert {r.suite: r.success for r in out} == {"topk_completeness": False, "topk_accuracy": True}
+    runs = delta.read(spark, QUALITY_RUNS, settings.lake_root).collect()
+    assert sorted((r["suite"], r["success"]) for r in runs) == [
+        ("topk_accuracy", True),
+        ("topk_completeness", False),
+    ]
 
 
 def test_checkpoint_keeps_results_docs_and_one_row_per_suite_per_run(spark, settings):
