@@ -73,14 +73,10 @@ def windowed(df: DataFrame, windows: Windows, aggregate: str, watermark_us: int)
     """The windowed aggregation of a stream (columns ts_us, v) with a watermark: (start_us, value)."""
     from pyspark.sql import functions as F
 
+    from outoforder.spark.windows import value_aggregate
+
     kind, q = parse_aggregate(aggregate)
-    agg = {
-        "sum": F.sum("v"),
-        "count": F.count("v").cast("double"),
-        "avg": F.avg("v"),
-        "min": F.min("v"),
-        "max": F.max("v"),
-    }.get(kind)
+    agg = value_aggregate(kind, counted="v")
     if agg is None:  # quantiles: Spark's exact percentile of the window's values
         agg = F.percentile_disc("v", F.lit(q)) if hasattr(F, "percentile_disc") else F.percentile("v", q)
     df = df.withColumn("ts", F.timestamp_micros("ts_us")).withWatermark(

@@ -136,9 +136,13 @@ def table_folder(
     spark: SparkSession, table: Table, lake_root: Path | str, partition: Mapping[str, str]
 ) -> str:
     """Where the files of one partition of ``table`` go (Delta's own path escaping), as a path or URI."""
-    jvm, kernel, engine = _kernel(spark)
     ensure(spark, table, lake_root)
-    state = _transaction(spark, table, lake_root, None).getTransactionState(engine)
+    return _folder(spark, table, _transaction(spark, table, lake_root, None), partition)
+
+
+def _folder(spark: SparkSession, table: Table, txn: Any, partition: Mapping[str, str]) -> str:
+    jvm, kernel, engine = _kernel(spark)
+    state = txn.getTransactionState(engine)
     target = kernel.Transaction.getWriteContext(engine, state, _partition(spark, table, partition))
     return str(jvm.org.apache.hadoop.fs.Path(target.getTargetDirectory()).toString())
 
@@ -231,12 +235,11 @@ def _commit(
 # commit take about a tenth of that, and an interval writes several (docs/benchmarks/scale.md).
 
 
+_STATS_TYPES = frozenset({"long", "integer", "double", "string", "boolean"})
+
+
 def _rows_file(
-    spark: SparkSession,
-    table: Table,
-    lake_root: Path | str,
-    storage: StorageSettings,
-    rows: Sequence[Sequence[Any]],
+    spark: SparkSession, table: Table, txn: Any, storage: StorageSettings, rows: Sequence[Sequence[Any]]
 ) -> tuple[dict[str, str], Any]:
     """``rows`` (the table's column order, one partition) as one Parquet file in their partition's folder."""
     import pyarrow as pa
@@ -258,11 +261,8 @@ def _rows_file(
     )
     flat = {f.name for f in table.schema.fields if f.dataType.typeName() in _STATS_TYPES}
     stats = [c for c in stats_columns(table) if c in flat]
-    folder = table_folder(spark, table, lake_root, partition)
+    folder = _folder(spark, table, txn, partition)
     return partition, write_parquet(data, folder, "part-driver", storage, stats)
-
-
-_STATS_TYPES = frozenset({"long", "integer", "double", "string", "boolean"})
 
 
 def _same_schema(table: Table, snapshot: Any) -> bool:
@@ -288,13 +288,16 @@ def append_rows(
     ensure(spark, table, lake_root)
     if not rows:
         return False
-    if not _same_schema(table, _snapshot(spark, table, lake_root)):
+    snapshot = _snapshot(spark, table, lake_root)
+    if not _same_schema(table, snapshot):
         return append_once(spark.createDataFrame(list(rows), table.schema), table, lake_root, app_id, version)
-    done = committed_version(spark, table, lake_root, app_id)
-    if done is not None and done >= version:
+    _, _, engine = _kernel(spark)
+    done = snapshot.getLatestTransactionVersion(engine, app_id)
+    if done.isPresent() and int(done.get()) >= version:
         return False
-    partition, written = _rows_file(spark, table, lake_root, storage, rows)
-    return commit_files(spark, table, lake_root, partition, [written], app_id, version)
+    txn = _transaction(spark, table, lake_root, (app_id, version), snapshot=snapshot)
+    partition, written = _rows_file(spark, table, txn, storage, rows)
+    return _commit(spark, table, txn, partition, [written], f"this append ({app_id}, {version})")
 
 
 def _slice_predicate(
@@ -337,6 +340,9 @@ def _may_hold(spark: SparkSession, snapshot: Any, predicate: Any) -> bool:
         files.close()
 
 
+_LOOKS = 5  # commits that may land between a look and the append before the caller's retry takes over
+
+
 def replace_rows(
     spark: SparkSession,
     table: Table,
@@ -374,17 +380,16 @@ def replace_rows(
             return
         if not kept:
             return
-        written = written or _rows_file(spark, table, lake_root, storage, kept)
         txn = _transaction(spark, table, lake_root, None, snapshot=snapshot, retries=0)
+        written = written or _rows_file(
+            spark, table, txn, storage, kept
+        )  # written once, committed by any try
         try:
             _commit(spark, table, txn, written[0], [written[1]], f"replacing {where_sql(match)}")
             return
         except WriteConflict:
             if attempt == _LOOKS - 1:
                 raise
-
-
-_LOOKS = 5  # commits that may land between a look and the append before the caller's retry takes over
 
 
 def sql_literal(value: str | int) -> str:

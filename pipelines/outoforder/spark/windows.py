@@ -159,14 +159,25 @@ def aggregate(members: DataFrame, name: str) -> DataFrame:
             F.col("rn") == F.greatest(F.ceil(F.lit(q) * F.col("n_rcv")), F.lit(1))
         )
         return stats.join(pick.select("wid", F.col("v").alias("value")), "wid")
-    expr = {
+    expr = value_aggregate(kind)
+    if expr is None:
+        msg = f"no Spark aggregate for {name!r}"
+        raise ConfigError(msg)
+    return stats.join(members.groupBy("wid").agg(expr.alias("value")), "wid")
+
+
+def value_aggregate(kind: str, counted: str = "*") -> Column | None:
+    """Spark's aggregate of the values ``v``: sum, count (of ``counted``, a double), avg, min, max.
+
+    None for a quantile, which needs the values ranked.
+    """
+    return {
         "sum": F.sum("v"),
-        "count": F.count("*").cast("double"),
+        "count": F.count(counted).cast("double"),
         "avg": F.avg("v"),
         "min": F.min("v"),
         "max": F.max("v"),
-    }[kind]
-    return stats.join(members.groupBy("wid").agg(expr.alias("value")), "wid")
+    }.get(kind)
 
 
 def window_members(tuples: DataFrame, windows: Windows) -> DataFrame:

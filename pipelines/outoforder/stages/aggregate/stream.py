@@ -128,13 +128,13 @@ class AggregateStream(IntervalStage[AggJob, AggIntervalSummary]):
 
         em = out.emitted
         results = [
-                (
-                    source, jid, int(r["wid"]), int(r["wid"]) * w.slide_us,
-                    int(r["wid"]) * w.slide_us + w.size_us, float(r["value"]), int(r["n_rcv"]), 1, False,
-                    "stream", None, None, float(r["value"]), int(r["emitted_at"]), int(r["slack_at_close"]),
-                    float(r["lambda_thr"]), end, interval.now_us,
-                )
-                for r in em.to_dict("records")
+            (
+                source, jid, int(r["wid"]), int(r["wid"]) * w.slide_us,
+                int(r["wid"]) * w.slide_us + w.size_us, float(r["value"]), int(r["n_rcv"]), 1, False,
+                "stream", None, None, float(r["value"]), int(r["emitted_at"]), int(r["slack_at_close"]),
+                float(r["lambda_thr"]), end, interval.now_us,
+            )
+            for r in em.to_dict("records")
         ]  # fmt: skip
         if results:
             self.append_rows(results, AGG_RESULTS, interval)
