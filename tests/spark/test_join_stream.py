@@ -107,6 +107,9 @@ def test_recall_check_fails_or_warns_and_finds_no_duplicates(spark, settings, ca
         validate(spark, settings, SOURCE, strict, end)
     suites = validate(spark, settings, SOURCE, strict, end, fail=False)
     assert [s.success for s in suites] == [True, False]  # no duplicates; recall below target
+    judged = period_quality(spark, settings, SOURCE, strict, end)
+    n_stored = delta.read(spark, JOIN_RESULTS, settings.lake_root).count()
+    assert judged.stored["stored_rows"].sum() == judged.stored["distinct_pairs"].sum() == n_stored
     metrics = delta.read(spark, JOIN_METRICS, settings.lake_root).toPandas()
     assert len(metrics) >= 2 and (metrics["method"] == f"stream:{strict.job_id()}").all()
     assert (metrics["recall"] < 1.0).any()
@@ -138,6 +141,16 @@ def test_recall_check_fails_or_warns_and_finds_no_duplicates(spark, settings, ca
     assert all(s.success for s in validate(spark, settings, SOURCE, strict, end))
     res = delta.read(spark, JOIN_RESULTS, settings.lake_root).where(F.col("produced_by") == "repair")
     assert res.count() == fixed.added
+    # a pair stored twice fails the duplicate check, of a full run and of a run over the interval judging it
+    seqs = period_quality(spark, settings, SOURCE, strict, end, cuts[2]).seqs
+    assert seqs is not None
+    twice = delta.read(spark, JOIN_RESULTS, settings.lake_root).where(
+        F.col("r_seq").between(*seqs) & F.col("s_seq").between(*seqs)
+    )
+    twice.limit(1).write.format("delta").mode("append").save(JOIN_RESULTS.path(settings.lake_root))
+    for since in (None, cuts[2]):
+        suites = validate(spark, settings, SOURCE, strict, end, fail=False, since_us=since)
+        assert [s.success for s in suites] == [False, True]
 
 
 def test_a_run_killed_before_an_adaptation_adapts_when_resumed_like_an_uninterrupted_run(

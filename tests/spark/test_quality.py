@@ -19,10 +19,8 @@ pytestmark = [pytest.mark.spark, pytest.mark.delta]
 
 
 def _frames(spark, recall):
-    results = spark.createDataFrame(
-        pd.DataFrame({"r_seq": [1, 2], "s_seq": [1, 1], "d_r_us": [5, 5], "d_s_us": [7, 7]})
-    )
-    # the results in Spark, the per-period recall in pandas (GX's two engines), as validate-join passes them
+    # the results in Spark, the per-period recall in pandas: GX's two engines in one checkpoint
+    results = spark.createDataFrame(pd.DataFrame({"stored_rows": [2, 1], "distinct_pairs": [2, 1]}))
     return {"join_results": results, "join_recall": pd.DataFrame({"recall": recall})}
 
 

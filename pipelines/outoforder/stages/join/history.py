@@ -87,26 +87,32 @@ def truth(arrivals: DataFrame, job: JoinJob) -> DataFrame:
     return exact_pairs(arrivals, job.query())
 
 
-def produced(
-    spark: SparkSession, settings: Settings, source: str, jid: str, seqs: tuple[int, int]
+def stored(
+    spark: SparkSession, settings: Settings, source: str, jid: str, seqs: tuple[int, int] | None = None
 ) -> DataFrame:
-    """The distinct pairs (r_seq, s_seq) the job stored whose tuples both lie in ``seqs`` (inclusive).
+    """Each distinct pair (r_seq, s_seq) the job stored, its ``copies`` (rows) and ``ts`` (later event time).
 
-    The bound lets Delta skip every results file of other arrivals: reading is proportional to
-    the span judged, not to the history.
+    With ``seqs`` (inclusive), only the pairs whose tuples both lie in it: Delta skips every results
+    file of other arrivals, so reading is proportional to the span judged, not to the history.
     """
     from pyspark.sql import functions as F
 
     from outoforder.io import delta
 
-    lo, hi = seqs
-    return (
-        delta.read(spark, JOIN_RESULTS, settings.lake_root)
-        .where(where_job(source, jid))
-        .where(F.col("r_seq").between(lo, hi) & F.col("s_seq").between(lo, hi))
-        .select("r_seq", "s_seq")
-        .dropDuplicates()
+    results = delta.read(spark, JOIN_RESULTS, settings.lake_root).where(where_job(source, jid))
+    if seqs is not None:
+        lo, hi = seqs
+        results = results.where(F.col("r_seq").between(lo, hi) & F.col("s_seq").between(lo, hi))
+    return results.groupBy("r_seq", "s_seq").agg(
+        F.count("*").alias("copies"), F.max(F.greatest("r_ts", "s_ts")).alias("ts")
     )
+
+
+def produced(
+    spark: SparkSession, settings: Settings, source: str, jid: str, seqs: tuple[int, int]
+) -> DataFrame:
+    """The distinct pairs (r_seq, s_seq) the job stored whose tuples both lie in ``seqs`` (inclusive)."""
+    return stored(spark, settings, source, jid, seqs).select("r_seq", "s_seq")
 
 
 @dataclass(frozen=True)

@@ -10,21 +10,20 @@ a data interval (``--since``, as the DAG passes it) judges only the periods that
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from outoforder.config import Settings
 from outoforder.errors import StateError
 from outoforder.io.conflicts import retry_on_conflict
-from outoforder.io.tables import JOIN_METRICS, JOIN_RESULTS
-from outoforder.stages.interval import where_job
+from outoforder.io.tables import JOIN_METRICS
 from outoforder.stages.join import history
 from outoforder.stages.join.evaluate import COST_COLUMNS
 from outoforder.stages.join.spec import JoinJob
 
 if TYPE_CHECKING:
     import pandas as pd
-    from pyspark.sql import SparkSession
+    from pyspark.sql import Column, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -56,13 +55,28 @@ def _origin(
     return None if found is None else int(found)
 
 
+STORED_COLUMNS = ["period", "stored_rows", "distinct_pairs"]
+
+
+def _no_rows(columns: list[str]) -> pd.DataFrame:
+    import pandas as pd
+
+    return pd.DataFrame(columns=columns)
+
+
 @dataclass(frozen=True)
 class PeriodQuality:
-    """What a check judged: one row per period, the periods' range and the arrivals read (inclusive)."""
+    """What a check judged: one row per period, the periods' range and the arrivals read (inclusive).
+
+    ``stored`` counts, per period of a pair's later event time, the result rows the job stored and
+    the distinct pairs among them, over the results read (those among the arrivals judged, or all
+    of the job's in a full check): equal counts mean no pair was stored twice.
+    """
 
     frame: pd.DataFrame  # period, start_us, true_pairs, produced_pairs, recall, met
     periods: tuple[int, int] | None = None
     seqs: tuple[int, int] | None = None
+    stored: pd.DataFrame = field(default_factory=lambda: _no_rows(STORED_COLUMNS))
 
 
 def period_quality(
@@ -80,7 +94,8 @@ def period_quality(
     it (a run over the data interval ``[since, until)`` judges what closed in it, so its cost
     follows the interval, not the history); without, every closed period. The truth is the exact
     join of the arrivals the stream had processed by ``until_us``, computed by Spark, and the driver
-    receives one row per period.
+    receives one row per period. The same pass over the stored results counts their copies
+    (``stored``), for the duplicate check.
     """
     import pandas as pd
     from pyspark.sql import functions as F
@@ -88,7 +103,7 @@ def period_quality(
     from outoforder.spark.rows import one_row
 
     cols = ["period", "start_us", "true_pairs", "produced_pairs", "recall", "met"]
-    none = PeriodQuality(pd.DataFrame(columns=cols))
+    none = PeriodQuality(_no_rows(cols))
     h = history.horizon(spark, settings, source, job, until_us)
     if h is None:
         msg = f"the stream join of {source} ({job.job_id()}) has not run by {until_us}: nothing to check"
@@ -114,14 +129,28 @@ def period_quality(
     span = one_row(arrivals.agg(F.min("seq").alias("lo"), F.max("seq").alias("hi")))
     if span["lo"] is None:
         return none
-    period = F.floor((F.greatest("r_ts", "s_ts") - F.lit(origin)) / F.lit(p)).cast("long")
-    pairs = history.truth(arrivals, job).select("r_seq", "s_seq", period.alias("period"))
+
+    def period_of(ts: Column) -> Column:
+        return F.floor((ts - F.lit(origin)) / F.lit(p)).cast("long")
+
+    pairs = history.truth(arrivals, job).select(
+        "r_seq", "s_seq", period_of(F.greatest("r_ts", "s_ts")).alias("period")
+    )
     pairs = pairs.where(F.col("period") <= last)
     if first is not None:
         pairs = pairs.where(F.col("period") >= first)
-    got = history.produced(spark, settings, source, job.job_id(), (int(span["lo"]), int(span["hi"])))
+    seqs = (int(span["lo"]), int(span["hi"]))
+    # read once for both checks; a full check looks for duplicates among all of the job's pairs
+    got = history.stored(spark, settings, source, job.job_id(), None if since_us is None else seqs)
+    got = got.withColumn("period", period_of(F.col("ts"))).localCheckpoint()
+    stored = (
+        got.groupBy("period")
+        .agg(F.sum("copies").alias("stored_rows"), F.count("*").alias("distinct_pairs"))
+        .orderBy("period")
+        .toPandas()
+    )  # one row per period
     counts = (
-        pairs.join(got.withColumn("hit", F.lit(1)), ["r_seq", "s_seq"], "left")
+        pairs.join(got.select("r_seq", "s_seq", F.lit(1).alias("hit")), ["r_seq", "s_seq"], "left")
         .groupBy("period")
         .agg(F.count("*").alias("true_pairs"), F.sum(F.coalesce("hit", F.lit(0))).alias("produced_pairs"))
         .orderBy("period")
@@ -141,9 +170,8 @@ def period_quality(
                 recall >= job.q_user - 1e-12,
             )
         )
-    seqs = (int(span["lo"]), int(span["hi"]))
     lo = first if first is not None else (rows[0][0] if rows else last)
-    return PeriodQuality(pd.DataFrame(rows, columns=cols), (lo, last), seqs)
+    return PeriodQuality(pd.DataFrame(rows, columns=cols), (lo, last), seqs, stored)
 
 
 @retry_on_conflict
@@ -164,7 +192,6 @@ def validate(
     ``quality.on_violation``.
     """
     import pandas as pd
-    from pyspark.sql import functions as F
 
     from outoforder.io import delta
     from outoforder.quality.checkpoints import conclude, run_checkpoint
@@ -199,12 +226,8 @@ def validate(
             ],
             items,
         )  # fmt: skip
-    results = delta.read(spark, JOIN_RESULTS, settings.lake_root).where(where_job(source, jid))
-    if since_us is not None:  # the pairs of the periods judged: no duplicate among them
-        lo, hi = judged.seqs or (0, -1)
-        results = results.where(F.col("r_seq").between(lo, hi) & F.col("s_seq").between(lo, hi))
     suites = run_checkpoint(
-        settings, "join", {"join_results": results, "join_recall": metrics},
+        settings, "join", {"join_results": judged.stored, "join_recall": metrics},
         source=source, job=jid, run_name=run_name, q_user=job.q_user,
     )  # fmt: skip
     met = int(quality["met"].sum()) if len(quality) else 0
