@@ -13,9 +13,10 @@ from outoforder.errors import QualityError, StateError
 from outoforder.io import delta
 from outoforder.io.tables import AGG_CONTROL, AGG_LEDGER, AGG_REPAIRS, AGG_RESULTS
 from outoforder.sources.disorder import inject
+from outoforder.stages.aggregate.ledger import ledger_status, read_status
 from outoforder.stages.aggregate.repair import repair
 from outoforder.stages.aggregate.spec import AggJob
-from outoforder.stages.aggregate.stream import run_interval
+from outoforder.stages.aggregate.stream import AggregateStream, run_interval
 from outoforder.stages.aggregate.validate import validate, window_quality
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta]
@@ -107,25 +108,28 @@ def test_intervals_equal_the_reference_then_repair_makes_every_window_exact(
     # stream results miss (ε, δ)? then a forced repair makes everything exact. Its first attempt is
     # killed between the results MERGE and its log row (the reliability run found it: the rerun
     # logged 0 windows changed, comparing against results the first attempt had already fixed)
-    merge_new, intended = delta.merge_new, []
+    replace_rows, intended = delta.replace_rows, []
+    volatile = ("seconds", "written_at_us")
 
-    def killed_before_the_log(df, table, *args, **kwargs):
+    def killed_before_the_log(spark, table, *args, **kwargs):
         if table is AGG_REPAIRS:
-            intended.extend(df.drop("seconds", "written_at_us").collect())
+            rows = args[2]
+            names = AGG_REPAIRS.schema.fieldNames()
+            intended.extend({n: v for n, v in zip(names, r, strict=True) if n not in volatile} for r in rows)
             raise RuntimeError("killed")
-        return merge_new(df, table, *args, **kwargs)
+        return replace_rows(spark, table, *args, **kwargs)
 
-    monkeypatch.setattr(delta, "merge_new", killed_before_the_log)
+    monkeypatch.setattr(delta, "replace_rows", killed_before_the_log)
     with pytest.raises(RuntimeError, match="killed"):
         repair(spark, settings, SOURCE, JOB, force=True)
-    monkeypatch.setattr(delta, "merge_new", merge_new)
+    monkeypatch.setattr(delta, "replace_rows", replace_rows)
     (row,) = intended
     first = repair(spark, settings, SOURCE, JOB, force=True)
     assert first.ran and first.changed > 0
     assert (first.changed, first.added) == (row["windows_changed"], row["windows_added"])
     assert first.rows_read == first.affected_rows
-    logged = delta.read(spark, AGG_REPAIRS, settings.lake_root).drop("seconds", "written_at_us").collect()
-    assert logged == [row]
+    logged = delta.read(spark, AGG_REPAIRS, settings.lake_root).drop(*volatile).collect()
+    assert [r.asDict() for r in logged] == [row]
     again = repair(spark, settings, SOURCE, JOB, force=True)
     assert not again.ran  # nothing pending any more
     fixed = results(spark, settings)
@@ -148,6 +152,17 @@ def test_gamma_rule_waits_until_the_late_tuples_span_more_than_gamma(spark, sett
     assert not wide.ran and "Γ" in wide.reason
     with pytest.raises(StateError, match="run \\["):  # arrivals 400..499 would be skipped
         run_interval(spark, settings, SOURCE, JOB, T0 + 500 * STEP, T0 + 600 * STEP)
+    # repairing after each interval, the stage leaves the status a fresh look at the ledger gives:
+    # with Γ out of reach the late tuples stay pending; with the job's Γ a repair empties the ledger
+    waiting = AggJob(**{**JOB.__dict__, "gamma_us": 10**9})  # the same job (Γ does not identify it)
+    AggregateStream(spark, settings, SOURCE, waiting, repair_each=True).run(T0 + 400 * STEP, T0 + 600 * STEP)
+    status = read_status(settings, SOURCE, waiting)
+    assert status == ledger_status(spark, settings, SOURCE, waiting)
+    assert status["pending_late_tuples"] > 0 and not status["repair_due"]
+    AggregateStream(spark, settings, SOURCE, JOB, repair_each=True).run(T0 + 600 * STEP, T0 + 800 * STEP)
+    status = read_status(settings, SOURCE, JOB)
+    assert status == ledger_status(spark, settings, SOURCE, JOB)
+    assert status["pending_late_tuples"] == 0
 
 
 def test_validate_fails_on_a_target_the_stream_cannot_meet(spark, settings, load_bronze):

@@ -11,6 +11,7 @@ from outoforder.io import delta
 from outoforder.io.tables import AGG_RESULTS, AGG_STATE
 from outoforder.stages.aggregate.spec import AggJob
 from outoforder.stages.aggregate.stream import AggregateStream
+from outoforder.stages.interval import states_at
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta]
 
@@ -56,3 +57,9 @@ def test_reruns_write_nothing_straddles_are_refused_or_split_and_snapshots_are_p
     assert [(s.start_us, s.end_us) for s in split] == [(at(150), at(200)), (at(200), at(250))]
     results = delta.read(spark, AGG_RESULTS, settings.lake_root).where(F.col("source") == SOURCE)
     assert results.count() == results.select("window_id").distinct().count() > 0
+
+    # the state in force at several instants, in one query: the newest row as of each, whole
+    got = states_at(spark, settings, AGG_STATE, SOURCE, JOB.job_id(), [at(249), at(10**6), at(0), at(150)])
+    assert [None if g is None else g["as_of_us"] for g in got] == [at(200), at(250), None, at(150)]
+    stored = delta.read(spark, AGG_STATE, settings.lake_root).where(F.col("as_of_us") == at(200)).first()
+    assert got[0] == stored.asDict()

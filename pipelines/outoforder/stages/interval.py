@@ -449,18 +449,41 @@ def state_at(
     spark: SparkSession, settings: Settings, state_table: Table, source: str, job: str, at_us: int
 ) -> dict[str, Any] | None:
     """The job's newest state row as of ``at_us`` or earlier (None if there is none)."""
+    return states_at(spark, settings, state_table, source, job, [at_us])[0]
+
+
+def states_at(
+    spark: SparkSession,
+    settings: Settings,
+    state_table: Table,
+    source: str,
+    job: str,
+    instants: Sequence[int],
+) -> list[dict[str, Any] | None]:
+    """:func:`state_at` for each of ``instants``, in one query.
+
+    A check asks for two: where it judges up to, and where the previous check stopped.
+    """
     from pyspark.sql import functions as F
 
     from outoforder.io import delta
+    from outoforder.spark.rows import one_row
 
     delta.ensure(spark, state_table, settings.lake_root)
-    row = (
-        delta.read(spark, state_table, settings.lake_root)
-        .where(where_job(source, job) & (F.col("as_of_us") <= F.lit(at_us)))
-        .orderBy(F.col("as_of_us").desc())
-        .first()
+    if not instants:
+        return []
+    states = delta.read(spark, state_table, settings.lake_root)
+    row = F.struct(*states.columns)
+    newest = one_row(
+        states.where(where_job(source, job) & (F.col("as_of_us") <= F.lit(max(instants)))).agg(
+            *(
+                # max_by skips the rows whose ordering is null: those after the instant
+                F.max_by(row, F.when(F.col("as_of_us") <= F.lit(at), F.col("as_of_us"))).alias(f"s{i}")
+                for i, at in enumerate(instants)
+            )
+        )
     )
-    return None if row is None else row.asDict()
+    return [None if newest[f"s{i}"] is None else newest[f"s{i}"].asDict() for i in range(len(instants))]
 
 
 def last_processed(

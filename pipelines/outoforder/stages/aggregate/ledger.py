@@ -84,9 +84,8 @@ def status_path(settings: Settings, source: str, job: AggJob) -> Path:
     return settings.work_dir / "status" / "aggregate" / f"{safe}__{job.job_id()}.json"
 
 
-def ledger_status(spark: SparkSession, settings: Settings, source: str, job: AggJob) -> dict[str, Any]:
-    """The pending ledger's size and event-time span, and whether the Γ rule calls for a repair."""
-    pending = summarize(pending_ledger(spark, settings, source, job))
+def status_of(source: str, job: AggJob, pending: Pending | None) -> dict[str, Any]:
+    """The status of a pending ledger summarized as ``pending`` (None: empty)."""
     n, span = (0, 0) if pending is None else (pending.late_tuples, pending.span_us)
     return {
         "source": source,
@@ -98,9 +97,16 @@ def ledger_status(spark: SparkSession, settings: Settings, source: str, job: Agg
     }
 
 
-def write_ledger_status(spark: SparkSession, settings: Settings, source: str, job: AggJob) -> dict[str, Any]:
-    """Compute :func:`ledger_status` and write it to :func:`status_path` (atomically)."""
-    status = ledger_status(spark, settings, source, job)
+def ledger_status(spark: SparkSession, settings: Settings, source: str, job: AggJob) -> dict[str, Any]:
+    """The pending ledger's size and event-time span, and whether the Γ rule calls for a repair."""
+    return status_of(source, job, summarize(pending_ledger(spark, settings, source, job)))
+
+
+def write_ledger_status(
+    spark: SparkSession, settings: Settings, source: str, job: AggJob, status: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Write ``status`` (default: :func:`ledger_status`, computed) to :func:`status_path` (atomically)."""
+    status = status if status is not None else ledger_status(spark, settings, source, job)
     path = status_path(settings, source, job)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -22,7 +22,7 @@ from outoforder.config import Settings
 from outoforder.core.windows.repair import window_runs
 from outoforder.io.conflicts import retry_on_conflict
 from outoforder.io.tables import AGG_REPAIRS, AGG_RESULTS, BRONZE
-from outoforder.stages.aggregate.ledger import pending_ledger, summarize
+from outoforder.stages.aggregate.ledger import Pending, pending_ledger, summarize
 from outoforder.stages.aggregate.spec import AggJob
 from outoforder.stages.aggregate.stream import agg_tuples
 from outoforder.stages.interval import where_job
@@ -41,7 +41,11 @@ CHANGED_COLUMNS = (
 
 @dataclass(frozen=True)
 class RepairSummary:
-    """What one repair check did (``ran`` is False when nothing was pending or Γ was not met)."""
+    """What one repair check did (``ran`` is False when nothing was pending or Γ was not met).
+
+    ``left`` is the pending ledger after the call: what stays pending when Γ was not met, None
+    when nothing was pending or the repair ran.
+    """
 
     source: str
     job: str
@@ -55,6 +59,7 @@ class RepairSummary:
     rows_read: int = 0
     affected_rows: int = 0
     seconds: float = 0.0
+    left: Pending | None = field(default=None, compare=False)
 
     def line(self) -> str:
         """One progress line."""
@@ -76,6 +81,7 @@ def repair(
     from pyspark.sql import functions as F
 
     from outoforder.io import delta
+    from outoforder.spark.rows import one_row
     from outoforder.spark.windows import exact_windows, window_members
 
     t0 = time.monotonic()
@@ -90,7 +96,7 @@ def repair(
     due = todo.due(job.gamma_us)
     if not due and not force:
         why = f"{n_late} pending late tuples span {span / 1e6:.2f} s <= Γ = {job.gamma_us / 1e6:g} s"
-        return RepairSummary(source, jid, False, why)
+        return RepairSummary(source, jid, False, why, n_late, span, n_windows, left=todo)
     w = job.query().windows
     targets = pending.select(F.col("window_id").alias("wid")).distinct()
     ids = np.array([int(r[0]) for r in targets.collect()], dtype=np.int64)
@@ -133,8 +139,13 @@ def repair(
         .withColumn("same", same_as("old"))
         .localCheckpoint()
     )
-    changed = joined.where(F.col("before").isNotNull() & ~same_as("before")).count()
-    added = joined.where(F.col("before").isNull()).count()
+    counted = one_row(
+        joined.agg(
+            F.count(F.when(F.col("before").isNotNull() & ~same_as("before"), 1)).alias("changed"),
+            F.count(F.when(F.col("before").isNull(), 1)).alias("added"),
+        )
+    )
+    changed, added = int(counted["changed"]), int(counted["added"])
     updates = joined.select(
         F.lit(source).alias("source"),
         F.lit(jid).alias("job"),
@@ -172,7 +183,9 @@ def repair(
         source, jid, upto, "gamma" if due else "forced", n_late, span, n_windows, changed, added, rows_read,
         affected_rows, summary.seconds, now_us,
     )  # fmt: skip
-    delta.merge_new(
-        spark.createDataFrame([row], AGG_REPAIRS.schema), AGG_REPAIRS, lake, ("source", "job", "repair_id")
-    )
+    # recorded last (see the module docstring); a rerun that got this far finds it and stops early
+    delta.replace_rows(
+        spark, AGG_REPAIRS, lake, settings.storage, [row], {"source": source, "job": jid},
+        ("repair_id", upto, upto + 1),
+    )  # fmt: skip
     return summary

@@ -188,17 +188,26 @@ class AggregateStream(IntervalStage[AggJob, AggIntervalSummary]):
         )
 
     def finish(self, summary: AggIntervalSummary) -> None:
-        """Leave the ledger's Γ status for the scheduler (the DAG's ``gamma_rule`` reads it)."""
+        """Leave the ledger's Γ status for the scheduler (the DAG's ``gamma_rule`` reads it).
+
+        With ``repair_each`` the repair after the interval leaves it instead: it knows what stays
+        pending without another look at the ledger.
+        """
         from outoforder.stages.aggregate.ledger import write_ledger_status
 
-        write_ledger_status(self.spark, self.settings, self.source, self.job)
+        if not self.repair_each:
+            write_ledger_status(self.spark, self.settings, self.source, self.job)
 
     def after_interval(self, summary: AggIntervalSummary) -> None:
-        """With ``repair_each``: a repair when the Γ rule calls for one."""
+        """With ``repair_each``: a repair when the Γ rule calls for one, then the ledger's status."""
         if self.repair_each:
+            from outoforder.stages.aggregate.ledger import status_of, write_ledger_status
             from outoforder.stages.aggregate.repair import repair
 
-            log.info("%s", repair(self.spark, self.settings, self.source, self.job).line())
+            done = repair(self.spark, self.settings, self.source, self.job)
+            log.info("%s", done.line())
+            status = status_of(self.source, self.job, done.left)
+            write_ledger_status(self.spark, self.settings, self.source, self.job, status)
 
 
 def run_interval(

@@ -46,32 +46,45 @@ class Judged:
     closed: tuple[int | None, int]
 
 
-def _standing(
-    spark: SparkSession, settings: Settings, source: str, job: TopKJob, at_us: int
-) -> tuple[int, int, int] | None:
-    """(as_of, newest window emitted, newest window closed) of the job's state at ``at_us``."""
+def _standings(
+    spark: SparkSession, settings: Settings, source: str, job: TopKJob, instants: list[int]
+) -> list[tuple[int, int, int] | None]:
+    """(as_of, newest window emitted, newest window closed) of the job's state at each of ``instants``.
+
+    One query over the state rows and one over the emitted windows answer every instant.
+    """
     from pyspark.sql import functions as F
 
     from outoforder.io import delta
     from outoforder.io.tables import TOPK_STATE, TOPK_WINDOWS
-    from outoforder.stages.interval import state_at
+    from outoforder.spark.rows import one_row
+    from outoforder.stages.interval import states_at
 
     jid = job.job_id()
-    state = state_at(spark, settings, TOPK_STATE, source, jid, at_us)
-    if state is None:
-        return None
-    as_of = int(state["as_of_us"])
-    top = (
+    states = states_at(spark, settings, TOPK_STATE, source, jid, instants)
+    as_ofs = {i: int(st["as_of_us"]) for i, st in enumerate(states) if st is not None}
+    if not as_ofs:
+        return [None for _ in instants]
+    tops = one_row(
         delta.read(spark, TOPK_WINDOWS, settings.lake_root)
-        .where(where_job(source, jid) & (F.col("interval_start_us") < F.lit(as_of)))
-        .agg(F.max("window_id"))
-        .first()
+        .where(where_job(source, jid) & (F.col("interval_start_us") < F.lit(max(as_ofs.values()))))
+        .agg(
+            *(
+                F.max(F.when(F.col("interval_start_us") < F.lit(a), F.col("window_id"))).alias(f"top{i}")
+                for i, a in as_ofs.items()
+            )
+        )
     )
-    progress = json.loads(state["snapshot"])["operator"]["progress"]
-    if top is None or top[0] is None or progress is None:
-        return None
-    closed = (int(progress) - job.horizon_us - job.window_us) // job.slide_us
-    return as_of, int(top[0]), min(closed, int(top[0]))
+    out: list[tuple[int, int, int] | None] = []
+    for i, st in enumerate(states):
+        top = None if st is None else tops[f"top{i}"]
+        progress = None if st is None else json.loads(st["snapshot"])["operator"]["progress"]
+        if st is None or top is None or progress is None:
+            out.append(None)
+            continue
+        closed = (int(progress) - job.horizon_us - job.window_us) // job.slide_us
+        out.append((as_ofs[i], int(top), min(closed, int(top))))
+    return out
 
 
 def judged_windows(
@@ -90,11 +103,12 @@ def judged_windows(
         if not delta.exists(spark, t, settings.lake_root):
             msg = f"the top-k stream has not run yet (no {t.name} under {settings.lake_root})"
             raise QualityError(msg)
-    now = _standing(spark, settings, source, job, until_us if until_us is not None else 2**62)
+    instants = [until_us if until_us is not None else 2**62] + ([] if since_us is None else [since_us])
+    now, *earlier = _standings(spark, settings, source, job, instants)
     if now is None:
         msg = f"{source}, job {job.job_id()}"
         raise NothingYet(msg)
-    before = None if since_us is None else _standing(spark, settings, source, job, since_us)
+    before = earlier[0] if earlier else None
     as_of, top, closed = now
     if before is None:
         return Judged(as_of, (None, top), (None, closed))
