@@ -46,7 +46,10 @@ def test_ingest_reports_rows_per_second_and_a_failed_part_keeps_its_reason():
     assert rows[0]["tuples_per_s"] == 108_000 and rows[0]["x_real_time"] == 10.0
     assert rows[1]["failed"] == "exit 1: boom" and "seconds" not in rows[1]
     text = render({"runs": RUNS, "minutes": 1.0, "quick": False}, rows)
-    assert "| local[2] | ingest | 10 | 108,000 | 10.00 |" in text and "exit 1: boom" in text
+    assert "| local[2] | ingest | abc | 10 | 108,000 | 10.00 |" in text and "exit 1: boom" in text
+    # a part rerun later on the same lake names its own commit, the others the run's
+    (kept, rerun) = summarize([_part("ingest", 10.0, rows=1), _part("join", 5.0, commit="def")], RUNS)
+    assert (kept["commit"], rerun["commit"]) == ("abc", "def")
     assert "have not both run yet" in text
 
 

@@ -55,6 +55,7 @@ from outoforder.bench.harness import (
     machine,
     markdown_table,
     run_command,
+    source_commit,
     stage_command,
     write_json,
 )
@@ -479,8 +480,9 @@ def _one_run(
             if done.returncode == 0 and out.exists():
                 got = json.loads(out.read_text())
                 records.append(
-                    {"run": name, **got["total"], "intervals": got["records"], "trace": got["trace"]}
-                )
+                    {"run": name, **got["total"], "commit": source_commit(), "intervals": got["records"],
+                     "trace": got["trace"]}
+                )  # fmt: skip
             else:
                 text = (work / f"{part}.log").read_text(errors="replace").splitlines()
                 why = [ln for ln in text if ln.startswith(("error", "Traceback")) or "Exception:" in ln]
@@ -512,7 +514,14 @@ def summarize(records: list[dict[str, Any]], runs: dict[str, Any]) -> list[dict[
     rows = []
     for r in records:
         facts = runs[r["run"]]
-        row: dict[str, Any] = {"run": facts["label"], "part": r["part"], "failed": r.get("failed", "")}
+        # a part rerun on an earlier lake (OOO_SCALE_PARTS) names its own code
+        commit = r.get("commit", facts["commit"])
+        row: dict[str, Any] = {
+            "run": facts["label"],
+            "part": r["part"],
+            "commit": commit,
+            "failed": r.get("failed", ""),
+        }
         if "failed" not in r:
             ivs = [i for i in r["intervals"] if i.get("full_interval")]
             rate = facts["tuples"] / facts["play_s"]
@@ -644,6 +653,7 @@ def render(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         [
             ("run", "run", ""),
             ("part", "part", ""),
+            ("commit", "commit", ""),
             ("seconds", "seconds", ",.0f"),
             ("tuples_per_s", "tuples/s", ",d"),
             ("x_real_time", "× real time", ".2f"),
@@ -662,7 +672,7 @@ def render(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     )
     runs = "\n".join(
         f"- {r['label']}: {r['tuples']:,} tuples, {r['play_s']:g} s of play, master `{r['master']}`, "
-        f"replay generated in {r['generated_s']} s, commit {r['commit']}, {r['date']}"
+        f"replay generated in {r['generated_s']} s, last invocation at commit {r['commit']}, {r['date']}"
         for r in meta["runs"].values()
     )
     return (
