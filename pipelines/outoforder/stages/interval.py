@@ -399,9 +399,20 @@ def resume_point(
     from pyspark.sql import functions as F
 
     from outoforder.io import delta
+    from outoforder.spark.rows import one_row
 
     states = delta.read(spark, state_table, settings.lake_root).where(where_job(source, job))
-    ends = states.select("as_of_us", "interval_start_us").collect()  # one row per kept snapshot
+    # one query: every snapshot's bounds (one row per kept snapshot), and the whole newest row as
+    # of start_us (max_by skips the rows after it, whose ordering is null)
+    found = one_row(
+        states.agg(
+            F.collect_list(F.struct("as_of_us", "interval_start_us")).alias("ends"),
+            F.max_by(
+                F.struct(*states.columns), F.when(F.col("as_of_us") <= start_us, F.col("as_of_us"))
+            ).alias("newest"),
+        )
+    )
+    ends = found["ends"]
     kept = sorted(int(r["as_of_us"]) for r in ends)
     usable = [t for t in kept if t <= start_us]
     if not usable:
@@ -423,9 +434,9 @@ def resume_point(
             f"run [{as_of}, {start_us}) first (intervals depend on the previous one)"
         )
         raise StateError(msg)
-    row = states.where(F.col("as_of_us") == as_of).first()
-    if row is None:  # removed between the two reads (a concurrent prune)
-        msg = f"the {what} state of {source} ({job}) as of {as_of} disappeared while resuming"
+    row = found["newest"]
+    if row is None or int(row["as_of_us"]) != as_of:  # a broken invariant: both come from one read
+        msg = f"the {what} state of {source} ({job}) as of {as_of} was not read whole while resuming"
         raise StateError(msg)
     return Resume(row.asDict(), {}, kept)
 
