@@ -2,7 +2,7 @@
 
 import pytest
 
-from outoforder.bench.scale import _runs, render, summarize
+from outoforder.bench.scale import _runs, part_tables, render, summarize
 from outoforder.errors import StateError
 
 
@@ -60,3 +60,11 @@ def test_runs_are_chosen_by_name(monkeypatch):
     monkeypatch.setenv("OOO_SCALE_RUNS", "tenth,huge")
     with pytest.raises(StateError, match="unknown run huge"):
         _runs(quick=False)
+
+
+def test_a_rerun_part_removes_what_its_adaptation_and_repair_wrote():
+    from outoforder.io import tables as T
+
+    assert {T.JOIN_STATE, T.JOIN_RESULTS, T.JOIN_PARAMS} <= set(part_tables("join"))
+    assert {T.AGG_RESULTS, T.AGG_LEDGER, T.AGG_REPAIRS} <= set(part_tables("aggregate"))
+    assert T.TOPK_RESULTS in part_tables("topk")

@@ -178,9 +178,7 @@ def _interval_loop(
 
     stage: Any
     check: Callable[[int, int], Any]
-    from outoforder.bench.longrun import stage_tables
-
-    for t in stage_tables(f"{part}-stream"):  # a rerun of a part on an earlier lake starts afresh
+    for t in part_tables(part):  # a rerun of a part on an earlier lake starts afresh
         shutil.rmtree(t.path(settings.lake_root), ignore_errors=True)
     if part == "join":
         # OOO_SCALE_JOIN=default: the join_stream DAG's default query (0.5 s, 2 m: ten pairs a tuple)
@@ -351,6 +349,20 @@ def _sss(spark: SparkSession, settings: Settings, part: str, source: str, work: 
         )  # fmt: skip
         log("scale", f"{part} batch {i}: {rows:,} rows, {seconds:.1f} s")
     return records
+
+
+def part_tables(part: str) -> tuple[Any, ...]:
+    """The tables a stream part writes: its stage's, and those of the stage's adaptation or repair.
+
+    A part rerun on an earlier lake removes them all. Left in place, the earlier run's retention
+    rows told the join it had adapted already (so it did not, and its time left the adaptation
+    out), and its repair log told the aggregates that every late tuple was repaired (so none was).
+    """
+    from outoforder.bench.longrun import stage_tables
+    from outoforder.io import tables as T
+
+    companions = {"join": (T.JOIN_PARAMS, T.JOIN_METRICS), "aggregate": (T.AGG_REPAIRS,), "topk": ()}
+    return (*stage_tables(f"{part}-stream"), *companions[part])
 
 
 def _run_part(part: str, work: Path) -> int:
