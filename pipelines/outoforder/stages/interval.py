@@ -497,6 +497,25 @@ def states_at(
     return [None if newest[f"s{i}"] is None else newest[f"s{i}"].asDict() for i in range(len(instants))]
 
 
+def check_states(
+    spark: SparkSession,
+    settings: Settings,
+    state_table: Table,
+    source: str,
+    job: str,
+    until_us: int | None,
+    since_us: int | None,
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """What a check over ``[since_us, until_us)`` judges from, in one query (:func:`states_at`).
+
+    The state in force at ``until_us`` (the newest when None) and the one at ``since_us`` (None
+    when not given: the check judges from the start).
+    """
+    instants = [until_us if until_us is not None else 2**62] + ([] if since_us is None else [since_us])
+    now, *before = states_at(spark, settings, state_table, source, job, instants)
+    return now, before[0] if before else None
+
+
 def last_processed(
     spark: SparkSession, settings: Settings, state_table: Table, source: str, job: str
 ) -> int | None:

@@ -42,16 +42,14 @@ def judged_windows(
     job's state at ``until_us`` (its newest state when None) and at ``since_us``.
     """
     from outoforder.io.tables import AGG_STATE
-    from outoforder.stages.interval import states_at
+    from outoforder.stages.interval import check_states
 
     jid, w = job.job_id(), job.query().windows
-    instants = [until_us if until_us is not None else 2**62] + ([] if since_us is None else [since_us])
-    state, *earlier = states_at(spark, settings, AGG_STATE, source, jid, instants)
+    state, before = check_states(spark, settings, AGG_STATE, source, jid, until_us, since_us)
     if state is None or state["frontier"] is None:
         msg = f"the aggregate job {jid} has not processed {source} yet: run aggregate-stream first"
         raise InputError(msg)
     last = (int(state["frontier"]) - w.size_us) // w.slide_us
-    before = earlier[0] if earlier else None
     done = (
         None
         if before is None or before["frontier"] is None

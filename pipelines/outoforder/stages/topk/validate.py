@@ -47,24 +47,31 @@ class Judged:
 
 
 def _standings(
-    spark: SparkSession, settings: Settings, source: str, job: TopKJob, instants: list[int]
+    spark: SparkSession,
+    settings: Settings,
+    source: str,
+    job: TopKJob,
+    until_us: int | None,
+    since_us: int | None,
 ) -> list[tuple[int, int, int] | None]:
-    """(as_of, newest window emitted, newest window closed) of the job's state at each of ``instants``.
+    """(as_of, newest window emitted, newest window closed) of the states a check judges from.
 
-    One query over the state rows and one over the emitted windows answer every instant.
+    For the state at ``until_us`` and the one at ``since_us``
+    (:func:`~outoforder.stages.interval.check_states`); one query over the state rows and one over
+    the emitted windows answer both.
     """
     from pyspark.sql import functions as F
 
     from outoforder.io import delta
     from outoforder.io.tables import TOPK_STATE, TOPK_WINDOWS
     from outoforder.spark.rows import one_row
-    from outoforder.stages.interval import states_at
+    from outoforder.stages.interval import check_states
 
     jid = job.job_id()
-    states = states_at(spark, settings, TOPK_STATE, source, jid, instants)
+    states = check_states(spark, settings, TOPK_STATE, source, jid, until_us, since_us)
     as_ofs = {i: int(st["as_of_us"]) for i, st in enumerate(states) if st is not None}
     if not as_ofs:
-        return [None for _ in instants]
+        return [None for _ in states]
     tops = one_row(
         delta.read(spark, TOPK_WINDOWS, settings.lake_root)
         .where(where_job(source, jid) & (F.col("interval_start_us") < F.lit(max(as_ofs.values()))))
@@ -103,12 +110,10 @@ def judged_windows(
         if not delta.exists(spark, t, settings.lake_root):
             msg = f"the top-k stream has not run yet (no {t.name} under {settings.lake_root})"
             raise QualityError(msg)
-    instants = [until_us if until_us is not None else 2**62] + ([] if since_us is None else [since_us])
-    now, *earlier = _standings(spark, settings, source, job, instants)
+    now, before = _standings(spark, settings, source, job, until_us, since_us)
     if now is None:
         msg = f"{source}, job {job.job_id()}"
         raise NothingYet(msg)
-    before = earlier[0] if earlier else None
     as_of, top, closed = now
     if before is None:
         return Judged(as_of, (None, top), (None, closed))
