@@ -18,8 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from outoforder.errors import ConfigError
+from outoforder.sources.declaration import Declaration, parse_declarations
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# the readers in outoforder.sources.readers (kept here: this module stays standard-library only)
+BUILTIN_READERS = ("debs2013", "soccer_synthetic", "ooo", "debs2015")
 DEFAULT_CONFIG = REPO_ROOT / "include" / "config" / "outoforder.toml"
 
 
@@ -236,6 +239,7 @@ class Settings:
     stream: StreamSettings = field(default_factory=StreamSettings)
     storage: StorageSettings = field(default_factory=StorageSettings)
     work_root: Path | None = None
+    sources: Mapping[str, Declaration] = field(default_factory=dict)  # declared sources, by name
 
     def __post_init__(self) -> None:
         # accept a Path (tests and callers build settings with dataclasses.replace)
@@ -377,6 +381,15 @@ def load_settings(
         reports = env.get("OOO_REPORTS_DIR", quality.get("reports_dir", "")) or str(work_dir / "reports")
         docs = env.get("OOO_DOCS_DIR", quality.get("docs_dir", "")) or str(Path(reports) / "data_docs")
         bounds = {str(k): (int(v[0]), int(v[1])) for k, v in ingest.get("plausible_event_us", {}).items()}
+        sources = parse_declarations(raw.get("sources", {}))
+        for name, decl in sources.items():
+            if name in BUILTIN_READERS:
+                msg = f"sources.{name}: {name!r} is a built-in reader's name; choose another"
+                raise ConfigError(msg)
+            if name in bounds:
+                msg = f"ingest.plausible_event_us.{name}: give a declared source's bounds in sources.{name}"
+                raise ConfigError(msg)
+            bounds[name] = decl.plausible_event_us
         return Settings(
             lake_root=lake_root,
             data_dir=_path(env.get("OOO_DATA_DIR", data.get("shared_dir", "../shared/data"))),
@@ -407,6 +420,7 @@ def load_settings(
             ),
             storage=storage_settings,
             work_root=work_root,
+            sources=sources,
         )
     except (TypeError, ValueError, IndexError) as e:
         msg = f"invalid setting: {e}"

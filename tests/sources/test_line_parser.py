@@ -91,8 +91,10 @@ def test_byte_ranges_read_every_line_once_with_its_number(parts, tail, cuts, bat
     assert got == whole
 
 
-def parse_all(reader: Reader, data: bytes, **kw: object) -> tuple[pa.Table, pa.Table, dict, pa.Table | None]:
-    parser = LineParser(reader, (10**10, 16 * 10**9), **kw)
+def parse_all(
+    reader: Reader, data: bytes, plausible: tuple[int, int] = (10**10, 16 * 10**9), **kw: object
+) -> tuple[pa.Table, pa.Table, dict, pa.Table | None]:
+    parser = LineParser(reader, plausible, **kw)
     acc, rej, sus, counts = [], [], [], {}
     for batch in read_line_batches(io.BytesIO(data), max_line_bytes=MAX_LINE, batch_lines=7):
         out = parser.parse(batch)

@@ -22,6 +22,7 @@ from outoforder.io import delta
 from outoforder.io.tables import BRONZE, INGEST_LOG, QUARANTINE
 from outoforder.quality.checkpoints import SuiteResult, conclude, run_checkpoint
 
+# the built-in readers' streams; a declared source adds the ones it declares
 KNOWN_STREAMS = ("ball", "team_a", "team_b", "referee", "devices", "taxi")
 
 
@@ -70,7 +71,7 @@ def validate_bronze(
         columns=BRONZE.schema.fieldNames(),
         event_lo=lo,
         event_hi=hi,
-        streams=KNOWN_STREAMS,
+        streams=(*KNOWN_STREAMS, *(s for d in settings.sources.values() for s in d.streams)),
     )
     conclude(results, "bronze", settings.quality.fails(fail))
     return results

@@ -66,7 +66,10 @@ class Row:
 class Reader(Protocol):
     """Parses the lines of one file format."""
 
-    name: ClassVar[str]
+    @property
+    def name(self) -> str:
+        """The format's name (a built-in reader's, or a declared source's)."""
+        ...
 
     def is_header(self, text: str) -> bool:
         """Whether line 1 is a header (never called for later lines)."""
@@ -344,7 +347,11 @@ READERS: dict[str, type[Debs2013Reader] | type[OooReader] | type[Debs2015Reader]
 
 
 def make_reader(name: str) -> Reader:
-    """The reader registered under ``name``."""
+    """The reader registered under ``name``, or a declared source's (a ``DeclaredReader.spec()``)."""
+    if name.startswith("{"):
+        from outoforder.sources.declared import DeclaredReader
+
+        return DeclaredReader.from_spec(name)
     try:
         return READERS[name]()
     except KeyError as e:
@@ -604,6 +611,8 @@ class LineParser:
         binary = pa.Array.from_buffers(pa.large_binary(), n, [None, offsets, pa.py_buffer(buf)])
         texts = binary.take(pa.array(idx)).cast(pa.large_string())
         ok, cols = parse_fast(texts)
+        if not ok.any():
+            return none, None
         event = cols["event_ts"].to_numpy(zero_copy_only=False)
         arrival = cols["arrival_ts"]
         has_arrival = ~np.asarray(arrival.is_null().to_numpy(zero_copy_only=False), dtype=bool)

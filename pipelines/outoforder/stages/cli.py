@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from outoforder.config import Settings, load_settings
-from outoforder.errors import ConfigError, OutOfOrderError
+from outoforder.errors import ConfigError, InputError, OutOfOrderError
 from outoforder.stages import spec
 from outoforder.stages.aggregate.spec import AggJob
 from outoforder.stages.demo import STEPS as DEMO_STEPS
@@ -145,6 +145,26 @@ def _yes(text: str) -> bool:
 # --- ingest, replay, stats, bronze ------------------------------------------------------------
 
 
+def expand_files(paths: list[str]) -> list[Path]:
+    """Files as given, a folder's files by name (the order they continue the stream in), nothing twice.
+
+    >>> expand_files([])
+    []
+    """
+    out: list[Path] = []
+    for given in paths:
+        p = Path(given)
+        if p.is_dir():
+            found = sorted(f for f in p.iterdir() if f.is_file() and not f.name.startswith("."))
+            if not found:
+                msg = f"ingest --file {given}: the folder holds no files"
+                raise InputError(msg)
+            out += found
+        else:
+            out.append(p)
+    return list(dict.fromkeys(out))
+
+
 def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
     """Ingest built-in datasets and/or one user file, or the landing bucket."""
     from outoforder.sources import catalog
@@ -163,10 +183,11 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     jobs: list[tuple[Path, str, str]] = []
     if args.file:
-        if not (args.reader and args.source):
-            msg = "ingest --file needs --reader and --source"
+        if not args.reader:
+            msg = "ingest --file needs --reader (a built-in reader, or a source declared in the config)"
             raise ConfigError(msg)
-        jobs.append((Path(args.file), args.reader, args.source))
+        source = args.source or args.reader
+        jobs += [(p, args.reader, source) for p in expand_files(args.file)]
     if args.datasets or not args.file:
         # Airflow passes one templated string; accept commas and spaces alike.
         names = [n for item in args.datasets or [] for n in item.replace(",", " ").split()]
@@ -602,9 +623,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     i = stage("ingest", cmd_ingest, "read files into bronze")
     i.add_argument("--datasets", nargs="*", help="built-in dataset ids or prefixes (default: all)")
-    i.add_argument("--file", help="a file of your own (plain or gzip)")
-    i.add_argument("--reader", help="its format: debs2013, soccer_synthetic, ooo, debs2015")
-    i.add_argument("--source", help="the source id to store it under, e.g. debs2013/full-game")
+    i.add_argument(
+        "--file", action="append", help="a file of your own (plain or gzip) or a folder of them; repeatable"
+    )
+    i.add_argument(
+        "--reader",
+        help="its format: a source declared in the config ([sources.<name>]) or a built-in reader "
+        "(debs2013, soccer_synthetic, ooo, debs2015)",
+    )  # fmt: skip
+    i.add_argument("--source", help="the source id to store it under (default: the reader's name)")
     i.add_argument("--landing", action="store_true", help="ingest the files waiting in the landing bucket")
     r = stage("replay", cmd_replay, "synthetic soccer play with injected disorder, ingested")
     r.add_argument("--model", default="hpm_game1", help="a preset or family:key=value,...")

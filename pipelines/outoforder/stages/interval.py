@@ -548,7 +548,11 @@ def pending_span(
         .first()
     )
     if span is None or span[0] is None:
-        msg = f"bronze has no arrivals with an arrival_ts for source {source!r}"
+        msg = (
+            f"bronze has no arrivals with an arrival_ts for source {source!r}: the stream stages cut "
+            "intervals by arrival time (a declared source gets one from its `arrival` field, "
+            "docs/sources.md)"
+        )
         raise InputError(msg)
     start = int(span[0]) if done is None else done
     end = int(span[1]) + 1

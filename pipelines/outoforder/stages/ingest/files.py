@@ -44,11 +44,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from outoforder.config import Settings
+from outoforder.errors import ConfigError
 from outoforder.io import delta
 from outoforder.io.conflicts import retry_on_conflict
 from outoforder.io.files import WrittenFile
 from outoforder.io.tables import BRONZE, INGEST_LOG, QUARANTINE, SEQ_PER_FILE
-from outoforder.sources.readers import ACROSS_FILES, WITHIN_FILE, make_reader
+from outoforder.sources.declaration import Declaration
+from outoforder.sources.declared import DeclaredReader, check_fields, check_sample, header_fields
+from outoforder.sources.readers import ACROSS_FILES, READERS, WITHIN_FILE
 from outoforder.stages.ingest import tasks
 
 if TYPE_CHECKING:
@@ -105,6 +108,8 @@ class _File:
     gz: bool = False
     ordinal: int = -1
     parts: list[int] = field(default_factory=list)
+    reader: str = ""  # what the tasks build their reader from: a built-in's name or a declared reader's spec
+    parquet: bool = False  # read as one part, its rows as JSON lines
 
     @property
     def ingest_id(self) -> str:
@@ -113,6 +118,14 @@ class _File:
     @property
     def shown(self) -> str:
         return self.spec.origin or self.uri
+
+
+def check_reader(settings: Settings, name: str) -> None:
+    """Fail, listing the known ones, unless ``name`` is a built-in reader or a declared source."""
+    if name not in READERS and name not in settings.sources:
+        declared = ", ".join(sorted(settings.sources)) or "none (add a [sources.<name>] table to your config)"
+        msg = f"unknown reader {name!r}; built-in: {', '.join(sorted(READERS))}; declared: {declared}"
+        raise ConfigError(msg)
 
 
 def _uri(path: str, settings: Settings) -> str:
@@ -140,15 +153,49 @@ def _spark_schema(schema: Any) -> Any:
 
 
 def _identify(spark: SparkSession, settings: Settings, files: list[_File]) -> None:
+    """Each file's size, hash and gzip flag; a declared source's file is checked against its declaration.
+
+    The check reads the file's first lines (from the same task), so a declaration that does not fit
+    the data fails here, before any claim or write.
+    """
     storage = settings.storage
-    rows = [{"file_idx": f.idx, "uri": f.uri} for f in files]
-    df = _arrow_df(spark, rows, [("file_idx", _pa().int64()), ("uri", _pa().string())])
-    got = df.mapInArrow(
-        lambda it: tasks.identify(it, storage), _spark_schema(tasks.IDENTITY_SCHEMA)
-    ).collect()
+    declared = settings.sources
+    rows = [
+        {
+            "file_idx": f.idx,
+            "uri": f.uri,
+            "format": declared[f.spec.reader].format if f.spec.reader in declared else "",
+        }
+        for f in files
+    ]
+    fields = [("file_idx", _pa().int64()), ("uri", _pa().string()), ("format", _pa().string())]
+    got = (
+        _arrow_df(spark, rows, fields)
+        .mapInArrow(lambda it: tasks.identify(it, storage), _spark_schema(tasks.IDENTITY_SCHEMA))
+        .collect()
+    )
     for r in got:
         f = files[r["file_idx"]]
         f.size, f.sha256, f.gz = int(r["size"]), str(r["sha256"]), bool(r["gz"])
+        if r["head"] is not None:
+            decl = declared[f.spec.reader]
+            f.parquet = decl.format == "parquet"
+            f.reader = _declared_reader(decl, list(r["head"]), r["columns"], f.shown).spec()
+
+
+def _declared_reader(
+    decl: Declaration, head: list[str], columns: list[str] | None, where: str
+) -> DeclaredReader:
+    """The reader of one file of a declared source, checked on the file's first lines (or rows)."""
+    data = head[1:] if decl.format == "csv" and decl.header else head
+    if columns is not None:
+        fields: tuple[str, ...] = tuple(columns)
+    else:
+        fields = header_fields(decl, head[0]) if head else decl.columns or decl.columns_used()
+    check_fields(decl, fields, where)
+    reader = DeclaredReader(decl, fields)
+    check_sample(reader, data, where)
+    return reader
 
 
 def _pa() -> Any:
@@ -198,7 +245,7 @@ def _part_rows(settings: Settings, files: list[_File], folders: dict[str, str]) 
     for f in files:
         lo, hi = ing.plausible_range(f.spec.reader)
         bounds = [(0, -1)]
-        if not f.gz and f.size > ing.part_bytes:
+        if not f.gz and not f.parquet and f.size > ing.part_bytes:
             n = math.ceil(f.size / ing.part_bytes)
             bounds = [(i * ing.part_bytes, min((i + 1) * ing.part_bytes, f.size)) for i in range(n)]
         for start, end in bounds:
@@ -207,12 +254,12 @@ def _part_rows(settings: Settings, files: list[_File], folders: dict[str, str]) 
                 {
                     "part": len(rows), "file_idx": f.idx, "uri": f.uri, "gz": f.gz, "start": start,
                     "end": end,
-                    "first_line": 1, "reader": f.spec.reader, "lo": lo, "hi": hi,
+                    "first_line": 1, "reader": f.reader or f.spec.reader, "lo": lo, "hi": hi,
                     "max_line_bytes": ing.max_line_bytes, "batch_lines": ing.batch_rows,
                     "file_rows": ing.file_rows, "ingest_id": f.ingest_id, "source": f.spec.source,
                     "shown": f.shown,
                     "base": f.ordinal * SEQ_PER_FILE, "folder": folders[f.spec.source], "local": False,
-                    "suspects": None,
+                    "parquet": f.parquet, "suspects": None,
                 }
             )  # fmt: skip
     return rows
@@ -333,7 +380,7 @@ def ingest_files(
 
     t0 = time.monotonic()
     for s in specs:
-        make_reader(s.reader)  # an unknown reader fails before anything is read
+        check_reader(settings, s.reader)  # an unknown reader fails before anything is read
     files = [_File(i, s, _uri(s.path, settings)) for i, s in enumerate(specs)]
     if not files:
         return []

@@ -1,6 +1,7 @@
 """Landing-zone ingest: files dropped into the landing bucket -> bronze, each exactly once.
 
-Every object under ``<storage.landing_uri>/incoming/<reader>/<source id>/<name>`` is ingested in
+Every object under ``<storage.landing_uri>/incoming/<reader>/<source id>/<name>`` (``<reader>``: a
+built-in reader, or a source declared in the settings' ``[sources.<name>]``) is ingested in
 one go (:func:`outoforder.stages.ingest.files.ingest_files`: Spark tasks read the objects from the
 store themselves, oldest key first in arrival order), then moved under ``ingested/``. An object
 that cannot be ingested at all (a key of the wrong shape, an unknown reader) is moved under
@@ -19,10 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from outoforder.config import Settings
-from outoforder.errors import InputError
+from outoforder.errors import ConfigError, InputError
 from outoforder.io import objectstore
-from outoforder.sources.readers import READERS
-from outoforder.stages.ingest.files import FileSpec, IngestSummary, ingest_files
+from outoforder.stages.ingest.files import FileSpec, IngestSummary, check_reader, ingest_files
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +53,11 @@ def ingest_landing(spark: Any, settings: Settings, limit: int | None = None) -> 
     for item in items:
         try:
             reader, source, _ = item.parts()
-            if reader not in READERS:
-                known = ", ".join(sorted(READERS))
-                msg = f"unknown reader {reader!r} (the first folder under incoming/); known: {known}"
-                raise InputError(msg)
+            try:
+                check_reader(settings, reader)
+            except ConfigError as e:
+                msg = f"{e} (the first folder under incoming/ names the reader)"
+                raise InputError(msg) from e
         except InputError as e:
             out.append(LandingOutcome(item.uri, objectstore.reject(storage, item, str(e)), None, str(e)))
             log.info("%s", out[-1].line())

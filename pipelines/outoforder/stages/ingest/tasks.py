@@ -27,7 +27,13 @@ import pyarrow as pa
 
 from outoforder.config import StorageSettings
 from outoforder.io.files import WrittenFile, file_size, open_input, write_parquet
-from outoforder.sources.lines import is_gzip, read_line_batches
+from outoforder.sources.lines import (
+    LineBatch,
+    is_gzip,
+    parquet_columns,
+    read_line_batches,
+    read_parquet_batches,
+)
 from outoforder.sources.readers import REJECT_SCHEMA, STAGED_SCHEMA, LineParser, line_hashes, make_reader
 
 # one input row per part (see plan_parts in files.py)
@@ -51,11 +57,20 @@ PART_FIELDS = [
     ("base", pa.int64()),
     ("folder", pa.string()),
     ("local", pa.bool_()),  # the part is its source's only part in this ingest: dedupe in the task
+    ("parquet", pa.bool_()),  # a Parquet file (one part): its rows are read as JSON lines
     ("suspects", pa.list_(pa.int64())),
 ]
 IDENTITY_SCHEMA = pa.schema(
-    [("file_idx", pa.int64()), ("size", pa.int64()), ("sha256", pa.string()), ("gz", pa.bool_())]
+    [
+        ("file_idx", pa.int64()),
+        ("size", pa.int64()),
+        ("sha256", pa.string()),
+        ("gz", pa.bool_()),
+        ("head", pa.list_(pa.string())),  # the first lines, when asked for (a declared source's checks)
+        ("columns", pa.list_(pa.string())),  # a Parquet file's column names, likewise
+    ]
 )
+HEAD_LINES = 50
 HASH_SCHEMA = pa.schema(
     [
         ("part", pa.int64()),
@@ -111,7 +126,11 @@ def _rows(batches: Iterator[pa.RecordBatch]) -> Iterator[dict[str, Any]]:
 
 
 def identify(batches: Iterator[pa.RecordBatch], storage: StorageSettings) -> Iterator[pa.RecordBatch]:
-    """Per input file (``file_idx``, ``uri``): its size, SHA-256 and whether it is gzip."""
+    """Per input file (``file_idx``, ``uri``): its size, SHA-256, whether it is gzip, and its head.
+
+    The head (when ``format`` names a declared source's format) is the first :data:`HEAD_LINES`
+    lines, decoded leniently: they are only looked at, to check the declaration against the file.
+    """
     for row in _rows(batches):
         size = file_size(row["uri"], storage)
         digest = hashlib.sha256()
@@ -120,14 +139,31 @@ def identify(batches: Iterator[pa.RecordBatch], storage: StorageSettings) -> Ite
             digest.update(head)
             for block in iter(lambda: fh.read(1 << 22), b""):
                 digest.update(block)
-        yield pa.RecordBatch.from_pylist(
-            [{"file_idx": row["file_idx"], "size": size, "sha256": digest.hexdigest(), "gz": is_gzip(head)}],
-            IDENTITY_SCHEMA,
-        )
+        gz = is_gzip(head)
+        lines, columns = None, None
+        if row["format"]:
+            parquet = row["format"] == "parquet"
+            with open_input(row["uri"], storage) as fh:
+                batch = next(_batches(fh, gz, parquet, HEAD_LINES), None)
+                lines = [x.decode("utf-8", "replace") for x in batch.lines] if batch else []
+            if parquet:
+                with open_input(row["uri"], storage) as fh:
+                    columns = parquet_columns(fh)  # type: ignore[arg-type]
+        found = {"size": size, "sha256": digest.hexdigest(), "gz": gz, "head": lines, "columns": columns}
+        yield pa.RecordBatch.from_pylist([{"file_idx": row["file_idx"], **found}], IDENTITY_SCHEMA)
+
+
+def _batches(fh: Any, gz: bool, parquet: bool, batch_lines: int) -> Iterator[LineBatch]:
+    if parquet:
+        return read_parquet_batches(fh, batch_lines=batch_lines)
+    return read_line_batches(fh, gz=gz, batch_lines=batch_lines)
 
 
 def _lines(row: dict[str, Any], storage: StorageSettings) -> Iterator[Any]:
     with open_input(row["uri"], storage) as fh:
+        if row["parquet"]:
+            yield from read_parquet_batches(fh, batch_lines=row["batch_lines"])  # type: ignore[arg-type]
+            return
         yield from read_line_batches(
             fh,  # type: ignore[arg-type]
             gz=row["gz"],

@@ -1,0 +1,416 @@
+"""The reader of a declared source (:mod:`outoforder.sources.declaration`): CSV, JSON lines, Parquet.
+
+One record per line: a CSV record may not span lines (a quoted field holding a line break is
+read as two broken lines, both quarantined). A Parquet file's rows arrive as JSON objects
+(:func:`~outoforder.sources.lines.read_parquet_batches`) and are read by the JSON rules.
+
+:meth:`DeclaredReader.parse` is the definition of how a line becomes a
+:class:`~outoforder.sources.readers.Row` or a quarantined line; every reason it gives names the
+field at fault in its detail (``column 'temp': 'n/a'``). Reasons: ``column_count``, ``not_json``,
+``null_key``, ``null_stream``, ``unknown_stream``, ``null_timestamp``, ``not_numeric``,
+``non_finite_value``, ``bad_timestamp``; the shared line driver adds the others
+(``duplicate_row``, ``implausible_timestamp``, ``encoding``, ...).
+
+For CSV, :meth:`DeclaredReader.parse_fast` decides in bulk (Arrow kernels) the lines whose fields
+are all in a strict canonical form, giving exactly what :meth:`parse` gives them; every other line
+takes the per-line path (``tests/sources/test_declared.py`` holds the two together).
+
+Times: epoch values are exact decimals (``1700000000.25`` s is 1 700 000 000 250 000 µs), floored
+to the microsecond; ISO 8601 values need an offset (``Z``, ``+02:00``) unless the declaration gives
+a ``timezone``.
+
+>>> from outoforder.sources.declaration import parse_declaration
+>>> d = parse_declaration("plant", {
+...     "format": "csv", "header": False, "columns": ["sensor", "ts", "temp", "site"],
+...     "stream": "sensors", "key": "sensor", "event_time": {"column": "ts", "unit": "ms"},
+...     "values": {"value": "temp"}, "attrs": ["site"],
+... })
+>>> row = DeclaredReader(d).parse("s1,1700000000123,21.5,north")
+>>> row.key, row.event_us, row.value, dict(row.attrs)
+('s1', 1700000000123000, 21.5, {'site': 'north'})
+>>> DeclaredReader(d).parse("s1,yesterday,21.5,north")
+Traceback (most recent call last):
+...
+outoforder.sources.readers.Reject: ('not_numeric', "column 'ts': 'yesterday'")
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta, tzinfo
+from decimal import ROUND_FLOOR, Decimal
+from functools import cached_property
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from outoforder.errors import InputError
+from outoforder.sources.declaration import ALL_OTHERS, VALUE_COLUMNS, Declaration, TimeField
+from outoforder.sources.readers import INT64_MAX, Reject, Row
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_US = timedelta(microseconds=1)
+_DECIMAL = re.compile(r"[-+]?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?", re.ASCII)
+# the fast path's canonical forms: what Arrow's casts and Python's parsers read as the same value
+_FAST_INT = r"^(0|-?[1-9][0-9]{0,17})$"
+_FAST_FLOAT = r"^-?(0|[1-9][0-9]{0,17})(\.[0-9]{1,17})?([eE][-+]?[0-9]{1,3})?$"
+_FAST_ISO = (
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?"
+    r"(Z|[-+]([01][0-9]|2[0-3]):[0-5][0-9])$"
+)
+
+
+def _shown(text: str) -> str:
+    return repr(text[:40])
+
+
+def epoch_to_us(value: Any, field: TimeField) -> int:
+    """An epoch value (a decimal string or a JSON number) in ``field.unit`` to µs, floored.
+
+    >>> epoch_to_us("1.5", TimeField("t", "s")), epoch_to_us(-1501, TimeField("t", "ns"))
+    (1500000, -2)
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise Reject("not_numeric", f"column {field.column!r}: {_shown(_text(value))}")
+    text = value.strip() if isinstance(value, str) else repr(value)
+    if not _DECIMAL.fullmatch(text):
+        why = "non_finite_value" if isinstance(value, float) else "not_numeric"
+        raise Reject(why, f"column {field.column!r}: {_shown(text)}")
+    number = Decimal(text)
+    if number.adjusted() > 20:  # beyond any int64 µs; never build the huge integer
+        raise Reject("not_numeric", f"column {field.column!r}: out of the 64-bit range: {_shown(text)}")
+    factor = field.to_us_factor()
+    scaled = number * factor if factor > 0 else number / -factor
+    us = int(scaled.to_integral_value(rounding=ROUND_FLOOR))
+    if not -INT64_MAX <= us <= INT64_MAX:
+        raise Reject("not_numeric", f"column {field.column!r}: out of the 64-bit range: {_shown(text)}")
+    return us
+
+
+def iso_to_us(value: Any, field: TimeField, zone: tzinfo | None) -> int:
+    """An ISO 8601 date-time to µs since the epoch; without an offset, ``zone`` (or a reject)."""
+    if not isinstance(value, str):
+        raise Reject(
+            "bad_timestamp", f"column {field.column!r}: not an ISO 8601 string: {_shown(str(value))}"
+        )
+    try:
+        parsed = datetime.fromisoformat(value.strip())
+    except ValueError as e:
+        raise Reject("bad_timestamp", f"column {field.column!r}: not ISO 8601: {_shown(value)}") from e
+    if parsed.tzinfo is None:
+        if zone is None:
+            why = f"column {field.column!r}: no time zone in {_shown(value)} (declare a timezone for it)"
+            raise Reject("bad_timestamp", why)
+        parsed = parsed.replace(tzinfo=zone)
+    return (parsed - _EPOCH) // _ONE_US
+
+
+class DeclaredReader:
+    """Reads the lines of one declared source; ``fields`` are a CSV file's column names in order.
+
+    For a CSV with a header, ``fields`` come from that file's first line (:func:`bind`); for a
+    CSV without one, from the declaration's ``columns``; JSON lines name their fields themselves.
+    """
+
+    def __init__(self, decl: Declaration, fields: Sequence[str] | None = None) -> None:
+        self.decl = decl
+        self.name = decl.name
+        if decl.format == "csv":
+            names = tuple(fields) if fields is not None else decl.columns
+            if not names:
+                msg = f"source {decl.name!r}: a CSV reader needs the file's column names"
+                raise InputError(msg)
+            self.fields: tuple[str, ...] = names
+        else:
+            self.fields = tuple(fields or ())
+        self.index = {c: i for i, c in enumerate(self.fields)}
+        self.zones = {f.column: ZoneInfo(f.timezone) if f.timezone else None for f in self._times()}
+
+    def _times(self) -> list[TimeField]:
+        return [self.decl.event_time, *([self.decl.arrival] if self.decl.arrival else [])]
+
+    @cached_property
+    def attr_columns(self) -> tuple[str, ...]:
+        """The fields kept in ``attrs``; with ``*``, every field of the file not used otherwise."""
+        if ALL_OTHERS not in self.decl.attrs:
+            return self.decl.attrs
+        used = set(self.decl.columns_used())
+        listed = [a for a in self.decl.attrs if a != ALL_OTHERS]
+        return tuple(dict.fromkeys([*listed, *(c for c in self.fields if c not in used)]))
+
+    def spec(self) -> str:
+        """The reader as one string: what Spark tasks receive (``readers.make_reader`` reads it)."""
+        return json.dumps({"declaration": json.loads(self.decl.to_json()), "fields": list(self.fields)})
+
+    @classmethod
+    def from_spec(cls, text: str) -> DeclaredReader:
+        """The inverse of :meth:`spec`."""
+        raw = json.loads(text)
+        return cls(Declaration.from_json(json.dumps(raw["declaration"])), raw["fields"])
+
+    def is_header(self, text: str) -> bool:
+        """A CSV declared with a header always starts with it."""
+        return self.decl.format == "csv" and self.decl.header
+
+    # --- per-line path: the definition -------------------------------------------------------
+
+    def _record(self, text: str) -> Callable[[str], Any]:
+        """A lookup of the line's fields by name (None when absent)."""
+        if self.decl.format == "csv":
+            try:
+                f = next(csv.reader([text], delimiter=self.decl.delimiter, quotechar=self.decl.quote))
+            except (csv.Error, StopIteration) as e:
+                raise Reject("column_count", f"unparseable quoting: {e}") from e
+            if len(f) != len(self.fields):
+                raise Reject("column_count", f"{len(f)} columns, expected {len(self.fields)}")
+            return lambda name: f[self.index[name]]
+        try:
+            obj = json.loads(text)
+        except ValueError as e:
+            raise Reject("not_json", str(e)[:120]) from e
+        if not isinstance(obj, dict):
+            raise Reject("not_json", f"a JSON {type(obj).__name__}, not an object")
+        return lambda name: _path(obj, name)
+
+    def _null(self, value: Any) -> bool:
+        return value is None or (isinstance(value, str) and value.strip() in self.decl.null_values)
+
+    def _string(self, get: Callable[[str], Any], column: str, reason: str) -> str:
+        value = get(column)
+        if self._null(value):
+            raise Reject(reason, f"column {column!r} is empty")
+        return value.strip() if isinstance(value, str) else _text(value)
+
+    def _time(self, get: Callable[[str], Any], f: TimeField) -> int:
+        value = get(f.column)
+        if self._null(value):
+            raise Reject("null_timestamp", f"column {f.column!r} is empty")
+        if f.unit == "iso8601":
+            return iso_to_us(value, f, self.zones[f.column])
+        return epoch_to_us(value, f)
+
+    def _number(self, get: Callable[[str], Any], column: str) -> float | None:
+        value = get(column)
+        if self._null(value):
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise Reject("not_numeric", f"column {column!r}: {_shown(_text(value))}")
+        try:
+            number = float(value)
+        except (ValueError, OverflowError) as e:
+            raise Reject("not_numeric", f"column {column!r}: {_shown(str(value))}") from e
+        if not math.isfinite(number):
+            raise Reject("non_finite_value", f"column {column!r}: {_shown(str(value))}")
+        return number
+
+    def parse(self, text: str) -> Row:
+        """Parse one line or raise :class:`~outoforder.sources.readers.Reject`."""
+        get = self._record(text)
+        d = self.decl
+        stream = d.stream
+        if d.stream_column:
+            stream = self._string(get, d.stream_column, "null_stream")
+            if stream not in d.streams:
+                why = f"column {d.stream_column!r}: {_shown(stream)} is not a declared stream"
+                raise Reject("unknown_stream", why)
+        key = self._string(get, d.key, "null_key")
+        event = self._time(get, d.event_time)
+        arrival = self._time(get, d.arrival) if d.arrival else None
+        nums = {c: self._number(get, d.values[c]) if c in d.values else None for c in VALUE_COLUMNS}
+        attrs: dict[str, str] = {}
+        for name in self.attr_columns:
+            value = get(name)
+            if not self._null(value):
+                attrs[name] = value if isinstance(value, str) else _text(value)
+        return Row(stream, key, event, arrival, nums["x"], nums["y"], nums["z"], nums["value"], attrs)
+
+    # --- vectorised path for CSV --------------------------------------------------------------
+
+    def parse_fast(self, texts: pa.Array) -> tuple[npt.NDArray[np.bool_], dict[str, pa.Array]]:
+        """(which CSV lines have only canonical fields, their columns): the rows :meth:`parse` gives them."""
+        n = len(texts)
+        d = self.decl
+        if d.format != "csv" or n == 0:
+            return np.zeros(n, dtype=bool), {}
+        parts = pc.split_pattern(texts, d.delimiter)
+        nf = pc.list_value_length(parts).to_numpy(zero_copy_only=False)
+        ok = nf == len(self.fields)
+        ok &= ~_np(pc.match_substring(texts, d.quote))
+        offs = parts.offsets.to_numpy()[:-1].astype(np.int64)
+        flat = pc.list_flatten(parts)
+
+        def col(name: str) -> pa.Array:
+            return flat.take(pa.array(np.where(ok, offs + self.index[name], 0)))
+
+        nulls = pa.array(list(d.null_values), pa.string())
+
+        def is_null(values: pa.Array) -> npt.NDArray[np.bool_]:
+            return _np(pc.is_in(pc.utf8_trim(values, " "), value_set=nulls))
+
+        def strict(values: pa.Array, pattern: str) -> npt.NDArray[np.bool_]:
+            return _np(pc.match_substring_regex(values, pattern))
+
+        cols: dict[str, pa.Array] = {}
+        for target, name in (("stream", d.stream_column), ("key", d.key)):
+            if not name:
+                continue
+            values = col(name)
+            ok &= ~is_null(values) & _np(pc.equal(values, pc.utf8_trim(values, " ")))
+            if target == "stream":
+                ok &= _np(pc.is_in(values, value_set=pa.array(list(d.streams), pa.string())))
+            cols[target] = values
+        if not d.stream_column:
+            cols["stream"] = pa.array(np.full(n, d.stream, dtype=object), pa.string())
+        for target, f in (("event_ts", d.event_time), ("arrival_ts", d.arrival)):
+            if f is None:
+                cols[target] = pa.nulls(n, pa.int64())
+                continue
+            values = col(f.column)
+            ok &= ~is_null(values)
+            if f.unit == "iso8601":
+                ok &= strict(values, _FAST_ISO)
+                safe = pc.if_else(pa.array(ok), values, "1970-01-01T00:00:00Z")
+                try:
+                    us = (
+                        pc.cast(safe, pa.timestamp("us", tz="UTC"))
+                        .cast(pa.int64())
+                        .to_numpy(zero_copy_only=False)
+                    )
+                except pa.ArrowInvalid:  # an impossible date among them: every line takes the per-line path
+                    return np.zeros(n, dtype=bool), {}
+            else:
+                ok &= strict(values, _FAST_INT)
+                raw = pc.cast(pc.if_else(pa.array(ok), values, "0"), pa.int64()).to_numpy()
+                factor = f.to_us_factor()
+                if factor > 0:
+                    ok &= np.abs(raw) <= INT64_MAX // factor
+                    us = raw * np.where(ok, factor, 0)
+                else:
+                    us = raw // -factor
+            cols[target] = pa.array(us)
+        for target in VALUE_COLUMNS:
+            if target not in d.values:
+                cols[target] = pa.nulls(n, pa.float64())
+                continue
+            values = col(d.values[target])
+            missing = is_null(values)
+            ok &= missing | strict(values, _FAST_FLOAT)
+            nums = pc.cast(pc.if_else(pa.array(missing | ~ok), "0", values), pa.float64()).to_numpy(
+                zero_copy_only=False
+            )
+            ok &= np.isfinite(nums)
+            cols[target] = pa.array(nums, mask=missing)
+        cols["attrs"] = self._fast_attrs(col, is_null, n)
+        taken = pa.array(np.flatnonzero(ok))
+        return ok, {name: values.take(taken) for name, values in cols.items()}
+
+    def _fast_attrs(
+        self, col: Callable[[str], pa.Array], is_null: Callable[[pa.Array], npt.NDArray[np.bool_]], n: int
+    ) -> pa.Array:
+        names = self.attr_columns
+        if not names:
+            empty = pa.array([], pa.string())
+            return pa.MapArray.from_arrays(pa.array(np.zeros(n + 1, dtype=np.int32)), empty, empty)
+        values = [col(name) for name in names]
+        present = np.stack([~is_null(v) for v in values], axis=1)  # rows x attrs, in declaration order
+        offsets = np.concatenate([[0], np.cumsum(present.sum(axis=1))]).astype(np.int32)
+        keys = np.tile(np.array(names, dtype=object), n)[present.ravel()]
+        interleaved = pa.concat_arrays([v.cast(pa.string()) for v in values])
+        order = (np.arange(len(names))[None, :] * n + np.arange(n)[:, None]).ravel()[present.ravel()]
+        return pa.MapArray.from_arrays(
+            pa.array(offsets), pa.array(keys, pa.string()), interleaved.take(pa.array(order, pa.int64()))
+        )
+
+
+def _np(values: pa.Array | pa.ChunkedArray) -> npt.NDArray[np.bool_]:
+    out: npt.NDArray[np.bool_] = np.asarray(values.to_numpy(zero_copy_only=False), dtype=bool)
+    return out
+
+
+def _path(obj: Mapping[str, Any], name: str) -> Any:
+    """A JSON object's field, by name or, failing that, by a dotted path (``payload.temp``)."""
+    if name in obj:
+        return obj[name]
+    node: Any = obj
+    for part in name.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _text(value: Any) -> str:
+    """A JSON value as the string bronze keeps (strings as they are, the rest as JSON)."""
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
+def header_fields(decl: Declaration, first_line: str) -> tuple[str, ...]:
+    """A CSV file's column names, from its header line (or the declaration's, without a header)."""
+    if decl.format != "csv":
+        return ()
+    if not decl.header:
+        return decl.columns
+    try:
+        names = next(
+            csv.reader([first_line.lstrip("\ufeff")], delimiter=decl.delimiter, quotechar=decl.quote)
+        )
+    except (csv.Error, StopIteration) as e:
+        msg = f"source {decl.name!r}: the header line cannot be read as CSV: {e}"
+        raise InputError(msg) from e
+    return tuple(n.strip() for n in names)
+
+
+def check_fields(decl: Declaration, fields: Sequence[str], where: str) -> None:
+    """Fail, naming them, when fields the declaration uses are not among a file's (before any write)."""
+    if decl.format == "jsonl":
+        return
+    # a Parquet struct's field is named by a dotted path from its column
+    missing = [c for c in decl.columns_used() if c not in fields and c.split(".")[0] not in fields]
+    if missing:
+        msg = (
+            f"source {decl.name!r}: {where} has no column {', '.join(map(repr, missing))} "
+            f"(its columns: {', '.join(fields) or 'none'}); fix the declaration [sources.{decl.name}]"
+        )
+        raise InputError(msg)
+
+
+def check_sample(reader: DeclaredReader, lines: Sequence[str], where: str) -> None:
+    """Fail when no line of a non-empty sample parses and they all fail on one declared field.
+
+    One bad value is the data's fault and is quarantined; every value of a field failing means the
+    declaration describes that field wrongly (a unit, a name, a format), so nothing is written.
+    """
+    failures: list[Reject] = []
+    lo, hi = reader.decl.plausible_event_us
+    for text in lines:
+        if not text.strip():
+            continue
+        try:
+            row = reader.parse(text)
+            if not lo <= row.event_us <= hi:
+                why = f"column {reader.decl.event_time.column!r}: {row.event_us} µs is outside [{lo}, {hi}]"
+                raise Reject(
+                    "implausible_timestamp", why + f" (is the unit {reader.decl.event_time.unit!r} right?)"
+                )
+        except Reject as reject:
+            failures.append(reject)
+        else:
+            return
+    if not failures:
+        return
+    details = {(r.reason, r.detail.split(":")[0].split(" is ")[0]) for r in failures}
+    if len(details) == 1 and failures[0].detail.startswith("column "):
+        r = failures[0]
+        msg = (
+            f"source {reader.name!r}: {where}: none of the first {len(failures)} records fits the "
+            f"declaration: {r.reason}, {r.detail}; fix the declaration [sources.{reader.name}]"
+        )
+        raise InputError(msg)

@@ -1,0 +1,241 @@
+"""Declared sources: the declaration's checks, the reader's per-line definition, and its vectorised path.
+
+- A declaration that cannot work fails when the settings load, naming the key.
+- Every quarantined value names its column; times in every unit and ISO 8601 with offsets convert
+  exactly; JSON lines read nested fields.
+- The vectorised CSV path gives the same rows, reasons, details and counts as the per-line
+  definition on any line, including values at the edge of its canonical forms (Hypothesis).
+- A declaration that does not match a file (a missing column, a field in another unit) is caught
+  from the file's first lines, before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from outoforder.config import load_settings
+from outoforder.errors import ConfigError, InputError
+from outoforder.sources.declaration import DEFAULT_PLAUSIBLE_US, parse_declaration
+from outoforder.sources.declared import DeclaredReader, check_fields, check_sample, header_fields
+from outoforder.sources.readers import Reject, make_reader
+from tests.sources.test_line_parser import PerLine, parse_all
+
+EXAMPLES = int(os.environ.get("OOO_FUZZ_EXAMPLES", "150"))
+PLANT = {
+    "format": "csv",
+    "stream": {"column": "line", "values": ["press", "oven", "0"]},
+    "key": "sensor",
+    "event_time": {"column": "ts", "unit": "ms"},
+    "arrival": {"column": "received", "unit": "iso8601"},
+    "values": {"value": "temp", "x": "pos"},
+    "attrs": ["site"],
+}
+HEADER = "line,sensor,ts,received,temp,pos,site"
+
+
+def plant(**changes: object) -> DeclaredReader:
+    decl = parse_declaration("plant", {**PLANT, **changes})
+    return DeclaredReader(decl, header_fields(decl, HEADER))
+
+
+def reject(reader: DeclaredReader, text: str) -> tuple[str, str]:
+    with pytest.raises(Reject) as e:
+        reader.parse(text)
+    return e.value.reason, e.value.detail
+
+
+def test_a_csv_line_becomes_a_row():
+    row = plant().parse("press,s7,1700000000123,2023-11-14T22:13:21.5+01:00,21.5,,north")
+    assert (row.stream, row.key, row.event_us) == ("press", "s7", 1_700_000_000_123_000)
+    assert row.arrival_us == 1_699_996_401_500_000
+    assert (row.value, row.x, row.y) == (21.5, None, None)
+    assert dict(row.attrs) == {"site": "north"}
+
+
+@pytest.mark.parametrize(
+    ("unit", "text", "us"),
+    [("s", "1700000000.25", 1_700_000_000_250_000), ("ms", "-1", -1000), ("us", "5", 5),
+     ("ns", "-1501", -2), ("ns", "1999", 1), ("s", "1e3", 1_000_000_000)],
+)  # fmt: skip
+def test_epoch_units_convert_exactly_floored_to_the_microsecond(unit, text, us):
+    reader = plant(event_time={"column": "ts", "unit": unit})
+    assert reader.parse(f"oven,k,{text},1970-01-01T00:00:00Z,1,2,s").event_us == us
+
+
+def test_every_bad_value_names_its_column():
+    r = plant()
+    good = "press,s7,1700000000123,2023-11-14T22:13:21Z,21.5,3,north"
+    cases = {
+        "press,s7,yesterday,2023-11-14T22:13:21Z,21.5,3,north": ("not_numeric", "column 'ts'"),
+        "press,s7,1700000000123,2023-11-14 22:13:21,21.5,3,north": ("bad_timestamp", "column 'received'"),
+        "press,s7,1700000000123,tomorrow,21.5,3,north": ("bad_timestamp", "column 'received'"),
+        "press,s7,1700000000123,2023-11-14T22:13:21Z,warm,3,north": ("not_numeric", "column 'temp'"),
+        "press,s7,1700000000123,2023-11-14T22:13:21Z,inf,3,north": ("non_finite_value", "column 'temp'"),
+        "press,,1700000000123,2023-11-14T22:13:21Z,21.5,3,north": ("null_key", "column 'sensor'"),
+        ",s7,1700000000123,2023-11-14T22:13:21Z,21.5,3,north": ("null_stream", "column 'line'"),
+        "pres,s7,1700000000123,2023-11-14T22:13:21Z,21.5,3,north": ("unknown_stream", "column 'line'"),
+        "press,s7,,2023-11-14T22:13:21Z,21.5,3,north": ("null_timestamp", "column 'ts'"),
+        "press,s7,1e30,2023-11-14T22:13:21Z,21.5,3,north": ("not_numeric", "column 'ts'"),
+    }
+    r.parse(good)
+    for text, (reason, column) in cases.items():
+        got = reject(r, text)
+        assert got[0] == reason and got[1].startswith(column), (text, got)
+    assert reject(r, "press,s7")[0] == "column_count"
+
+
+def test_a_declared_timezone_applies_to_times_without_an_offset():
+    r = plant(arrival={"column": "received", "unit": "iso8601", "timezone": "Europe/Paris"})
+    row = r.parse("press,s7,0,2023-07-01 12:00:00,1,1,n")
+    assert row.arrival_us == 1_688_205_600_000_000  # 10:00 UTC (summer time)
+    assert r.parse("press,s7,0,2023-07-01T12:00:00Z,1,1,n").arrival_us == 1_688_212_800_000_000
+
+
+def test_null_values_and_every_other_column_as_attributes():
+    r = plant(null_values=["", "NA"], attrs=["*"])
+    row = r.parse("press,s7,5,1970-01-01T00:00:00Z,NA,NA,north")
+    assert (row.value, row.x) == (None, None)
+    assert dict(row.attrs) == {"site": "north"}
+    assert reject(r, "press,NA,5,1970-01-01T00:00:00Z,1,1,north")[0] == "null_key"
+
+
+def test_json_lines_read_fields_by_name_or_dotted_path():
+    decl = parse_declaration(
+        "meters",
+        {"format": "jsonl", "stream": "meters", "key": "id", "event_time": {"column": "t", "unit": "s"},
+         "values": {"value": "reading.kwh"}, "attrs": ["reading.phase", "tags"]},
+    )  # fmt: skip
+    r = DeclaredReader(decl)
+    row = r.parse(json.dumps({"id": 17, "t": 1.5, "reading": {"kwh": 3, "phase": "L1"}, "tags": ["a"]}))
+    assert (row.key, row.event_us, row.value) == ("17", 1_500_000, 3.0)
+    assert dict(row.attrs) == {"reading.phase": "L1", "tags": '["a"]'}
+    assert reject(r, "[1, 2]")[0] == "not_json"
+    assert reject(r, "{oops")[0] == "not_json"
+    assert reject(r, json.dumps({"id": 1, "t": True}))[:2] == ("not_numeric", "column 't': 'true'")
+    assert reject(r, json.dumps({"id": 1, "t": 1, "reading": {"kwh": "x"}}))[0] == "not_numeric"
+    assert reject(r, json.dumps({"t": 1}))[0] == "null_key"
+
+
+def test_the_reader_travels_to_spark_tasks_as_one_string():
+    r = plant(null_values=["NA", ""])
+    again = make_reader(r.spec())
+    assert isinstance(again, DeclaredReader) and again.decl == r.decl and again.fields == r.fields
+    text = "press,s7,5,1970-01-01T00:00:00Z,NA,1,north"
+    assert again.parse(text) == r.parse(text)
+
+
+@pytest.mark.parametrize(
+    ("table", "fragment"),
+    [({"format": "xml"}, "sources.s.format"), ({**PLANT, "key": ""}, "sources.s.key"),
+     ({**PLANT, "event_time": {"column": "ts", "unit": "minutes"}}, "sources.s.event_time.unit"),
+     ({**PLANT, "values": {"score": "temp"}}, "sources.s.values"),
+     ({**PLANT, "stream": {"col": "x"}}, "sources.s.stream"),
+     ({**PLANT, "stream": {"column": "x"}}, "sources.s.stream"),
+     ({**PLANT, "stream": {"column": "x", "values": []}}, "sources.s.stream.values"),
+     ({**PLANT, "header": False}, "sources.s.columns"),
+     ({**PLANT, "delimiter": ";;"}, "sources.s.delimiter"),
+     ({**PLANT, "arrival": {"column": "r", "unit": "ms", "timezone": "UTC"}}, "sources.s.arrival.timezone"),
+     ({**PLANT, "colour": "red"}, "sources.s.colour")],
+)  # fmt: skip
+def test_a_declaration_that_cannot_work_fails_naming_its_key(table, fragment):
+    with pytest.raises(ConfigError, match=fragment.replace(".", r"\.")):
+        parse_declaration("s", table)
+
+
+def test_declarations_come_from_the_settings_file(tmp_path):
+    cfg = tmp_path / "mine.toml"
+    cfg.write_text(
+        '[sources.plant]\nformat = "csv"\nstream = "sensors"\nkey = "sensor"\n'
+        'event_time = { column = "ts", unit = "ms" }\nplausible_event_us = [0, 10]\n'
+    )
+    s = load_settings(cfg, env={})
+    assert s.sources["plant"].event_time.unit == "ms"
+    assert s.ingest.plausible_range("plant") == (0, 10)
+    cfg.write_text(cfg.read_text().replace("plausible_event_us = [0, 10]\n", ""))
+    assert load_settings(cfg, env={}).ingest.plausible_range("plant") == DEFAULT_PLAUSIBLE_US
+    cfg.write_text('[sources.plant]\nformat = "csv"\n')
+    with pytest.raises(ConfigError, match=r"sources\.plant\.key"):
+        load_settings(cfg, env={})
+    cfg.write_text(
+        '[sources.ooo]\nformat = "csv"\nstream = "s"\nkey = "k"\nevent_time = {column="t", unit="s"}\n'
+    )
+    with pytest.raises(ConfigError, match="built-in reader"):
+        load_settings(cfg, env={})
+
+
+def test_a_file_that_does_not_fit_the_declaration_is_caught_from_its_first_lines():
+    decl = parse_declaration("plant", PLANT)
+    with pytest.raises(InputError, match=r"no column 'received'.*its columns: line, sensor, ts"):
+        check_fields(decl, header_fields(decl, "line,sensor,ts,temp,pos,site"), "f.csv")
+    r = plant()
+    iso_in_ms = [f"press,s{i},2023-11-14T22:13:2{i}Z,2023-11-14T22:13:21Z,1,1,n" for i in range(5)]
+    with pytest.raises(InputError, match=r"none of the first 5 records fits.*column 'ts'"):
+        check_sample(r, iso_in_ms, "f.csv")
+    seconds = [f"press,s{i},1700000000{i},2023-11-14T22:13:21Z,1,1,n" for i in range(3)]
+    with pytest.raises(InputError, match=r"outside .* \(is the unit 'ms' right\?\)"):
+        check_sample(r, seconds, "f.csv")  # epoch seconds read as milliseconds: 1970
+    check_sample(r, [*iso_in_ms, "press,s7,1700000000123,2023-11-14T22:13:21Z,1,1,n"], "f.csv")  # one fits
+
+
+# --- the vectorised path against the per-line definition ---------------------------------------
+
+EDGE = ["007", "+7", "-0", "0", "", " 5", "5 ", "1e3", "1.5", "1" * 18, "1" * 19, "-9" + "9" * 17,
+        "NA", "nan", "inf", "1e400", "1_0", "٣", ".5", "5.", "1E-3", "2023-11-14T22:13:21Z",
+        "2023-11-14T22:13:21.123456+05:30", "2023-11-14 22:13:21", "2023-02-30T00:00:00Z",
+        "2023-11-14T24:00:00Z", "2023-11-14T22:13:60Z", "2023-11-14T22:13:21.1234567Z", '"q"', "a b",
+        " a"]  # fmt: skip
+ANY_TIME = (-(2**63), 2**63 - 1)
+UNITS = ["s", "ms", "us", "ns", "iso8601"]
+
+
+@st.composite
+def csv_line(draw: st.DrawFn) -> bytes:
+    good = ["press", "s7", "1700000000123", "2023-11-14T22:13:21Z", "21.5", "3", "north"]
+    fields = list(good)
+    for i in draw(st.lists(st.integers(0, len(fields) - 1), max_size=3)):
+        fields[i] = draw(st.sampled_from(EDGE) | st.text(alphabet="0123456789.-+eE:TZ ", max_size=12))
+    if draw(st.integers(0, 9)) == 0:
+        fields = fields[: draw(st.integers(0, len(fields)))]
+    return ",".join(fields).encode()
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(UNITS), st.sampled_from(UNITS), st.booleans(), st.data())
+def test_the_vectorised_csv_path_equals_the_per_line_definition(unit, arrival_unit, all_attrs, data):
+    reader = plant(
+        event_time={"column": "ts", "unit": unit},
+        arrival={"column": "received", "unit": arrival_unit},
+        null_values=["", "NA"],
+        attrs=["*"] if all_attrs else ["site"],
+    )
+    lines = [HEADER.encode(), *data.draw(st.lists(csv_line(), max_size=25))]
+    if len(lines) > 1 and data.draw(st.booleans()):
+        lines.append(lines[data.draw(st.integers(1, len(lines) - 1))])  # an exact duplicate
+    content = b"\n".join(lines) + b"\n"
+    fast = parse_all(reader, content, ANY_TIME)
+    slow = parse_all(PerLine(reader), content, ANY_TIME)
+    assert fast[0].to_pylist() == slow[0].to_pylist()
+    assert fast[1].to_pylist() == slow[1].to_pylist()
+    assert fast[2] == slow[2]
+
+
+def test_the_vectorised_path_takes_canonical_lines():
+    reader = plant()
+    good = "press,s7,1700000000123,2023-11-14T22:13:21Z,21.5,3,north"
+    import pyarrow as pa
+
+    ok, cols = reader.parse_fast(pa.array([good, good.replace("21.5", "")], pa.large_string()))
+    assert ok.tolist() == [True, True]
+    assert cols["value"].to_pylist() == [21.5, None]
+
+
+def test_the_settings_know_every_built_in_reader_name():
+    from outoforder.config import BUILTIN_READERS
+    from outoforder.sources.readers import READERS
+
+    assert set(BUILTIN_READERS) == set(READERS)

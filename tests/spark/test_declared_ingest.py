@@ -1,0 +1,180 @@
+"""Declared sources through ingest: a CSV or JSON-lines file of one's own into bronze, via the CLI.
+
+- The README's example (include/examples/warehouse) goes from its one declaration to bronze, the
+  stream join and the aggregates with the README's commands and nothing else.
+- A declaration that does not fit a file (a missing column, a field in another unit) stops the
+  ingest before anything is written, with a message naming what is wrong.
+- A folder of files continues one source in file-name order; JSON lines read nested fields.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+import pytest
+from pyspark.sql import functions as F
+
+from outoforder.config import REPO_ROOT, load_settings
+from outoforder.io import delta
+from outoforder.io.tables import AGG_RESULTS, BRONZE, INGEST_LOG, JOIN_RESULTS, QUARANTINE
+from outoforder.stages.cli import main
+
+pytestmark = [pytest.mark.spark, pytest.mark.delta]
+README_FLOW = pytest.mark.integration  # the README example through the join and the aggregates (about 45 s)
+
+EXAMPLE = REPO_ROOT / "include" / "examples" / "warehouse"
+PLANT = """
+[sources.plant]
+format = "csv"
+stream = { column = "line", values = ["press"] }
+key = "sensor"
+event_time = { column = "ts", unit = "ms" }
+values = { value = "temp" }
+attrs = ["*"]
+"""
+
+
+def config(tmp_path, settings, extra=""):
+    path = tmp_path / "mine.toml"
+    path.write_text(f'[lake]\nroot = "{settings.lake_root}"\n[quality]\non_violation = "warn"\n{extra}')
+    return path
+
+
+def run(cfg, *args, expect=0):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(["--config", str(cfg), *map(str, args)])
+    assert rc == expect, (out.getvalue() + err.getvalue())[-4000:]
+    return out.getvalue() + err.getvalue()
+
+
+@README_FLOW
+def test_the_readme_example_goes_through_ingest_the_join_and_the_aggregates(spark, settings, tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text((EXAMPLE / "warehouse.toml").read_text() + f'\n[lake]\nroot = "{settings.lake_root}"\n')
+    out = run(cfg, "ingest", "--file", EXAMPLE / "sensors.csv.gz", "--reader", "warehouse")
+    assert (
+        "4,500 rows read = 4,497 accepted + 3 quarantined (column_count=1, not_numeric=1, null_key=1)" in out
+    )
+    bronze = delta.read(spark, BRONZE, settings.lake_root).where(F.col("source") == "warehouse")
+    per_stream = {r["stream"]: r["count"] for r in bronze.groupBy("stream").count().collect()}
+    assert per_stream == {"forklift": 1799, "picker": 2698}
+    row = bronze.orderBy("arrival_seq").first()
+    assert (row["key"], row["event_ts"], row["arrival_ts"]) == (
+        "pk-02",
+        1_731_657_600_019_000,
+        1_731_657_600_021_000,
+    )
+    assert (row["x"], row["y"], row["value"]) == (6.68, 6.22, 1.35)
+    assert dict(row["attrs"]) == {"battery_pct": "76.8", "site": "north"}
+    q = delta.read(spark, QUARANTINE, settings.lake_root).where(F.col("reason") == "not_numeric").first()
+    assert q["detail"] == "column 'x_m': 'n/a'"
+    run(cfg, "validate-bronze")
+
+    join = ("--source", "warehouse", "--r-streams", "forklift", "--s-streams", "picker", "--theta", "1.5")
+    out = run(cfg, "join-stream", *join, "--every-s", 60)
+    assert "[join-stream]" in out
+    pairs = delta.read(spark, JOIN_RESULTS, settings.lake_root).count()
+    assert pairs > 0
+    out = run(cfg, "aggregate-stream", "--source", "warehouse", "--aggregate", "avg", "--every-s", 60)
+    windows = delta.read(spark, AGG_RESULTS, settings.lake_root)
+    assert windows.count() > 0 and windows.where("value IS NULL").isEmpty()
+
+
+def test_a_declaration_that_does_not_fit_the_file_stops_before_anything_is_written(spark, settings, tmp_path):
+    f = tmp_path / "plant.csv"
+    f.write_text("line,sensor,temp\npress,s1,20.5\n")
+    out = run(config(tmp_path, settings, PLANT), "ingest", "--file", f, "--reader", "plant", expect=2)
+    assert "no column 'ts'" in out and "its columns: line, sensor, temp" in out
+    f.write_text(
+        "line,sensor,ts,temp\n" + "".join(f"press,s1,2024-01-0{i}T00:00:00Z,20\n" for i in range(1, 6))
+    )
+    out = run(config(tmp_path, settings, PLANT), "ingest", "--file", f, "--reader", "plant", expect=2)
+    assert "none of the first 5 records fits the declaration: not_numeric, column 'ts'" in out
+    for table in (BRONZE, QUARANTINE, INGEST_LOG):
+        assert (
+            not delta.exists(spark, table, settings.lake_root)
+            or delta.read(spark, table, settings.lake_root).isEmpty()
+        )
+    out = run(config(tmp_path, settings), "ingest", "--file", f, "--reader", "plant", expect=2)
+    assert "unknown reader 'plant'" in out and "add a [sources.<name>] table" in out
+
+
+def test_a_folder_continues_one_source_and_json_lines_read_nested_fields(spark, settings, tmp_path):
+    folder = tmp_path / "drop"
+    folder.mkdir()
+    for i, name in enumerate(("b.jsonl", "a.jsonl")):
+        recs = [
+            {"m": {"id": f"m{j}", "kwh": j * 1.5}, "t": 1_700_000_000 + 10 * i + j, "zone": "z"}
+            for j in range(3)
+        ]
+        (folder / name).write_text("\n".join(json.dumps(r) for r in recs) + "\n{broken\n")
+    meters = """
+[sources.meters]
+format = "jsonl"
+stream = "meters"
+key = "m.id"
+event_time = { column = "t", unit = "s" }
+values = { value = "m.kwh" }
+attrs = ["zone"]
+"""
+    out = run(config(tmp_path, settings, meters), "ingest", "--file", folder, "--reader", "meters")
+    assert out.count("3 accepted + 1 quarantined (not_json=1)") == 2
+    rows = delta.read(spark, BRONZE, settings.lake_root).orderBy("arrival_seq").collect()
+    assert [r["source_file"].rsplit("/", 1)[1] for r in rows] == ["a.jsonl"] * 3 + ["b.jsonl"] * 3
+    assert [r["event_ts"] for r in rows[:3]] == [1_700_000_010_000_000 + j * 1_000_000 for j in range(3)]
+    assert [(r["key"], r["value"], dict(r["attrs"])) for r in rows[:2]] == [
+        ("m0", 0.0, {"zone": "z"}),
+        ("m1", 1.5, {"zone": "z"}),
+    ]
+    log = delta.read(spark, INGEST_LOG, settings.lake_root).where("status = 'done'").collect()
+    assert {r["source"] for r in log} == {"meters"} and {r["reader"] for r in log} == {"meters"}
+    assert load_settings(config(tmp_path, settings, meters), env={}).sources["meters"].key == "m.id"
+
+
+def test_a_parquet_file_is_read_by_its_column_names_and_types(spark, settings, tmp_path):
+    import datetime as dt
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    t0 = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.UTC)
+    table = pa.table(
+        {
+            "vehicle": pa.array([7, 8, None, 7]),
+            "seen_at": pa.array(
+                [t0 + dt.timedelta(seconds=s) for s in (2, 1, 3, 4)], pa.timestamp("ms", "UTC")
+            ),
+            "pos": pa.array([{"lon": 1.5, "lat": 2.5}] * 4),
+            "fare": pa.array([10.0, float("nan"), 3.0, 4.0]),
+        }
+    )
+    f = tmp_path / "trips.parquet"
+    pq.write_table(table, f)
+    trips = """
+[sources.trips]
+format = "parquet"
+stream = "trips"
+key = "vehicle"
+event_time = { column = "seen_at", unit = "iso8601" }
+values = { x = "pos.lon", y = "pos.lat", value = "fare" }
+"""
+    out = run(config(tmp_path, settings, trips), "ingest", "--file", f, "--reader", "trips")
+    assert "4 rows read = 2 accepted + 2 quarantined (non_finite_value=1, null_key=1)" in out
+    rows = delta.read(spark, BRONZE, settings.lake_root).orderBy("arrival_seq").collect()
+    assert [(r["key"], r["event_ts"], r["x"], r["y"], r["value"], r["line_no"]) for r in rows] == [
+        ("7", 1_714_564_802_000_000, 1.5, 2.5, 10.0, 1),
+        ("7", 1_714_564_804_000_000, 1.5, 2.5, 4.0, 4),
+    ]
+    q = delta.read(spark, QUARANTINE, settings.lake_root).orderBy("line_no").collect()
+    assert [(r["reason"], r["detail"]) for r in q] == [
+        ("non_finite_value", "column 'fare': 'nan'"),
+        ("null_key", "column 'vehicle' is empty"),
+    ]
+    assert '"vehicle": null' in q[1]["raw_line"]  # the row as JSON, for whoever looks at it
+    bad = tmp_path / "bad.parquet"
+    pq.write_table(table.rename_columns(["vehicle", "when", "pos", "fare"]), bad)
+    out = run(config(tmp_path, settings, trips), "ingest", "--file", bad, "--reader", "trips", expect=2)
+    assert "no column 'seen_at'" in out and "its columns: vehicle, when, pos, fare" in out
