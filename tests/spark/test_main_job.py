@@ -94,7 +94,7 @@ def test_cli_errors_are_one_line_and_exit_2(capsys):
     assert main(["ingest", "--datasets", "nope"]) == 2
     assert "unknown dataset 'nope'" in capsys.readouterr().err
     assert main(["ingest", "--file", "x.csv"]) == 2
-    assert "needs --reader and --source" in capsys.readouterr().err
+    assert "ingest --file needs --reader (a built-in reader, or a source declared" in capsys.readouterr().err
     assert main(["replay", "--model", "gamma:k=1"]) == 2
     assert "unknown delay model" in capsys.readouterr().err
     assert main(["demo", "--steps", "ingest,nope"]) == 2
