@@ -26,7 +26,6 @@ outoforder.errors.ConfigError: sources.plant.format: 'xml' is not one of csv, js
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -91,14 +90,14 @@ class Declaration:
         used += [a for a in self.attrs if a != ALL_OTHERS]
         return tuple(dict.fromkeys(c for c in used if c))
 
-    def to_json(self) -> str:
-        """The declaration as one JSON string (what Spark tasks receive)."""
-        return json.dumps(asdict(self), sort_keys=True)
+    def as_dict(self) -> dict[str, Any]:
+        """The declaration as plain JSON-able values (what Spark tasks receive, inside a reader's spec)."""
+        return asdict(self)
 
     @classmethod
-    def from_json(cls, text: str) -> Declaration:
-        """The inverse of :meth:`to_json`."""
-        raw = json.loads(text)
+    def from_dict(cls, values: Mapping[str, Any]) -> Declaration:
+        """The inverse of :meth:`as_dict` (after a JSON round trip: lists for tuples)."""
+        raw = dict(values)
         raw["event_time"] = TimeField(**raw["event_time"])
         raw["arrival"] = TimeField(**raw["arrival"]) if raw["arrival"] else None
         for name in ("attrs", "columns", "null_values", "streams"):

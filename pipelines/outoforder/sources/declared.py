@@ -72,6 +72,11 @@ def _shown(text: str) -> str:
     return repr(text[:40])
 
 
+def _bad(reason: str, column: str, what: str) -> Reject:
+    """A reject naming the field at fault first in its detail (``what``: what is wrong with it)."""
+    return Reject(reason, f"column {column!r}{what}", column)
+
+
 def epoch_to_us(value: Any, field: TimeField) -> int:
     """An epoch value (a decimal string or a JSON number) in ``field.unit`` to µs, floored.
 
@@ -79,36 +84,37 @@ def epoch_to_us(value: Any, field: TimeField) -> int:
     (1500000, -2)
     """
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise Reject("not_numeric", f"column {field.column!r}: {_shown(_text(value))}")
+        raise _bad("not_numeric", field.column, f": {_shown(_text(value))}")
     text = value.strip() if isinstance(value, str) else repr(value)
     if not _DECIMAL.fullmatch(text):
         why = "non_finite_value" if isinstance(value, float) else "not_numeric"
-        raise Reject(why, f"column {field.column!r}: {_shown(text)}")
+        raise _bad(why, field.column, f": {_shown(text)}")
     number = Decimal(text)
     if number.adjusted() > 20:  # beyond any int64 µs; never build the huge integer
-        raise Reject("not_numeric", f"column {field.column!r}: out of the 64-bit range: {_shown(text)}")
+        raise _bad("not_numeric", field.column, f": out of the 64-bit range: {_shown(text)}")
     factor = field.to_us_factor()
     scaled = number * factor if factor > 0 else number / -factor
     us = int(scaled.to_integral_value(rounding=ROUND_FLOOR))
     if not -INT64_MAX <= us <= INT64_MAX:
-        raise Reject("not_numeric", f"column {field.column!r}: out of the 64-bit range: {_shown(text)}")
+        raise _bad("not_numeric", field.column, f": out of the 64-bit range: {_shown(text)}")
     return us
 
 
 def iso_to_us(value: Any, field: TimeField, zone: tzinfo | None) -> int:
     """An ISO 8601 date-time to µs since the epoch; without an offset, ``zone`` (or a reject)."""
     if not isinstance(value, str):
-        raise Reject(
-            "bad_timestamp", f"column {field.column!r}: not an ISO 8601 string: {_shown(str(value))}"
-        )
+        raise _bad("bad_timestamp", field.column, f": not an ISO 8601 string: {_shown(str(value))}")
     try:
         parsed = datetime.fromisoformat(value.strip())
     except ValueError as e:
-        raise Reject("bad_timestamp", f"column {field.column!r}: not ISO 8601: {_shown(value)}") from e
+        raise _bad("bad_timestamp", field.column, f": not ISO 8601: {_shown(value)}") from e
     if parsed.tzinfo is None:
         if zone is None:
-            why = f"column {field.column!r}: no time zone in {_shown(value)} (declare a timezone for it)"
-            raise Reject("bad_timestamp", why)
+            raise _bad(
+                "bad_timestamp",
+                field.column,
+                f": no time zone in {_shown(value)} (declare a timezone for it)",
+            )
         parsed = parsed.replace(tzinfo=zone)
     return (parsed - _EPOCH) // _ONE_US
 
@@ -148,13 +154,13 @@ class DeclaredReader:
 
     def spec(self) -> str:
         """The reader as one string: what Spark tasks receive (``readers.make_reader`` reads it)."""
-        return json.dumps({"declaration": json.loads(self.decl.to_json()), "fields": list(self.fields)})
+        return json.dumps({"declaration": self.decl.as_dict(), "fields": list(self.fields)})
 
     @classmethod
     def from_spec(cls, text: str) -> DeclaredReader:
         """The inverse of :meth:`spec`."""
         raw = json.loads(text)
-        return cls(Declaration.from_json(json.dumps(raw["declaration"])), raw["fields"])
+        return cls(Declaration.from_dict(raw["declaration"]), raw["fields"])
 
     def is_header(self, text: str) -> bool:
         """A CSV declared with a header always starts with it."""
@@ -186,13 +192,13 @@ class DeclaredReader:
     def _string(self, get: Callable[[str], Any], column: str, reason: str) -> str:
         value = get(column)
         if self._null(value):
-            raise Reject(reason, f"column {column!r} is empty")
+            raise _bad(reason, column, " is empty")
         return value.strip() if isinstance(value, str) else _text(value)
 
     def _time(self, get: Callable[[str], Any], f: TimeField) -> int:
         value = get(f.column)
         if self._null(value):
-            raise Reject("null_timestamp", f"column {f.column!r} is empty")
+            raise _bad("null_timestamp", f.column, " is empty")
         if f.unit == "iso8601":
             return iso_to_us(value, f, self.zones[f.column])
         return epoch_to_us(value, f)
@@ -202,13 +208,13 @@ class DeclaredReader:
         if self._null(value):
             return None
         if isinstance(value, bool) or not isinstance(value, int | float | str):
-            raise Reject("not_numeric", f"column {column!r}: {_shown(_text(value))}")
+            raise _bad("not_numeric", column, f": {_shown(_text(value))}")
         try:
             number = float(value)
         except (ValueError, OverflowError) as e:
-            raise Reject("not_numeric", f"column {column!r}: {_shown(str(value))}") from e
+            raise _bad("not_numeric", column, f": {_shown(str(value))}") from e
         if not math.isfinite(number):
-            raise Reject("non_finite_value", f"column {column!r}: {_shown(str(value))}")
+            raise _bad("non_finite_value", column, f": {_shown(str(value))}")
         return number
 
     def parse(self, text: str) -> Row:
@@ -219,8 +225,7 @@ class DeclaredReader:
         if d.stream_column:
             stream = self._string(get, d.stream_column, "null_stream")
             if stream not in d.streams:
-                why = f"column {d.stream_column!r}: {_shown(stream)} is not a declared stream"
-                raise Reject("unknown_stream", why)
+                raise _bad("unknown_stream", d.stream_column, f": {_shown(stream)} is not a declared stream")
         key = self._string(get, d.key, "null_key")
         event = self._time(get, d.event_time)
         arrival = self._time(get, d.arrival) if d.arrival else None
@@ -353,7 +358,17 @@ def _text(value: Any) -> str:
 
 
 def header_fields(decl: Declaration, first_line: str) -> tuple[str, ...]:
-    """A CSV file's column names, from its header line (or the declaration's, without a header)."""
+    """A file's column names: a CSV's header (or the declaration's ``columns``), a Parquet row's fields.
+
+    A Parquet file's first row, as JSON, holds every column, in the schema's order; JSON lines
+    have no fixed columns (none returned).
+    """
+    if decl.format == "parquet":
+        try:
+            row = json.loads(first_line)
+        except ValueError:
+            return ()  # not readable: the ingest quarantines it as corrupt_file
+        return tuple(row) if isinstance(row, dict) else ()
     if decl.format != "csv":
         return ()
     if not decl.header:
@@ -396,18 +411,16 @@ def check_sample(reader: DeclaredReader, lines: Sequence[str], where: str) -> No
         try:
             row = reader.parse(text)
             if not lo <= row.event_us <= hi:
-                why = f"column {reader.decl.event_time.column!r}: {row.event_us} µs is outside [{lo}, {hi}]"
-                raise Reject(
-                    "implausible_timestamp", why + f" (is the unit {reader.decl.event_time.unit!r} right?)"
-                )
+                f = reader.decl.event_time
+                why = f": {row.event_us} µs is outside [{lo}, {hi}] (is the unit {f.unit!r} right?)"
+                raise _bad("implausible_timestamp", f.column, why)
         except Reject as reject:
             failures.append(reject)
         else:
             return
     if not failures:
         return
-    details = {(r.reason, r.detail.split(":")[0].split(" is ")[0]) for r in failures}
-    if len(details) == 1 and failures[0].detail.startswith("column "):
+    if len({(r.reason, r.column) for r in failures}) == 1 and failures[0].column:
         r = failures[0]
         msg = (
             f"source {reader.name!r}: {where}: none of the first {len(failures)} records fits the "

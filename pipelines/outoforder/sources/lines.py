@@ -210,14 +210,3 @@ def read_parquet_batches(raw: BinaryIO, *, batch_lines: int = 65_536) -> Iterato
     except (OSError, pa.ArrowException) as e:
         detail = f"not a readable Parquet file: {e}"[:200]
         yield LineBatch(line_no, [b""], {0: ("corrupt_file", "", detail)})
-
-
-def parquet_columns(raw: BinaryIO) -> list[str]:
-    """A Parquet file's column names (none when it cannot be read as Parquet)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        return list(pq.ParquetFile(raw).schema_arrow.names)
-    except (OSError, pa.ArrowException):
-        return []

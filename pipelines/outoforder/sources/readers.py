@@ -42,10 +42,11 @@ from outoforder.sources.lines import (
 class Reject(Exception):
     """Raised by a reader's ``parse`` for a line that goes to quarantine."""
 
-    def __init__(self, reason: str, detail: str = "") -> None:
+    def __init__(self, reason: str, detail: str = "", column: str = "") -> None:
         super().__init__(reason, detail)
         self.reason = reason
         self.detail = detail
+        self.column = column  # the field at fault, when one is (declared sources)
 
 
 @dataclass(frozen=True)

@@ -180,18 +180,13 @@ def _identify(spark: SparkSession, settings: Settings, files: list[_File]) -> No
         if r["head"] is not None:
             decl = declared[f.spec.reader]
             f.parquet = decl.format == "parquet"
-            f.reader = _declared_reader(decl, list(r["head"]), r["columns"], f.shown).spec()
+            f.reader = _declared_reader(decl, list(r["head"]), f.shown).spec()
 
 
-def _declared_reader(
-    decl: Declaration, head: list[str], columns: list[str] | None, where: str
-) -> DeclaredReader:
+def _declared_reader(decl: Declaration, head: list[str], where: str) -> DeclaredReader:
     """The reader of one file of a declared source, checked on the file's first lines (or rows)."""
     data = head[1:] if decl.format == "csv" and decl.header else head
-    if columns is not None:
-        fields: tuple[str, ...] = tuple(columns)
-    else:
-        fields = header_fields(decl, head[0]) if head else decl.columns or decl.columns_used()
+    fields = (header_fields(decl, head[0]) if head else ()) or decl.columns or decl.columns_used()
     check_fields(decl, fields, where)
     reader = DeclaredReader(decl, fields)
     check_sample(reader, data, where)

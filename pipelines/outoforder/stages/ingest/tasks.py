@@ -30,7 +30,6 @@ from outoforder.io.files import WrittenFile, file_size, open_input, write_parque
 from outoforder.sources.lines import (
     LineBatch,
     is_gzip,
-    parquet_columns,
     read_line_batches,
     read_parquet_batches,
 )
@@ -67,7 +66,6 @@ IDENTITY_SCHEMA = pa.schema(
         ("sha256", pa.string()),
         ("gz", pa.bool_()),
         ("head", pa.list_(pa.string())),  # the first lines, when asked for (a declared source's checks)
-        ("columns", pa.list_(pa.string())),  # a Parquet file's column names, likewise
     ]
 )
 HEAD_LINES = 50
@@ -140,16 +138,12 @@ def identify(batches: Iterator[pa.RecordBatch], storage: StorageSettings) -> Ite
             for block in iter(lambda: fh.read(1 << 22), b""):
                 digest.update(block)
         gz = is_gzip(head)
-        lines, columns = None, None
+        lines = None
         if row["format"]:
-            parquet = row["format"] == "parquet"
             with open_input(row["uri"], storage) as fh:
-                batch = next(_batches(fh, gz, parquet, HEAD_LINES), None)
+                batch = next(_batches(fh, gz, row["format"] == "parquet", HEAD_LINES), None)
                 lines = [x.decode("utf-8", "replace") for x in batch.lines] if batch else []
-            if parquet:
-                with open_input(row["uri"], storage) as fh:
-                    columns = parquet_columns(fh)  # type: ignore[arg-type]
-        found = {"size": size, "sha256": digest.hexdigest(), "gz": gz, "head": lines, "columns": columns}
+        found = {"size": size, "sha256": digest.hexdigest(), "gz": gz, "head": lines}
         yield pa.RecordBatch.from_pylist([{"file_idx": row["file_idx"], **found}], IDENTITY_SCHEMA)
 
 
