@@ -39,6 +39,7 @@ bash "$here/setup.sh" || exit 1
 if [ "$tier" = full ]; then
   # the scale-out tests start MinIO: build it now (first time ~8 min, then cached) rather than in a test
   bash "$here/minio.sh" install || exit 1
+  bash "$here/kafka.sh" install || exit 1   # the Kafka tests' broker (Maven jars, cached)
 fi
 source "$here/env.sh"
 cd "$OOO_REPO" || exit 1
@@ -90,7 +91,7 @@ else
   # the stream-stage tests: the longest Spark-venv files, in a run of their own so that the two
   # Spark-venv runs end at about the same time
   stream=(tests/spark/test_aggregate_stream.py tests/spark/test_join_stream.py tests/spark/test_topk_stream.py
-    tests/spark/test_theta_backfill.py tests/spark/test_concurrent_writers.py)
+    tests/spark/test_theta_backfill.py tests/spark/test_concurrent_writers.py tests/spark/test_kafka_ingest.py)
   declare -A pids
   run_pytest spark-unit "$spark_py" tests "${doctests[@]}" --doctest-modules --ignore=tests/airflow \
     "${stream[@]/#/--ignore=}" -m "not integration" --durations=15 "$@" &

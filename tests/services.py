@@ -1,4 +1,4 @@
-"""The project's own services for the scale-out tests: MinIO, a Spark standalone cluster, PostgreSQL.
+"""The project's own services for the tests: MinIO, a Spark standalone cluster, PostgreSQL, Kafka.
 
 Each is started by its infra script (the same one a user runs) on free loopback ports, with its data
 and logs in a test folder, and stopped afterwards. Standard library only: the Spark-venv and the
@@ -66,6 +66,22 @@ def minio(folder: Path) -> Iterator[dict[str, str]]:
         yield _exports(_script("minio.sh", "env", env))
     finally:
         _script("minio.sh", "stop", env, timeout=60)
+
+
+@contextmanager
+def kafka(folder: Path) -> Iterator[dict[str, str]]:
+    """A single-node Kafka broker (KRaft); yields OOO_KAFKA_BOOTSTRAP."""
+    env = {
+        **os.environ,
+        "OOO_KAFKA_PORT": str(free_port()),
+        "OOO_KAFKA_CONTROLLER_PORT": str(free_port()),
+        "OOO_KAFKA_DATA": str(folder / "kafka"),
+    }
+    try:
+        _script("kafka.sh", "start", env)
+        yield _exports(_script("kafka.sh", "env", env))
+    finally:
+        _script("kafka.sh", "stop", env, timeout=60)
 
 
 @contextmanager

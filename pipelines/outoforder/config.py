@@ -222,6 +222,23 @@ class QualitySettings:
 
 
 @dataclass(frozen=True)
+class KafkaSettings:
+    """Where the Kafka topics of declared sources are (``[kafka]``; OOO_KAFKA_BOOTSTRAP wins)."""
+
+    bootstrap: str = "127.0.0.1:9092"  # infra/kafka.sh's default
+    # how long a task waits for a fetch: offsets are listed before reading, so a wait is a broker problem
+    poll_timeout_ms: int = 30_000
+
+    def __post_init__(self) -> None:
+        if not self.bootstrap.strip():
+            msg = "kafka.bootstrap: host:port of a broker, got an empty string"
+            raise ConfigError(msg)
+        if self.poll_timeout_ms < 100:
+            msg = f"kafka.poll_timeout_ms must be at least 100, got {self.poll_timeout_ms}"
+            raise ConfigError(msg)
+
+
+@dataclass(frozen=True)
 class Settings:
     """All settings; build with :func:`load_settings`.
 
@@ -240,6 +257,7 @@ class Settings:
     storage: StorageSettings = field(default_factory=StorageSettings)
     work_root: Path | None = None
     sources: Mapping[str, Declaration] = field(default_factory=dict)  # declared sources, by name
+    kafka: KafkaSettings = field(default_factory=KafkaSettings)
 
     def __post_init__(self) -> None:
         # accept a Path (tests and callers build settings with dataclasses.replace)
@@ -382,6 +400,11 @@ def load_settings(
         docs = env.get("OOO_DOCS_DIR", quality.get("docs_dir", "")) or str(Path(reports) / "data_docs")
         bounds = {str(k): (int(v[0]), int(v[1])) for k, v in ingest.get("plausible_event_us", {}).items()}
         sources = parse_declarations(raw.get("sources", {}))
+        kafka = raw.get("kafka", {})
+        kafka_settings = KafkaSettings(
+            bootstrap=str(env.get("OOO_KAFKA_BOOTSTRAP", kafka.get("bootstrap", KafkaSettings.bootstrap))),
+            poll_timeout_ms=int(kafka.get("poll_timeout_ms", KafkaSettings.poll_timeout_ms)),
+        )
         for name, decl in sources.items():
             if name in BUILTIN_READERS:
                 msg = f"sources.{name}: {name!r} is a built-in reader's name; choose another"
@@ -421,6 +444,7 @@ def load_settings(
             storage=storage_settings,
             work_root=work_root,
             sources=sources,
+            kafka=kafka_settings,
         )
     except (TypeError, ValueError, IndexError) as e:
         msg = f"invalid setting: {e}"

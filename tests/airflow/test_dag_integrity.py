@@ -17,6 +17,10 @@ EXPECTED_STRUCTURE = {
         "validate_bronze": {"quality_report"},
         "quality_report": set(),
     },
+    "ingest_kafka": {
+        "ingest": {"validate_bronze"},
+        "validate_bronze": set(),
+    },
     "ingest": {
         "plan": {"ingest"},
         "ingest": {"validate_bronze"},

@@ -75,6 +75,22 @@ INGEST_LOG_SCHEMA = _s(
 )
 
 
+# The Kafka ingest (stages/ingest/kafka.py): one row per (source, batch, partition), claimed before
+# the batch is read. A batch's bronze and quarantine rows are committed with the transaction id of its
+# ingest_id, and its ingest-log row says done; the next batch starts where the newest one ends.
+KAFKA_OFFSETS_SCHEMA = _s(
+    ("source", StringType(), False),
+    ("batch", LongType(), False),
+    ("topic", StringType(), False),
+    ("topic_id", StringType(), False),  # changes when a topic is deleted and created again
+    ("partition", LongType(), False),
+    ("start_offset", LongType(), False),  # [start, end): the records this batch reads
+    ("end_offset", LongType(), False),
+    ("listed_at_us", LongType(), False),  # every record appended before this is in this batch or earlier
+    ("ingest_id", StringType(), False),
+)
+
+
 # A file's tuples get arrival_seq = file_ordinal * SEQ_PER_FILE + line number: strictly increasing
 # in receive order, fixed before any row is written (so a resumed ingest re-derives the same
 # numbers), and readable (file 3, line 1234 -> 30_000_001_234).
@@ -88,6 +104,7 @@ VOLATILE_COLUMNS = frozenset(
     {
         "source_file",
         "ingested_at_us",
+        "listed_at_us",
         "written_at_us",
         "computed_at_us",
         "validated_at_us",
@@ -312,6 +329,7 @@ THETA_WINDOWS_SCHEMA = _s(
 BRONZE = Table("bronze/arrivals", BRONZE_SCHEMA, ("source",))
 QUARANTINE = Table("bronze/quarantine", QUARANTINE_SCHEMA, ("source",))
 INGEST_LOG = Table("bronze/ingest_log", INGEST_LOG_SCHEMA)
+KAFKA_OFFSETS = Table("bronze/kafka_offsets", KAFKA_OFFSETS_SCHEMA)
 JOIN_METRICS = Table("gold/join_metrics", JOIN_METRICS_SCHEMA, ("source",))
 JOIN_RESULTS = Table("gold/join_results", JOIN_RESULTS_SCHEMA, ("source",))
 # The stream top-k (stages/topk/stream.py). The operator's state is one JSON snapshot per
@@ -416,7 +434,7 @@ QUALITY_MEASURES = Table("gold/quality_measures", QUALITY_MEASURES_SCHEMA, ("sou
 QUALITY_RUNS = Table("gold/quality_runs", QUALITY_RUNS_SCHEMA)
 
 ALL_TABLES = (
-    BRONZE, QUARANTINE, INGEST_LOG,
+    BRONZE, QUARANTINE, INGEST_LOG, KAFKA_OFFSETS,
     JOIN_METRICS, JOIN_RESULTS, JOIN_STATE, JOIN_BUFFER, JOIN_PARAMS,
     AGG_RESULTS, AGG_REPAIRS, AGG_LEDGER, AGG_STATE, AGG_BUFFER, AGG_WATCH, AGG_CONTROL,
     THETA_RESULTS, THETA_WINDOWS,

@@ -81,6 +81,7 @@ class Declaration:
     columns: tuple[str, ...] = ()  # csv without a header: the fields' names, in order
     null_values: tuple[str, ...] = ("",)
     plausible_event_us: tuple[int, int] = DEFAULT_PLAUSIBLE_US
+    topic: str = ""  # a Kafka topic to ingest (stages/ingest/kafka.py); "" for a source of files
 
     def columns_used(self) -> tuple[str, ...]:
         """Every field the declaration reads, in a stable order (attrs' ``*`` not expanded)."""
@@ -108,7 +109,7 @@ class Declaration:
 
 _KEYS = {
     "format", "key", "event_time", "stream", "arrival", "values", "attrs", "delimiter", "quote", "header",
-    "columns", "null_values", "plausible_event_us",
+    "columns", "null_values", "plausible_event_us", "topic",
 }  # fmt: skip
 
 
@@ -210,11 +211,27 @@ def parse_declaration(name: str, raw: Mapping[str, Any]) -> Declaration:
         if not isinstance(plausible, list | tuple) or len(plausible) != 2 or not plausible[0] < plausible[1]:
             raise _fail(name, "plausible_event_us", "expected [lower, upper] with lower < upper (µs)")
         bounds = (int(plausible[0]), int(plausible[1]))
+    topic = raw.get("topic", "")
+    if not isinstance(topic, str):
+        raise _fail(name, "topic", f"a Kafka topic's name, got {topic!r}")
+    if topic:
+        if fmt == "parquet" or (fmt == "csv" and header):
+            raise _fail(
+                name,
+                "format",
+                'a Kafka record is one line: "jsonl", or "csv" with header = false and columns',
+            )
+        if arrival is not None:
+            raise _fail(
+                name, "arrival", "a topic's arrival order is its log's (log-append time, partition, offset): "
+                'leave arrival out or set it to "order"'
+            )  # fmt: skip
     decl = Declaration(
         name=name, format=str(fmt), key=key, event_time=event_time, stream=stream,
         stream_column=stream_column, streams=streams, arrival=arrival, values=values, attrs=attrs,
         delimiter=str(delimiter), quote=str(quote), header=header, columns=columns,
         null_values=_strings(name, "null_values", raw.get("null_values", [""])), plausible_event_us=bounds,
+        topic=topic,
     )  # fmt: skip
     if columns:
         missing = [c for c in decl.columns_used() if c not in columns]

@@ -3,6 +3,8 @@
 Stages::
 
     ingest          read files into bronze (built-in datasets, or --file/--reader/--source)
+    ingest-kafka    a declared Kafka source: the records that arrived since the last run (DAG ingest_kafka)
+    produce         replay a bronze source into a Kafka topic at a chosen speed (demos, benchmarks)
     replay          generate synthetic soccer play with injected disorder and ingest it
     stats           disorder statistics per source from bronze (late fraction, mean/max delay)
     validate-bronze Great Expectations suites over bronze (fails on violation)
@@ -201,6 +203,37 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
         "[ingest] %d files: %s rows read = %s accepted + %s quarantined",
         len(jobs), f"{read:,}", f"{accepted:,}", f"{quarantined:,}",
     )  # fmt: skip
+    return 0
+
+
+def cmd_ingest_kafka(args: argparse.Namespace, settings: Settings) -> int:
+    """Ingest one batch of a Kafka source: what arrived since the last run."""
+    from outoforder.stages.ingest.kafka import ingest_topic, kafka_declaration
+
+    kafka_declaration(settings, args.source)  # an unknown source fails before Spark starts
+    log.info("%s", ingest_topic(_spark(settings, "ingest-kafka"), settings, args.source).line())
+    return 0
+
+
+def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
+    """Replay a bronze source into a topic and print the declaration that reads it back."""
+    from outoforder.stages.ingest.produce import declaration_toml, replay
+
+    spark = _spark(settings, "produce")
+    done = replay(
+        spark,
+        settings,
+        args.source,
+        args.topic,
+        partitions=args.partitions,
+        speed=args.speed,
+        limit=args.limit,
+    )
+    log.info("%s", done.line())
+    log.info(
+        "[produce] read it back with this in your config:\n%s",
+        declaration_toml(args.name, args.topic, done.streams),
+    )
     return 0
 
 
@@ -633,6 +666,18 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     i.add_argument("--source", help="the source id to store it under (default: the reader's name)")
     i.add_argument("--landing", action="store_true", help="ingest the files waiting in the landing bucket")
+    ik = stage("ingest-kafka", cmd_ingest_kafka, "a Kafka source's new records into bronze")
+    ik.add_argument("--source", required=True, help="a source declared with a topic ([sources.<name>])")
+    pd = stage("produce", cmd_produce, "replay a bronze source into a Kafka topic")
+    pd.add_argument("--source", required=True, help="the bronze source to replay, in its arrival order")
+    pd.add_argument("--topic", required=True, help="created (log-append time) if it does not exist")
+    pd.add_argument("--partitions", type=int, default=3, help="of a topic it creates (default 3)")
+    pd.add_argument(
+        "--speed", type=float, default=0.0,
+        help="1 = the source's own arrival pace, 10 = ten times faster, 0 = as fast as possible (default)",
+    )  # fmt: skip
+    pd.add_argument("--limit", type=int, help="only the first N rows")
+    pd.add_argument("--name", default="replayed", help="the source name in the printed declaration")
     r = stage("replay", cmd_replay, "synthetic soccer play with injected disorder, ingested")
     r.add_argument("--model", default="hpm_game1", help="a preset or family:key=value,...")
     r.add_argument("--seconds", type=float, default=20.0)

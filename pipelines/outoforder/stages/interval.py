@@ -158,6 +158,8 @@ class IntervalStage(ABC, Generic[J, S]):
         self._app = f"{source}|{self.jid}"  # the transaction id's app of every write of this job
         self._carried: Resume | None = None  # what the previous interval of this object wrote
         self._snapshots: Mapping[str, DataFrame] = {}
+        decl = settings.sources.get(source)
+        self._kafka = decl is not None and bool(decl.topic)  # intervals must wait for the Kafka ingest
 
     # --- hooks ------------------------------------------------------------------------------
 
@@ -212,7 +214,15 @@ class IntervalStage(ABC, Generic[J, S]):
     # --- the skeleton -----------------------------------------------------------------------
 
     def run_interval(self, start_us: int, end_us: int) -> S:
-        """Process the arrivals of ``[start_us, end_us)``; idempotent, retried whole on a write conflict."""
+        """Process the arrivals of ``[start_us, end_us)``; idempotent, retried whole on a write conflict.
+
+        A Kafka source's interval must be covered by its ingest (every record appended before
+        ``end_us`` in bronze), else the run fails and is retried: a stream stage never runs ahead.
+        """
+        if self._kafka:
+            from outoforder.stages.ingest.kafka import check_covered
+
+            check_covered(self.spark, self.settings, self.source, end_us)
         return retrying(f"{self.name}.run_interval", lambda: self._run_interval(start_us, end_us))
 
     def append(self, df: DataFrame, table: Table, interval: Interval) -> bool:
@@ -349,6 +359,13 @@ class IntervalStage(ABC, Generic[J, S]):
                 log.info("[%s] %s: every arrival in bronze is processed already", self.name, self.source)
                 return []
             start_us = span[0] if start_us is None else start_us
+            if end_us is None and self._kafka:  # up to what the Kafka ingest covers (run_interval)
+                from outoforder.stages.ingest.kafka import covered_until
+
+                end_us = min(span[1], covered_until(self.spark, self.settings, self.source) or start_us)
+                if end_us <= start_us:
+                    log.info("[%s] %s: the Kafka ingest covers nothing new yet", self.name, self.source)
+                    return []
             end_us = span[1] if end_us is None else end_us
         summaries = []
         steps = split_span(start_us, end_us, every_us or end_us - start_us)

@@ -99,7 +99,9 @@ class FileSpec:
 
 
 @dataclass
-class _File:
+class PlannedFile:
+    """A file (or a Kafka batch) an ingest writes: what it is, and what the plan decided for it."""
+
     idx: int  # among the files this ingest writes (what the tasks' rows carry)
     spec: FileSpec
     uri: str
@@ -110,13 +112,16 @@ class _File:
     parts: list[int] = field(default_factory=list)
     reader: str = ""  # what the tasks build their reader from: a built-in's name or a declared reader's spec
     parquet: bool = False  # read as one part, its rows as JSON lines
+    key: str = ""  # what identifies the content when it is not a file's hash (a Kafka batch's ranges)
 
     @property
     def ingest_id(self) -> str:
-        return f"{self.spec.source}@{self.sha256[:20]}"
+        """The idempotence key: the source and the content's identity."""
+        return f"{self.spec.source}@{self.key or self.sha256[:20]}"
 
     @property
     def shown(self) -> str:
+        """What the ingest log records as its path."""
         return self.spec.origin or self.uri
 
 
@@ -152,7 +157,7 @@ def _spark_schema(schema: Any) -> Any:
     return from_arrow_schema(schema)
 
 
-def _identify(spark: SparkSession, settings: Settings, files: list[_File]) -> None:
+def _identify(spark: SparkSession, settings: Settings, files: list[PlannedFile]) -> None:
     """Each file's size, hash and gzip flag; a declared source's file is checked against its declaration.
 
     The check reads the file's first lines (from the same task), so a declaration that does not fit
@@ -199,7 +204,7 @@ def _pa() -> Any:
     return pa
 
 
-def _claim_ordinals(spark: SparkSession, settings: Settings, files: list[_File], now: int) -> None:
+def claim_ordinals(spark: SparkSession, settings: Settings, files: list[PlannedFile], now: int) -> None:
     """Each file's ordinal: the one a crashed attempt claimed, else the next free one (claimed now).
 
     The claims are committed to the ingest log before any data, so two files never share sequence
@@ -234,7 +239,7 @@ def _claim_ordinals(spark: SparkSession, settings: Settings, files: list[_File],
         )
 
 
-def _part_rows(settings: Settings, files: list[_File], folders: dict[str, str]) -> list[dict[str, Any]]:
+def _part_rows(settings: Settings, files: list[PlannedFile], folders: dict[str, str]) -> list[dict[str, Any]]:
     ing = settings.ingest
     rows: list[dict[str, Any]] = []
     for f in files:
@@ -260,7 +265,7 @@ def _part_rows(settings: Settings, files: list[_File], folders: dict[str, str]) 
     return rows
 
 
-def _sources_with_history(spark: SparkSession, settings: Settings, files: list[_File]) -> set[str]:
+def _sources_with_history(spark: SparkSession, settings: Settings, files: list[PlannedFile]) -> set[str]:
     """Sources for which an earlier ingest (a file not among ``files``) claimed an ordinal."""
     from pyspark.sql import functions as F
 
@@ -277,7 +282,11 @@ def _sources_with_history(spark: SparkSession, settings: Settings, files: list[_
 
 
 def _suspects(
-    spark: SparkSession, settings: Settings, files: list[_File], rows: list[dict[str, Any]], history: set[str]
+    spark: SparkSession,
+    settings: Settings,
+    files: list[PlannedFile],
+    rows: list[dict[str, Any]],
+    history: set[str],
 ) -> DataFrame | None:
     """The hash pass over the sources that need it; sets every part's ``first_line`` and ``local``.
 
@@ -287,7 +296,7 @@ def _suspects(
     """
     from pyspark.sql import functions as F
 
-    by_source: dict[str, list[_File]] = defaultdict(list)
+    by_source: dict[str, list[PlannedFile]] = defaultdict(list)
     for f in files:
         by_source[f.spec.source].append(f)
     needs = {s for s, fs in by_source.items() if len(fs) > 1 or len(fs[0].parts) > 1 or s in history}
@@ -376,7 +385,7 @@ def ingest_files(
     t0 = time.monotonic()
     for s in specs:
         check_reader(settings, s.reader)  # an unknown reader fails before anything is read
-    files = [_File(i, s, _uri(s.path, settings)) for i, s in enumerate(specs)]
+    files = [PlannedFile(i, s, _uri(s.path, settings)) for i, s in enumerate(specs)]
     if not files:
         return []
     lake = settings.lake_root
@@ -391,7 +400,7 @@ def ingest_files(
         .select("ingest_id")
         .collect()
     }
-    todo: list[_File] = []
+    todo: list[PlannedFile] = []
     for f in files:
         if f.ingest_id not in done and all(g.ingest_id != f.ingest_id for g in todo):
             todo.append(f)  # the same content twice in one call is ingested once
@@ -405,13 +414,13 @@ def ingest_files(
         now = now_us if now_us is not None else int(datetime.now(UTC).timestamp() * 1_000_000)
         for i, f in enumerate(todo):
             f.idx = i
-        _claim_ordinals(spark, settings, todo, now)
+        claim_ordinals(spark, settings, todo, now)
         summaries |= {id(f): s for f, s in zip(todo, _ingest(spark, settings, todo, now, t0), strict=True)}
     return [summaries[id(f)] for f in files]
 
 
 def _ingest(
-    spark: SparkSession, settings: Settings, files: list[_File], now: int, t0: float
+    spark: SparkSession, settings: Settings, files: list[PlannedFile], now: int, t0: float
 ) -> list[IngestSummary]:
     from pyspark.sql import functions as F
 

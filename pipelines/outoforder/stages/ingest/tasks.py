@@ -13,7 +13,9 @@ A *part* is one byte range of a plain file, or a whole gzip file (see
   driver only what is small or rare: the files written, the part's counts, quarantined lines and
   the accepted rows whose hash is a *suspect* (decided over the whole source afterwards);
 - :func:`write_rows`: rows of a table (quarantined lines, suspects that were kept) written as
-  Parquet files, one per input file.
+  Parquet files, one per input file;
+- :func:`parse_records`: Kafka records (one payload each) in arrival order, parsed like lines
+  (:mod:`outoforder.stages.ingest.kafka`).
 """
 
 from __future__ import annotations
@@ -354,3 +356,72 @@ __all__ = [
     "parse_pass",
     "write_rows",
 ]
+
+
+# Kafka records parsed (parse_records): accepted rows, rejects, and one count per Spark partition.
+# ``local`` is the record's number within its Spark partition, in arrival order (1-based).
+RECORD_SCHEMA = pa.schema(
+    [
+        ("kind", pa.string()),  # "row", "reject" or "count"
+        ("pid", pa.int64()),
+        ("local", pa.int64()),  # on "count": the partition's record count
+        *[(f.name, f.type) for f in STAGED_SCHEMA if f.name not in ("line_no", "raw_line")],
+        ("raw_line", pa.string()),
+        ("reason", pa.string()),
+        ("detail", pa.string()),
+    ]
+)
+
+
+def parse_records(
+    batches: Iterator[pa.RecordBatch], pid: int, reader: str, lo: int, hi: int, batch_lines: int
+) -> Iterator[pa.RecordBatch]:
+    """One Spark partition of Kafka records, sorted by arrival (``ts_us``, ``partition``, ``offset``).
+
+    Each payload is one line for the source's :class:`~outoforder.sources.readers.LineParser`
+    (an empty or null payload counts as blank). Accepted rows get the record's log-append time as
+    ``arrival_ts``; a reject's detail names the record's partition and offset.
+    """
+    parser = LineParser(make_reader(reader), (lo, hi), local=False)
+    seen = 0
+    names = RECORD_SCHEMA.names
+    for big in batches:
+        for start in range(0, big.num_rows, batch_lines):
+            chunk = big.slice(start, batch_lines)
+            lines = [v or b"" for v in chunk.column("value").to_pylist()]
+            got = parser.parse(LineBatch(seen + 1, lines))
+            ts = chunk.column("ts_us").to_numpy()
+            acc = got.accepted
+            if acc.num_rows:
+                idx = acc.column("line_no").to_numpy() - (seen + 1)
+                cols = {f: acc.column(f) for f in acc.column_names if f != "line_no"}
+                cols["arrival_ts"] = pa.array(ts[idx], pa.int64())
+                n = acc.num_rows
+                yield from pa.table(
+                    {**cols, "kind": pa.array(["row"] * n), "pid": pa.array([pid] * n, pa.int64()),
+                     "local": acc.column("line_no"), "reason": pa.nulls(n, pa.string()),
+                     "detail": pa.nulls(n, pa.string())}, schema=RECORD_SCHEMA,
+                ).to_batches()  # fmt: skip
+            q = got.quarantined
+            if q.num_rows:
+                idx = q.column("line_no").to_numpy() - (seen + 1)
+                parts = chunk.column("partition").to_numpy()[idx]
+                offsets = chunk.column("offset").to_numpy()[idx]
+                detail = [
+                    f"{d} (partition {p}, offset {o})" if d else f"partition {p}, offset {o}"
+                    for d, p, o in zip(q.column("detail").to_pylist(), parts, offsets, strict=True)
+                ]
+                n = q.num_rows
+                row: dict[str, Any] = {name: pa.nulls(n, RECORD_SCHEMA.field(name).type) for name in names}
+                row |= {"kind": pa.array(["reject"] * n), "pid": pa.array([pid] * n, pa.int64()),
+                        "local": q.column("line_no"), "raw_line": q.column("raw_line"),
+                        "reason": q.column("reason"), "detail": pa.array(detail, pa.string())}  # fmt: skip
+                yield from pa.table(row, schema=RECORD_SCHEMA).to_batches()
+            seen += len(lines)
+    count: dict[str, Any] = {name: pa.nulls(1, RECORD_SCHEMA.field(name).type) for name in names}
+    count |= {
+        "kind": pa.array(["count"]),
+        "pid": pa.array([pid], pa.int64()),
+        "local": pa.array([seen], pa.int64()),
+    }
+    yield pa.RecordBatch.from_pydict(count, schema=RECORD_SCHEMA)

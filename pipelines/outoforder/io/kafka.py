@@ -1,0 +1,151 @@
+"""What the driver asks a Kafka cluster: a topic's id, partitions, offsets and timestamp type.
+
+The Kafka ingest (:mod:`outoforder.stages.ingest.kafka`) plans each batch from these answers before
+Spark reads a record: offsets that expired, or a topic that was deleted and created again, must stop
+the run with the partitions and offsets named, never be skipped (Spark's ``failOnDataLoss`` stays on
+as a backstop). Also the producer the demos and benchmarks replay datasets with.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from outoforder.errors import InputError
+
+log = logging.getLogger(__name__)
+LOG_APPEND_TIME = "LogAppendTime"
+TIMEOUT_S = 15.0
+
+
+@dataclass(frozen=True)
+class TopicState:
+    """A topic as the broker sees it now: ``offsets[p] = (earliest, latest)`` per partition."""
+
+    topic: str
+    topic_id: str
+    offsets: Mapping[int, tuple[int, int]]
+    timestamp_type: str  # "LogAppendTime" or "CreateTime"
+
+
+def _admin(bootstrap: str) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": int(TIMEOUT_S * 1000)})
+
+
+def _admin_module() -> Any:
+    """confluent_kafka.admin, untyped (its names are not declared exports)."""
+    import confluent_kafka.admin
+
+    return confluent_kafka.admin
+
+
+def _fail(bootstrap: str, what: str, e: Exception) -> InputError:
+    return InputError(f"Kafka at {bootstrap}: {what}: {e}")
+
+
+def topic_state(bootstrap: str, topic: str) -> TopicState:
+    """The topic's id, timestamp type and each partition's (earliest, latest) offsets."""
+    from confluent_kafka import KafkaException, TopicCollection, TopicPartition
+
+    adm = _admin_module()
+    admin = _admin(bootstrap)
+    try:
+        described = admin.describe_topics(TopicCollection([topic]), request_timeout=TIMEOUT_S)[topic].result()
+    except KafkaException as e:
+        if "UNKNOWN_TOPIC" in str(e):
+            msg = f"Kafka at {bootstrap}: topic {topic!r} does not exist"
+            raise InputError(msg) from e
+        raise _fail(bootstrap, f"cannot describe topic {topic!r}", e) from e
+    parts = sorted(p.id for p in described.partitions)
+    try:
+        res = adm.ConfigResource(adm.ResourceType.TOPIC, topic)
+        configs = admin.describe_configs([res], request_timeout=TIMEOUT_S)[res].result()
+        ts_type = str(configs["message.timestamp.type"].value)
+        lows = admin.list_offsets(
+            {TopicPartition(topic, p): adm.OffsetSpec.earliest() for p in parts}, request_timeout=TIMEOUT_S
+        )
+        highs = admin.list_offsets(
+            {TopicPartition(topic, p): adm.OffsetSpec.latest() for p in parts}, request_timeout=TIMEOUT_S
+        )
+        offsets = {
+            tp.partition: (int(lows[tp].result().offset), int(highs[hp].result().offset))
+            for tp, hp in zip(sorted(lows, key=_pid), sorted(highs, key=_pid), strict=True)
+        }
+    except KafkaException as e:
+        raise _fail(bootstrap, f"cannot list the offsets of topic {topic!r}", e) from e
+    return TopicState(topic, str(described.topic_id), offsets, ts_type)
+
+
+def _pid(tp: Any) -> int:
+    return int(tp.partition)
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int, *, exist_ok: bool = True) -> bool:
+    """Create a topic that stamps records with the broker's log-append time; whether it was created."""
+    from confluent_kafka import KafkaException
+
+    admin = _admin(bootstrap)
+    new = _admin_module().NewTopic(topic, partitions, 1, config={"message.timestamp.type": LOG_APPEND_TIME})
+    try:
+        admin.create_topics([new], request_timeout=TIMEOUT_S)[topic].result()
+    except KafkaException as e:
+        if exist_ok and "TOPIC_ALREADY_EXISTS" in str(e):
+            return False
+        raise _fail(bootstrap, f"cannot create topic {topic!r}", e) from e
+    return True
+
+
+def delete_topic(bootstrap: str, topic: str) -> None:
+    """Delete a topic (tests and demos start over with it)."""
+    from confluent_kafka import KafkaException
+
+    admin = _admin(bootstrap)  # held until the answer: a dropped client cancels its requests
+    try:
+        admin.delete_topics([topic], request_timeout=TIMEOUT_S)[topic].result()
+    except KafkaException as e:
+        raise _fail(bootstrap, f"cannot delete topic {topic!r}", e) from e
+
+
+def produce(
+    bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes]], *, flush_every: int = 100_000
+) -> int:
+    """Send ``(key, value)`` records in order (idempotent producer: a retry never duplicates); their count.
+
+    Records of one key go to one partition, in the order given.
+    """
+    from confluent_kafka import KafkaException, Producer
+
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20,
+         "batch.size": 1_000_000, "queue.buffering.max.messages": 1_000_000}
+    )  # fmt: skip
+    errors: list[str] = []
+
+    def delivered(err: Any, _msg: Any) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    n = 0
+    try:
+        for key, value in records:
+            while True:
+                try:
+                    producer.produce(topic, value=value, key=key, on_delivery=delivered)
+                    break
+                except BufferError:
+                    producer.poll(0.05)  # the local queue is full: let deliveries drain it
+            n += 1
+            if n % flush_every == 0:
+                producer.poll(0)
+        left = producer.flush(60)
+    except KafkaException as e:
+        raise _fail(bootstrap, f"cannot produce to {topic!r}", e) from e
+    if errors or left:
+        msg = f"Kafka at {bootstrap}: {len(errors)} records not delivered to {topic!r} ({left} still queued)"
+        msg += f"; first error: {errors[0]}" if errors else ""
+        raise InputError(msg)
+    return n

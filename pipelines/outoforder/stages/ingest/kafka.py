@@ -1,0 +1,397 @@
+"""Kafka ingest stage: the records that arrived on a topic since the last run -> bronze, exactly once.
+
+A declared source with a ``topic`` (docs/sources.md) is read in *batches*: each run reads, from
+every partition, the offsets between where the previous batch ended and where the log ends now.
+The driver plans and commits; Spark reads, sorts and parses. In this order:
+
+1. **plan**: the driver asks the broker (:func:`outoforder.io.kafka.topic_state`) for the topic's
+   id and every partition's earliest and latest offset. The previous batch's ends (table
+   ``bronze/kafka_offsets``) are the new starts. Offsets that expired before they were read, a
+   topic deleted and created again (its id changed, or its offsets went back), or partitions that
+   disappeared stop the run here with the partitions and offsets named: nothing is skipped.
+2. **claim**: the batch's ranges go into ``bronze/kafka_offsets`` (one row per partition) and the
+   batch claims the next ordinal in the ingest log, both before any record is read. A batch that
+   was claimed but never finished (a crash) is the next run's batch again, with the same ranges.
+3. **read and parse**: Spark's Kafka source reads exactly those ranges (``failOnDataLoss`` on, as a
+   backstop). The records are sorted by arrival: (log-append time, partition, offset), a total
+   order that a rerun derives again. Each Spark task parses its run of that order with the
+   source's declaration (:func:`outoforder.stages.ingest.tasks.parse_records`); a record's number
+   in the batch is its rank, so ``arrival_seq = ordinal * SEQ_PER_FILE + rank`` and
+   ``arrival_ts`` = its log-append time.
+4. **commit**: bronze's rows, then quarantine's, each in one Delta commit tagged with the batch's
+   ingest id (a rerun after a crash skips a commit that was made), then the ingest log's ``done``
+   row with the counts. The next batch starts where this one ends.
+
+A record's identity is its (partition, offset): two records with the same payload are two arrivals
+(the producer of :func:`outoforder.io.kafka.produce` is idempotent, so its retries add none).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from outoforder.config import Settings
+from outoforder.errors import ConfigError, InputError, StateError
+from outoforder.io import delta
+from outoforder.io.conflicts import retry_on_conflict
+from outoforder.io.kafka import LOG_APPEND_TIME, TopicState, topic_state
+from outoforder.io.tables import BRONZE, INGEST_LOG, KAFKA_OFFSETS, QUARANTINE, SEQ_PER_FILE
+from outoforder.sources.declaration import Declaration
+from outoforder.sources.declared import DeclaredReader, check_sample
+from outoforder.stages.ingest import tasks
+from outoforder.stages.ingest.files import FileSpec, PlannedFile, claim_ordinals
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+SAMPLE = 50  # records checked against the declaration before anything is written
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One batch of a topic: ``ranges[p] = (start, end)``, the offsets it reads per partition."""
+
+    source: str
+    number: int
+    topic: str
+    topic_id: str
+    ranges: dict[int, tuple[int, int]]
+    listed_at_us: int
+
+    @property
+    def records(self) -> int:
+        """How many records the ranges hold."""
+        return sum(e - s for s, e in self.ranges.values())
+
+    @property
+    def key(self) -> str:
+        """What identifies the batch's content, as a file's hash does a file's: its number and ranges."""
+        text = json.dumps([self.topic, self.topic_id, sorted(self.ranges.items())])
+        return f"kafka-{self.number}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+
+    @property
+    def ingest_id(self) -> str:
+        """The idempotence key of the batch's commits."""
+        return f"{self.source}@{self.key}"
+
+    @property
+    def shown(self) -> str:
+        """What the ingest log and quarantine record as the batch's "file"."""
+        return f"kafka:{self.topic}#batch={self.number}"
+
+    def offsets_json(self, which: int) -> str:
+        """Spark's ``startingOffsets`` (0) or ``endingOffsets`` (1) for the batch."""
+        return json.dumps({self.topic: {str(p): r[which] for p, r in sorted(self.ranges.items())}})
+
+
+@dataclass(frozen=True)
+class KafkaSummary:
+    """What one run of the Kafka ingest did."""
+
+    source: str
+    topic: str
+    batch: int
+    resumed: bool
+    records: int
+    accepted: int
+    quarantined: int
+    reasons: dict[str, int]
+    seconds: float
+
+    def line(self) -> str:
+        """The one-line summary of the run."""
+        if not self.records:
+            return f"[ingest-kafka] {self.source} <- {self.topic}: no new records"
+        why = ", ".join(f"{k}={v}" for k, v in sorted(self.reasons.items())) or "none"
+        again = " (resumed: an earlier run claimed it and stopped)" if self.resumed else ""
+        return (
+            f"[ingest-kafka] {self.source} <- {self.topic} batch {self.batch}{again}: {self.records:,} "
+            f"records = {self.accepted:,} accepted + {self.quarantined:,} quarantined ({why}); "
+            f"{self.seconds:.1f} s, {self.records / max(self.seconds, 1e-9):,.0f} records/s"
+        )
+
+
+def kafka_declaration(settings: Settings, source: str) -> Declaration:
+    """The declaration of a Kafka source; fails naming the declared ones otherwise."""
+    decl = settings.sources.get(source)
+    if decl is None or not decl.topic:
+        topics = sorted(n for n, d in settings.sources.items() if d.topic)
+        known = ", ".join(topics) or 'none (add topic = "..." to a [sources.<name>] table)'
+        msg = f"{source!r} is not a declared Kafka source; declared ones: {known}"
+        raise ConfigError(msg)
+    return decl
+
+
+def _batches(spark: SparkSession, settings: Settings, source: str) -> list[Batch]:
+    """The source's batches so far, oldest first."""
+    from pyspark.sql import functions as F
+
+    rows = delta.read(spark, KAFKA_OFFSETS, settings.lake_root).where(F.col("source") == source).collect()
+    by_number: dict[int, list[Any]] = {}
+    for r in rows:
+        by_number.setdefault(int(r["batch"]), []).append(r)
+    out = []
+    for number, rs in sorted(by_number.items()):
+        first = rs[0]
+        ranges = {int(r["partition"]): (int(r["start_offset"]), int(r["end_offset"])) for r in rs}
+        out.append(
+            Batch(source, number, first["topic"], first["topic_id"], ranges, int(first["listed_at_us"]))
+        )
+    return out
+
+
+def _done(spark: SparkSession, settings: Settings, ingest_id: str) -> bool:
+    from pyspark.sql import functions as F
+
+    log_rows = delta.read(spark, INGEST_LOG, settings.lake_root)
+    return bool(
+        log_rows.where((F.col("ingest_id") == ingest_id) & (F.col("status") == "done")).limit(1).count()
+    )
+
+
+def check_readable(batch: Batch, state: TopicState) -> None:
+    """Fail, naming partitions and offsets, unless the broker still holds every offset ``batch`` reads.
+
+    Also fails when the topic is not the one the batch was planned on (deleted and created again).
+    """
+    where = f"source {batch.source!r}, topic {batch.topic!r}"
+    if state.topic_id != batch.topic_id:
+        msg = (
+            f"{where}: the topic was deleted and created again (topic id {batch.topic_id} -> "
+            f"{state.topic_id}); batch {batch.number} read up to "
+            + ", ".join(f"partition {p} offset {e}" for p, (_, e) in sorted(batch.ranges.items()))
+            + ". Records of the old topic that were not ingested are gone; to ingest the new topic, "
+            "declare it as a new source (bronze keeps one arrival order per source)"
+        )
+        raise StateError(msg)
+    gone = sorted(set(batch.ranges) - set(state.offsets))
+    if gone:
+        msg = f"{where}: partitions {gone} no longer exist (the topic has {len(state.offsets)})"
+        raise StateError(msg)
+    expired = [
+        f"partition {p}: [{s}, {min(state.offsets[p][0], e)}) (the log starts at {state.offsets[p][0]})"
+        for p, (s, e) in sorted(batch.ranges.items())
+        if s < e and state.offsets[p][0] > s
+    ]
+    if expired:
+        msg = (
+            f"{where}: records expired before they were ingested (retention, or deleted records): "
+            + "; ".join(expired)
+            + ". They cannot be read any more; nothing was written for them"
+        )
+        raise StateError(msg)
+    behind = [
+        f"partition {p}: needs offset {e}, the log ends at {state.offsets[p][1]}"
+        for p, (_, e) in sorted(batch.ranges.items())
+        if state.offsets[p][1] < e
+    ]
+    if behind:
+        msg = (
+            f"{where}: the log is shorter than what was already read ({'; '.join(behind)}): the topic "
+            "was recreated or truncated"
+        )
+        raise StateError(msg)
+
+
+def plan_batch(previous: Batch | None, source: str, state: TopicState, listed_at_us: int) -> Batch:
+    """The next batch: from where ``previous`` ended (or the earliest offsets) to the log end."""
+    if state.timestamp_type != LOG_APPEND_TIME:
+        msg = (
+            f"topic {state.topic!r} stamps records with the producer's time ({state.timestamp_type}); the "
+            f"arrival order needs the broker's: set the topic's message.timestamp.type={LOG_APPEND_TIME}"
+        )
+        raise ConfigError(msg)
+    starts: dict[int, int] = {}
+    if previous is not None:
+        check_readable(previous, state)
+        starts = {p: e for p, (_, e) in previous.ranges.items()}
+    ranges = {p: (starts.get(p, low), high) for p, (low, high) in state.offsets.items()}
+    number = 0 if previous is None else previous.number + 1
+    batch = Batch(source, number, state.topic, state.topic_id, ranges, listed_at_us)
+    check_readable(batch, state)
+    return batch
+
+
+def _claim(spark: SparkSession, settings: Settings, batch: Batch) -> Batch:
+    """Record the batch's ranges (a MERGE keyed by source, batch and partition); the batch stored."""
+    rows = [
+        (
+            batch.source,
+            batch.number,
+            batch.topic,
+            batch.topic_id,
+            p,
+            s,
+            e,
+            batch.listed_at_us,
+            batch.ingest_id,
+        )
+        for p, (s, e) in sorted(batch.ranges.items())
+    ]
+    delta.merge_new(
+        spark.createDataFrame(rows, KAFKA_OFFSETS.schema),
+        KAFKA_OFFSETS,
+        settings.lake_root,
+        ("source", "batch", "partition"),
+    )
+    # of two runs that planned the same batch number, the first one's ranges stand
+    return next(b for b in _batches(spark, settings, batch.source) if b.number == batch.number)
+
+
+def _read(spark: SparkSession, settings: Settings, batch: Batch) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    return (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka.bootstrap)
+        .option("assign", json.dumps({batch.topic: sorted(batch.ranges)}))
+        .option("startingOffsets", batch.offsets_json(0))
+        .option("endingOffsets", batch.offsets_json(1))
+        .option("failOnDataLoss", "true")
+        .option("kafkaConsumer.pollTimeoutMs", str(settings.kafka.poll_timeout_ms))
+        .load()
+        .select("partition", "offset", F.unix_micros("timestamp").alias("ts_us"), "value")
+    )
+
+
+def _reader(decl: Declaration, sample: list[str], where: str) -> DeclaredReader:
+    reader = DeclaredReader(decl, decl.columns or decl.columns_used())
+    check_sample(reader, sample, where)
+    return reader
+
+
+@retry_on_conflict
+def ingest_topic(
+    spark: SparkSession, settings: Settings, source: str, now_us: int | None = None
+) -> KafkaSummary:
+    """Ingest the records of ``source``'s topic that arrived since the last run (module docstring)."""
+    t0 = time.monotonic()
+    decl = kafka_declaration(settings, source)
+    lake = settings.lake_root
+    for table in (BRONZE, QUARANTINE, INGEST_LOG, KAFKA_OFFSETS):
+        delta.ensure(spark, table, lake)
+    history = _batches(spark, settings, source)
+    newest = history[-1] if history else None
+    resumed = newest is not None and newest.records > 0 and not _done(spark, settings, newest.ingest_id)
+    listed_at = int(datetime.now(UTC).timestamp() * 1_000_000)
+    state = topic_state(settings.kafka.bootstrap, decl.topic)
+    if resumed and newest is not None:
+        check_readable(newest, state)
+        batch = newest
+    else:
+        batch = _claim(spark, settings, plan_batch(newest, source, state, listed_at))
+    if not batch.records:
+        return KafkaSummary(source, decl.topic, batch.number, False, 0, 0, 0, {}, time.monotonic() - t0)
+    log.info(
+        "[ingest-kafka] %s <- %s batch %d: %s records in %s",
+        source, decl.topic, batch.number, f"{batch.records:,}",
+        ", ".join(f"p{p}[{s},{e})" for p, (s, e) in sorted(batch.ranges.items()) if s < e),
+    )  # fmt: skip
+    return _ingest(spark, settings, decl, batch, resumed, now_us, t0)
+
+
+def _ingest(
+    spark: SparkSession,
+    settings: Settings,
+    decl: Declaration,
+    batch: Batch,
+    resumed: bool,
+    now_us: int | None,
+    t0: float,
+) -> KafkaSummary:
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    lake = settings.lake_root
+    now = now_us if now_us is not None else int(datetime.now(UTC).timestamp() * 1_000_000)
+    claim = PlannedFile(0, FileSpec(batch.shown, decl.name, batch.source), batch.shown, key=batch.key)
+    claim.size = batch.records
+    claim_ordinals(spark, settings, [claim], now)
+
+    raw = _read(spark, settings, batch)
+    sample = [
+        bytes(v or b"").decode("utf-8", "replace") for (v,) in raw.select("value").limit(SAMPLE).collect()
+    ]
+    reader = _reader(decl, sample, batch.shown).spec()
+    lo, hi = settings.ingest.plausible_range(decl.name)
+    lines = settings.ingest.batch_rows
+
+    def parse(it: Any) -> Any:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        return tasks.parse_records(it, ctx.partitionId() if ctx else 0, reader, lo, hi, lines)
+
+    parsed = (
+        raw.orderBy("ts_us", "partition", "offset")
+        .mapInArrow(parse, from_arrow_schema(tasks.RECORD_SCHEMA))
+        .localCheckpoint()
+    )
+    counts = {
+        int(r["pid"]): int(r["local"])
+        for r in parsed.where("kind = 'count'").select("pid", "local").collect()
+    }
+    first, before = [], 0
+    for pid in sorted(counts):
+        first.append((pid, before))
+        before += counts[pid]
+    if before != batch.records:
+        msg = f"{batch.shown}: read {before:,} records where the offsets hold {batch.records:,}"
+        raise StateError(msg)
+    ranks = spark.createDataFrame(first, "pid long, before long")
+    numbered = parsed.join(F.broadcast(ranks), "pid").withColumn("line_no", F.col("before") + F.col("local"))
+    ident = [F.lit(batch.source).alias("source"), F.lit(batch.ingest_id).alias("ingest_id"),
+             F.lit(batch.shown).alias("source_file")]  # fmt: skip
+    bronze = numbered.where("kind = 'row'").select(
+        *ident, "*", (F.lit(claim.ordinal * SEQ_PER_FILE) + F.col("line_no")).alias("arrival_seq")
+    )
+    rejects = numbered.where("kind = 'reject'").select(*ident, "line_no", "raw_line", "reason", "detail")
+    reasons = {r["reason"]: int(r["count"]) for r in rejects.groupBy("reason").count().collect()}
+    seqs = bronze.agg(F.count("*"), F.min("arrival_seq"), F.max("arrival_seq")).first()
+    accepted = int(seqs[0]) if seqs else 0
+    quarantined = sum(reasons.values())
+    delta.append_once(bronze.select(*[f.name for f in BRONZE.schema]), BRONZE, lake, batch.ingest_id, 0)
+    if quarantined:
+        delta.append_once(rejects, QUARANTINE, lake, batch.ingest_id, 0)
+    blank = batch.records - accepted - quarantined  # empty payloads (tombstones)
+    first_seq, last_seq = (seqs[1], seqs[2]) if accepted and seqs else (None, None)
+    done = [
+        (batch.ingest_id, "done", claim.ordinal, batch.source, batch.shown, "", batch.records, decl.name,
+         batch.records, 0, blank, accepted + quarantined, accepted, quarantined, first_seq, last_seq, now)
+    ]  # fmt: skip
+    delta.merge_new(spark.createDataFrame(done, INGEST_LOG.schema), INGEST_LOG, lake, ("ingest_id", "status"))
+    return KafkaSummary(
+        batch.source, batch.topic, batch.number, resumed, batch.records, accepted, quarantined, reasons,
+        time.monotonic() - t0,
+    )  # fmt: skip
+
+
+def covered_until(spark: SparkSession, settings: Settings, source: str) -> int | None:
+    """Arrival time up to which bronze holds every record of a Kafka source (None before its first batch).
+
+    A record appended before a batch listed the log's ends is in that batch or an earlier one; the
+    newest batch that is committed (or empty) therefore covers up to its listing time.
+    """
+    for b in reversed(_batches(spark, settings, source)):
+        if not b.records or _done(spark, settings, b.ingest_id):
+            return b.listed_at_us
+    return None
+
+
+def check_covered(spark: SparkSession, settings: Settings, source: str, end_us: int) -> None:
+    """Fail unless the Kafka ingest of ``source`` covers arrivals up to ``end_us`` (stream stages' guard)."""
+    covered = covered_until(spark, settings, source)
+    if covered is None or covered < end_us:
+        shown = "nothing yet" if covered is None else f"arrivals before {covered} µs"
+        msg = (
+            f"source {source!r}: the Kafka ingest covers {shown}; the interval ends at {end_us} µs. "
+            "Run `ingest-kafka` first (DAG ingest_kafka; a retried task waits for it)"
+        )
+        raise InputError(msg)

@@ -1,0 +1,202 @@
+"""The Kafka ingest against a real broker (infra/kafka.sh, started by the test on free ports).
+
+- A disordered two-stream topic with three partitions, produced and ingested in batches: every
+  record lands once, in bronze or (malformed) in quarantine with a reason naming its partition and
+  offset; the arrival order is (log-append time, partition, offset); the ingest log balances; the
+  stream join then runs over it and is validated.
+- A crash between reading and committing, at each commit: the rerun loses and duplicates nothing.
+- A topic deleted and created again, and records deleted before they were read: the run stops
+  naming the partitions and offsets, and writes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import itertools
+import json
+import random
+import time
+import uuid
+
+import pytest
+from pyspark.sql import functions as F
+
+from outoforder.errors import ConfigError, StateError
+from outoforder.io import delta
+from outoforder.io import kafka as kafka_io
+from outoforder.io.tables import BRONZE, INGEST_LOG, JOIN_RESULTS, QUARANTINE
+from outoforder.stages.cli import main
+from outoforder.stages.ingest import kafka as stage
+from tests import services
+
+pytestmark = [pytest.mark.spark, pytest.mark.delta]
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    with services.kafka(tmp_path_factory.mktemp("kafka")) as env:
+        yield env["OOO_KAFKA_BOOTSTRAP"]
+
+
+def declare(settings, tmp_path, topic, bootstrap):
+    cfg = tmp_path / "kafka.toml"
+    cfg.write_text(
+        f'[lake]\nroot = "{settings.lake_root}"\n[quality]\non_violation = "warn"\n'
+        f'[kafka]\nbootstrap = "{bootstrap}"\n'
+        f'[sources.yard]\ntopic = "{topic}"\nformat = "jsonl"\nkey = "tag"\n'
+        'event_time = { column = "t_ms", unit = "ms" }\n'
+        'stream = { column = "kind", values = ["forklift", "picker"] }\n'
+        'values = { x = "x", y = "y" }\nattrs = ["id"]\n'
+    )
+    from outoforder.config import load_settings
+
+    mine = load_settings(cfg)
+    return cfg, dataclasses.replace(mine, quality=settings.quality)
+
+
+def records(n, seed, first_id=0, bad_every=0):
+    """(key, payload) of a disordered stream: event times up to 2 s behind their send order."""
+    rng = random.Random(seed)
+    t0_ms = int(time.time() * 1000) - 20_000  # the records' event times: about now
+    out = []
+    for i in range(first_id, first_id + n):
+        t_ms = t0_ms + i * 10 - rng.choice([0, 0, 0, 40, 300, 2000])
+        body = {"id": i, "kind": rng.choice(["forklift", "picker"]), "tag": f"t{i % 7}", "t_ms": t_ms,
+                "x": rng.uniform(0, 20), "y": rng.uniform(0, 20)}  # fmt: skip
+        value = json.dumps(body).encode()
+        if bad_every and i % bad_every == 3:
+            value = b"{not json" if (i // bad_every) % 2 else json.dumps({**body, "x": "n/a"}).encode()
+        out.append((body["tag"].encode(), value))
+    return out
+
+
+def run(cfg, *args, expect=0):  # as in test_declared_ingest.py (test files do not import each other)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(["--config", str(cfg), *map(str, args)])
+    assert rc == expect, (out.getvalue() + err.getvalue())[-4000:]
+    return out.getvalue() + err.getvalue()
+
+
+def table(spark, settings, t):
+    return delta.read(spark, t, settings.lake_root).where(F.col("source") == "yard")
+
+
+def test_a_disordered_topic_is_ingested_in_batches_exactly_once_and_joined(spark, settings, tmp_path, broker):
+    topic = f"yard-{uuid.uuid4().hex[:8]}"
+    cfg, mine = declare(settings, tmp_path, topic, broker)
+    kafka_io.create_topic(broker, topic, 3)
+    first = records(600, seed=1, bad_every=50)
+    kafka_io.produce(broker, topic, first)
+    out = run(cfg, "ingest-kafka", "--source", "yard")
+    assert "batch 0: 600 records = 588 accepted + 12 quarantined (not_json=6, not_numeric=6)" in out
+    kafka_io.produce(broker, topic, records(400, seed=2, first_id=600))
+    s2 = stage.ingest_topic(spark, mine, "yard")
+    assert (s2.batch, s2.records, s2.accepted, s2.quarantined) == (1, 400, 400, 0)
+    assert stage.ingest_topic(spark, mine, "yard").records == 0  # nothing new
+
+    bronze = table(spark, settings, BRONZE)
+    ids = [int(r["id"]) for r in bronze.select(F.col("attrs")["id"].alias("id")).collect()]
+    assert len(ids) == len(set(ids)) == 988
+    q = table(spark, settings, QUARANTINE).collect()
+    assert len(q) == 12
+    assert all("partition " in r["detail"] and "offset " in r["detail"] for r in q)
+    assert {r["detail"].split(" (")[0] for r in q if r["reason"] == "not_numeric"} == {"column 'x': 'n/a'"}
+    # arrival order: (log-append time, partition, offset) -> arrival_seq, strictly increasing
+    rows = bronze.select("arrival_seq", "arrival_ts").orderBy("arrival_seq").collect()
+    assert all(a["arrival_ts"] <= b["arrival_ts"] for a, b in itertools.pairwise(rows))
+    lag = bronze.agg(F.max(F.col("arrival_ts") - F.col("event_ts"))).first()[0]
+    assert 0 < lag < 600_000_000  # event times in ms, arrivals in µs: both on one clock
+    log_rows = table(spark, settings, INGEST_LOG).where("status = 'done'").collect()
+    assert sorted(r["lines"] for r in log_rows) == [400, 600]
+    assert all(r["lines"] == r["blank_lines"] + r["rows_accepted"] + r["rows_quarantined"] for r in log_rows)
+    run(cfg, "validate-bronze")
+
+    # the stream stages run over what the ingest covers, and not beyond it
+    join = ("--source", "yard", "--r-streams", "forklift", "--s-streams", "picker", "--theta", "3")
+    out = run(cfg, "join-stream", *join, "--every-s", 3600)
+    assert "[join-stream]" in out
+    assert delta.read(spark, JOIN_RESULTS, settings.lake_root).count() > 0
+    covered = stage.covered_until(spark, mine, "yard")
+    out = run(cfg, "validate-join", *join, "--until", covered)
+    assert "recall" in out
+    far = covered + 3_600_000_000
+    out = run(cfg, "join-stream", *join, "--start", far - 1, "--end", far, expect=2)
+    assert "the Kafka ingest covers arrivals before" in out
+
+
+@pytest.mark.parametrize("crash_at", ["bronze", "quarantine", "done"])
+def test_a_crash_between_reading_and_committing_loses_and_duplicates_nothing(
+    spark, settings, tmp_path, broker, monkeypatch, crash_at
+):
+    topic = f"crash-{uuid.uuid4().hex[:8]}"
+    _, mine = declare(settings, tmp_path, topic, broker)
+    kafka_io.create_topic(broker, topic, 2)
+    kafka_io.produce(broker, topic, records(300, seed=3, bad_every=40))
+    real_append, real_merge = delta.append_once, delta.merge_new
+
+    def append_once(df, t, *a, **k):
+        if t.name.endswith(crash_at if crash_at != "bronze" else "arrivals"):
+            raise RuntimeError("crash")
+        return real_append(df, t, *a, **k)
+
+    def merge_new(df, t, *a, **k):
+        if crash_at == "done" and t is INGEST_LOG and df.where("status = 'done'").count():
+            raise RuntimeError("crash")
+        return real_merge(df, t, *a, **k)
+
+    monkeypatch.setattr(delta, "append_once", append_once)
+    monkeypatch.setattr(delta, "merge_new", merge_new)
+    with pytest.raises(RuntimeError, match="crash"):
+        stage.ingest_topic(spark, mine, "yard")
+    monkeypatch.undo()
+    kafka_io.produce(broker, topic, records(50, seed=4, first_id=300))  # arrives meanwhile
+    again = stage.ingest_topic(spark, mine, "yard")
+    assert (again.batch, again.resumed, again.records) == (0, True, 300)
+    assert stage.ingest_topic(spark, mine, "yard").records == 50
+    got = [int(r[0]) for r in table(spark, settings, BRONZE).select(F.col("attrs")["id"]).collect()]
+    quarantined = table(spark, settings, QUARANTINE).count()
+    assert len(got) == len(set(got))
+    assert len(got) + quarantined == 350
+    assert quarantined == 8
+
+
+def test_a_recreated_topic_and_expired_offsets_stop_the_run_naming_them(spark, settings, tmp_path, broker):
+    from confluent_kafka import TopicPartition
+
+    topic = f"gone-{uuid.uuid4().hex[:8]}"
+    _, mine = declare(settings, tmp_path, topic, broker)
+    kafka_io.create_topic(broker, topic, 2)
+    kafka_io.produce(broker, topic, records(100, seed=5))
+    stage.ingest_topic(spark, mine, "yard")
+    kafka_io.produce(broker, topic, records(100, seed=6, first_id=100))
+    admin = kafka_io._admin(broker)
+    ends = kafka_io.topic_state(broker, topic).offsets
+    fut = admin.delete_records([TopicPartition(topic, 0, ends[0][1])])
+    for f in fut.values():
+        f.result()
+    before = table(spark, settings, BRONZE).count()
+    with pytest.raises(StateError, match=r"expired before they were ingested.*partition 0: \[\d+, \d+\)"):
+        stage.ingest_topic(spark, mine, "yard")
+    assert table(spark, settings, BRONZE).count() == before
+
+    kafka_io.delete_topic(broker, topic)
+    for _ in range(50):
+        with contextlib.suppress(Exception):
+            kafka_io.create_topic(broker, topic, 2, exist_ok=False)
+            break
+        time.sleep(0.2)
+    with pytest.raises(StateError, match=r"deleted and created again .*partition 0 offset \d+"):
+        stage.ingest_topic(spark, mine, "yard")
+    assert table(spark, settings, BRONZE).count() == before
+
+
+def test_a_topic_stamped_with_the_producers_time_is_refused(spark, settings, tmp_path, broker):
+    topic = f"ct-{uuid.uuid4().hex[:8]}"
+    _, mine = declare(settings, tmp_path, topic, broker)
+    admin = kafka_io._admin(broker)
+    admin.create_topics([kafka_io._admin_module().NewTopic(topic, 1, 1)])[topic].result()
+    with pytest.raises(ConfigError, match=r"message\.timestamp\.type=LogAppendTime"):
+        stage.ingest_topic(spark, mine, "yard")
