@@ -129,22 +129,22 @@ def kafka_declaration(settings: Settings, source: str) -> Declaration:
     return decl
 
 
-def _batches(spark: SparkSession, settings: Settings, source: str) -> list[Batch]:
-    """The source's batches so far, oldest first."""
+def _batch(spark: SparkSession, settings: Settings, source: str, number: int | None = None) -> Batch | None:
+    """Batch ``number`` of the source (default: its newest), or None; reads that batch's rows only."""
     from pyspark.sql import functions as F
 
-    rows = delta.read(spark, KAFKA_OFFSETS, settings.lake_root).where(F.col("source") == source).collect()
-    by_number: dict[int, list[Any]] = {}
-    for r in rows:
-        by_number.setdefault(int(r["batch"]), []).append(r)
-    out = []
-    for number, rs in sorted(by_number.items()):
-        first = rs[0]
-        ranges = {int(r["partition"]): (int(r["start_offset"]), int(r["end_offset"])) for r in rs}
-        out.append(
-            Batch(source, number, first["topic"], first["topic_id"], ranges, int(first["listed_at_us"]))
-        )
-    return out
+    rows = delta.read(spark, KAFKA_OFFSETS, settings.lake_root).where(F.col("source") == source)
+    if number is None:
+        top = rows.agg(F.max("batch")).first()
+        if top is None or top[0] is None:
+            return None
+        number = int(top[0])
+    got = rows.where(F.col("batch") == number).collect()  # one row per partition
+    if not got:
+        return None
+    ranges = {int(r["partition"]): (int(r["start_offset"]), int(r["end_offset"])) for r in got}
+    first = got[0]
+    return Batch(source, number, first["topic"], first["topic_id"], ranges, int(first["listed_at_us"]))
 
 
 def _done(spark: SparkSession, settings: Settings, ingest_id: str) -> bool:
@@ -242,7 +242,11 @@ def _claim(spark: SparkSession, settings: Settings, batch: Batch) -> Batch:
         ("source", "batch", "partition"),
     )
     # of two runs that planned the same batch number, the first one's ranges stand
-    return next(b for b in _batches(spark, settings, batch.source) if b.number == batch.number)
+    stored = _batch(spark, settings, batch.source, batch.number)
+    if stored is None:
+        msg = f"{batch.shown}: its offsets were claimed but cannot be read back from {KAFKA_OFFSETS.name}"
+        raise StateError(msg)
+    return stored
 
 
 def _read(spark: SparkSession, settings: Settings, batch: Batch) -> DataFrame:
@@ -277,8 +281,7 @@ def ingest_topic(
     lake = settings.lake_root
     for table in (BRONZE, QUARANTINE, INGEST_LOG, KAFKA_OFFSETS):
         delta.ensure(spark, table, lake)
-    history = _batches(spark, settings, source)
-    newest = history[-1] if history else None
+    newest = _batch(spark, settings, source)
     resumed = newest is not None and newest.records > 0 and not _done(spark, settings, newest.ingest_id)
     listed_at = int(datetime.now(UTC).timestamp() * 1_000_000)
     state = topic_state(settings.kafka.bootstrap, decl.topic)
@@ -379,10 +382,14 @@ def covered_until(spark: SparkSession, settings: Settings, source: str) -> int |
     A record appended before a batch listed the log's ends is in that batch or an earlier one; the
     newest batch that is committed (or empty) therefore covers up to its listing time.
     """
-    for b in reversed(_batches(spark, settings, source)):
-        if not b.records or _done(spark, settings, b.ingest_id):
-            return b.listed_at_us
-    return None
+    newest = _batch(spark, settings, source)
+    if newest is None:
+        return None
+    if not newest.records or _done(spark, settings, newest.ingest_id):
+        return newest.listed_at_us
+    # a batch is planned only once the one before it is committed (or empty)
+    before = _batch(spark, settings, source, newest.number - 1) if newest.number else None
+    return before.listed_at_us if before is not None else None
 
 
 def check_covered(spark: SparkSession, settings: Settings, source: str, end_us: int) -> None:
