@@ -6,11 +6,13 @@ import json
 import logging
 import os
 import platform
+import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,36 @@ def run_command(cmd: list[str], env: dict[str, str], what: str) -> str:
 
 
 _log = logging.getLogger(__name__)
+
+
+@contextmanager
+def kafka_broker(folder: Path) -> Iterator[str]:
+    """A fresh single-node broker (``infra/kafka.sh``) on free loopback ports; yields its bootstrap.
+
+    Its data and logs go to ``folder`` (emptied first), so a benchmark never touches the user's
+    broker on the default port; it is stopped on the way out, whatever happened.
+    """
+    import shutil
+
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(int(s.getsockname()[1]))
+    shutil.rmtree(folder, ignore_errors=True)
+    env = {
+        **os.environ,
+        "OOO_KAFKA_PORT": str(ports[0]),
+        "OOO_KAFKA_CONTROLLER_PORT": str(ports[1]),
+        "OOO_KAFKA_DATA": str(folder),
+    }
+    script = ["bash", str(REPO_ROOT / "infra" / "kafka.sh")]
+    try:
+        log("kafka", f"starting a broker on 127.0.0.1:{ports[0]} ({folder})")
+        run_command([*script, "start"], env, "infra/kafka.sh start")
+        yield f"127.0.0.1:{ports[0]}"
+    finally:
+        subprocess.run([*script, "stop"], env=env, capture_output=True, check=False, timeout=120)
 
 
 def stage_command(config: Path, *args: str) -> list[str]:

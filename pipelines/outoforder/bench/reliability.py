@@ -28,6 +28,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from outoforder.bench.harness import (
     DEFAULT_OUT,
     earlier_results,
+    kafka_broker,
     log,
     machine,
     markdown_table,
@@ -57,6 +59,7 @@ POLL_S = 0.02
 # quickest first: the files are rewritten after each stage, so a run cut short keeps what it finished
 STAGE_NAMES = (
     "ingest",
+    "ingest-kafka",
     "theta-join",
     "join-repair",
     "aggregate-repair",
@@ -64,6 +67,11 @@ STAGE_NAMES = (
     "join-stream",
     "aggregate-stream",
 )
+# the ingest-kafka trials read the replay back from a topic of a broker of their own (started by
+# main): each trial's lake starts without the topic's batch, and the topic is only ever read
+KAFKA_SOURCE = "crash-kafka"
+KAFKA_TOPIC = "crash"
+KAFKA_PARTITIONS = 3
 
 
 @dataclass(frozen=True)
@@ -83,6 +91,7 @@ def stages(source: str, extra_file: Path, event_range: tuple[int, int], newest: 
     return [
         Stage("ingest", "bronze", ("ingest", "--file", str(extra_file), "--reader", "soccer_synthetic",
                                    "--source", "synthetic/crash-ingest")),
+        Stage("ingest-kafka", "bronze", ("ingest-kafka", "--source", KAFKA_SOURCE)),
         Stage("join-stream", "bronze", ("join-stream", "--source", source, "--every-s", step,
                                         "--adapt-every-s", str(2 * INTERVAL_S))),
         Stage("join-repair", "joined", ("join-repair", "--source", source, "--until", str(newest))),
@@ -214,8 +223,18 @@ def _cli(env: dict[str, str], config: Path, lake: Path, *args: str) -> None:
     run_command(stage_command(config, *args), {**env, "OOO_LAKE_ROOT": str(lake)}, " ".join(args))
 
 
-def prepare(spark: SparkSession, work: Path, names: tuple[str, ...], seconds: float = SECONDS) -> Prepared:
-    """Ingest the replay into a base lake, and the stream stages' outputs the repairs start from."""
+def prepare(
+    spark: SparkSession,
+    work: Path,
+    names: tuple[str, ...],
+    seconds: float = SECONDS,
+    kafka_bootstrap: str | None = None,
+) -> Prepared:
+    """Ingest the replay into a base lake, and the stream stages' outputs the repairs start from.
+
+    With ``ingest-kafka`` among ``names``, the replay is also produced into a topic of the broker at
+    ``kafka_bootstrap`` (the ``produce`` command), and the config declares the source reading it.
+    """
     from pyspark.sql import functions as F
 
     from outoforder.io import delta
@@ -246,6 +265,20 @@ def prepare(spark: SparkSession, work: Path, names: tuple[str, ...], seconds: fl
     if row is None or row[0] is None:
         msg = f"the replay {source} is not in bronze"
         raise StateError(msg)
+    if "ingest-kafka" in names:
+        if kafka_bootstrap is None:
+            msg = "the ingest-kafka trials need a broker (kafka_bootstrap)"
+            raise StateError(msg)
+        from outoforder.stages.ingest.produce import declaration_toml
+
+        env["OOO_KAFKA_BOOTSTRAP"] = kafka_bootstrap
+        log("reliability", f"producing {source} into topic {KAFKA_TOPIC!r} ({kafka_bootstrap})")
+        _cli(env, config, bronze, "produce", "--source", source, "--topic", KAFKA_TOPIC,
+             "--partitions", str(KAFKA_PARTITIONS))  # fmt: skip
+        replayed = delta.read(spark, BRONZE, bronze).where(F.col("source") == source)
+        streams = tuple(sorted(r[0] for r in replayed.select("stream").distinct().collect()))
+        with config.open("a") as f:
+            f.write(declaration_toml(KAFKA_SOURCE, KAFKA_TOPIC, streams))
     by_name = {s.name: s for s in stages(source, extra, (int(row[0]), int(row[1])), int(row[2]) + 1)}
     unknown = sorted(set(names) - set(by_name))
     if unknown:
@@ -351,7 +384,18 @@ def main(
     settings: Settings = load_settings()
     spark = get_spark(settings, app_name="outoforder-reliability")
     work = REPO_ROOT / ".local" / "bench" / "reliability"
-    prep = prepare(spark, work, names or STAGE_NAMES, seconds)
+    chosen = names or STAGE_NAMES
+    with ExitStack() as services:
+        broker = None
+        if "ingest-kafka" in chosen:
+            broker = services.enter_context(kafka_broker(work.with_name("reliability-kafka")))
+        return _trials(spark, prepare(spark, work, chosen, seconds, broker), out_dir, trials, seconds, quick)
+
+
+def _trials(
+    spark: SparkSession, prep: Prepared, out_dir: Path, trials: int, seconds: float, quick: bool
+) -> int:
+    """Every chosen stage's trials, the report rewritten after each stage."""
     records: list[dict[str, Any]] = []
     t0 = time.monotonic()
     meta: dict[str, Any] = {
