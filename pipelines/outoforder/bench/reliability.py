@@ -278,7 +278,7 @@ def prepare(
         replayed = delta.read(spark, BRONZE, bronze).where(F.col("source") == source)
         streams = tuple(sorted(r[0] for r in replayed.select("stream").distinct().collect()))
         with config.open("a") as f:
-            f.write(declaration_toml(KAFKA_SOURCE, KAFKA_TOPIC, streams))
+            f.write(declaration_toml(KAFKA_SOURCE, KAFKA_TOPIC, streams, (int(row[0]), int(row[1]))))
     by_name = {s.name: s for s in stages(source, extra, (int(row[0]), int(row[1])), int(row[2]) + 1)}
     unknown = sorted(set(names) - set(by_name))
     if unknown:

@@ -232,7 +232,7 @@ def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
     log.info("%s", done.line())
     log.info(
         "[produce] read it back with this in your config:\n%s",
-        declaration_toml(args.name, args.topic, done.streams),
+        declaration_toml(args.name, args.topic, done.streams, done.event_range),
     )
     return 0
 

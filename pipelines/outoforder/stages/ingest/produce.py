@@ -20,6 +20,7 @@ from outoforder.config import Settings
 from outoforder.errors import InputError
 from outoforder.io import delta, kafka
 from outoforder.io.tables import BRONZE
+from outoforder.sources.declaration import DEFAULT_PLAUSIBLE_US
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -36,6 +37,7 @@ class Produced:
     records: int
     streams: tuple[str, ...]
     seconds: float
+    event_range: tuple[int, int]  # the smallest and largest event_ts sent (µs)
 
     def line(self) -> str:
         """The one-line summary."""
@@ -79,16 +81,21 @@ def replay(
     limit: int | None = None,
 ) -> Produced:
     """Send ``source``'s bronze rows to ``topic`` (created with log-append time if missing)."""
+    from pyspark.sql import functions as F
+
     rows = delta.read_arrivals(spark, BRONZE, settings.lake_root, source=source)
-    streams = tuple(sorted(r["stream"] for r in rows.select("stream").distinct().collect()))
-    if not streams:
+    if limit is not None:
+        rows = rows.orderBy("arrival_seq").limit(limit)
+    facts = rows.agg(
+        F.sort_array(F.collect_set("stream")), F.min("event_ts"), F.max("event_ts")
+    ).first()  # one row: the few stream names and the event-time range
+    if facts is None or facts[1] is None:
         msg = f"bronze holds no rows of source {source!r}: ingest it first"
         raise InputError(msg)
+    streams, event_range = tuple(facts[0]), (int(facts[1]), int(facts[2]))
     rows = rows.orderBy("arrival_seq").select(
         "stream", "key", "event_ts", "arrival_ts", *VALUE_FIELDS, "attrs"
     )
-    if limit is not None:
-        rows = rows.limit(limit)
     created = kafka.create_topic(settings.kafka.bootstrap, topic, partitions)
     log.info(
         "[produce] %s topic %r (%s)",
@@ -100,12 +107,25 @@ def replay(
     n = kafka.produce(
         settings.kafka.bootstrap, topic, _paced(rows.toLocalIterator(prefetchPartitions=True), speed)
     )
-    return Produced(topic, n, streams, time.monotonic() - t0)
+    return Produced(topic, n, streams, time.monotonic() - t0, event_range)
 
 
-def declaration_toml(name: str, topic: str, streams: tuple[str, ...]) -> str:
-    """The ``[sources.<name>]`` table that reads a replayed topic back."""
+def declaration_toml(
+    name: str, topic: str, streams: tuple[str, ...], event_range: tuple[int, int] | None = None
+) -> str:
+    """The ``[sources.<name>]`` table that reads a replayed topic back.
+
+    Event times outside the default plausible range (a synthetic replay's game clock starts near 0)
+    get a ``plausible_event_us`` that holds ``event_range``, so the records are not quarantined.
+
+    >>> print(declaration_toml("yard", "yard", ("a", "b"), (10, 20)).splitlines()[-1])
+    plausible_event_us = [0, 4102444800000000]
+    """
     values = ", ".join(f'{c} = "{c}"' for c in VALUE_FIELDS)
+    lo, hi = DEFAULT_PLAUSIBLE_US
+    plausible = ""
+    if event_range is not None and not lo <= event_range[0] <= event_range[1] <= hi:
+        plausible = f"plausible_event_us = [{min(lo, event_range[0], 0)}, {max(hi, event_range[1] + 1)}]\n"
     return (
         f"[sources.{name}]\n"
         f'topic = "{topic}"\n'
@@ -113,5 +133,5 @@ def declaration_toml(name: str, topic: str, streams: tuple[str, ...]) -> str:
         'key = "key"\n'
         'event_time = { column = "event_ts", unit = "us" }\n'
         f'stream = {{ column = "stream", values = {json.dumps(list(streams))} }}\n'
-        f"values = {{ {values} }}\n"
+        f"values = {{ {values} }}\n" + plausible
     )
