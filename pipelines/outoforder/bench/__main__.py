@@ -16,7 +16,18 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m outoforder.bench", description=__doc__)
     p.add_argument(
         "name",
-        choices=["join", "aggregate", "theta", "topk", "mcf", "scaling", "reliability", "longrun", "scale"],
+        choices=[
+            "join",
+            "aggregate",
+            "theta",
+            "topk",
+            "mcf",
+            "scaling",
+            "reliability",
+            "longrun",
+            "scale",
+            "sources",
+        ],
         help="which benchmark",
     )
     p.add_argument(
@@ -30,7 +41,18 @@ def main(argv: list[str] | None = None) -> int:
     from outoforder.stages.cli import configure_logging
 
     configure_logging(args.quiet)
-    from outoforder.bench import aggregate, join, longrun, mcf, reliability, scale, scaling, theta, topk
+    from outoforder.bench import (
+        aggregate,
+        join,
+        longrun,
+        mcf,
+        reliability,
+        scale,
+        scaling,
+        sources,
+        theta,
+        topk,
+    )
 
     benches: dict[str, Callable[..., int]] = {
         "join": join.main,
@@ -42,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         "reliability": reliability.main,
         "longrun": longrun.main,
         "scale": scale.main,
+        "sources": sources.main,
     }
     bench = benches[args.name]
     try:

@@ -86,7 +86,8 @@ KAFKA_OFFSETS_SCHEMA = _s(
     ("partition", LongType(), False),
     ("start_offset", LongType(), False),  # [start, end): the records this batch reads
     ("end_offset", LongType(), False),
-    ("listed_at_us", LongType(), False),  # every record appended before this is in this batch or earlier
+    # every record appended before this is in this batch or earlier (moved on by runs finding nothing new)
+    ("listed_at_us", LongType(), False),
     ("ingest_id", StringType(), False),
 )
 

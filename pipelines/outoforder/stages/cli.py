@@ -228,11 +228,12 @@ def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
         partitions=args.partitions,
         speed=args.speed,
         limit=args.limit,
+        live=args.live,
     )
     log.info("%s", done.line())
     log.info(
         "[produce] read it back with this in your config:\n%s",
-        declaration_toml(args.name, args.topic, done.streams, done.event_range),
+        declaration_toml(args.name, args.topic, done.streams, done.event_range, done.attrs),
     )
     return 0
 
@@ -677,6 +678,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="1 = the source's own arrival pace, 10 = ten times faster, 0 = as fast as possible (default)",
     )  # fmt: skip
     pd.add_argument("--limit", type=int, help="only the first N rows")
+    pd.add_argument(
+        "--live", action="store_true",
+        help="shift event times by one constant so the first arrival is now (replays with their own clock)",
+    )  # fmt: skip
     pd.add_argument("--name", default="replayed", help="the source name in the printed declaration")
     r = stage("replay", cmd_replay, "synthetic soccer play with injected disorder, ingested")
     r.add_argument("--model", default="hpm_game1", help="a preset or family:key=value,...")

@@ -32,7 +32,7 @@ import hashlib
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -219,8 +219,8 @@ def plan_batch(previous: Batch | None, source: str, state: TopicState, listed_at
     return batch
 
 
-def _claim(spark: SparkSession, settings: Settings, batch: Batch) -> Batch:
-    """Record the batch's ranges (a MERGE keyed by source, batch and partition); the batch stored."""
+def _rows(spark: SparkSession, batch: Batch) -> DataFrame:
+    """The batch as rows of bronze/kafka_offsets, one per partition."""
     rows = [
         (
             batch.source,
@@ -235,8 +235,31 @@ def _claim(spark: SparkSession, settings: Settings, batch: Batch) -> Batch:
         )
         for p, (s, e) in sorted(batch.ranges.items())
     ]
+    return spark.createDataFrame(rows, KAFKA_OFFSETS.schema)
+
+
+def _cover(spark: SparkSession, settings: Settings, newest: Batch, listed_at_us: int) -> None:
+    """Nothing new since ``newest``: move its listing time on, so that coverage follows the clock.
+
+    The log ends have not moved since the batch was planned, so every record appended before
+    ``listed_at_us`` is in it or before it. No empty batch is added: an idle topic polled every
+    minute does not grow the table, and a run repeated after a complete one changes no content.
+    """
+    moved = replace(newest, listed_at_us=listed_at_us)
+    delta.upsert(
+        _rows(spark, moved),
+        KAFKA_OFFSETS,
+        settings.lake_root,
+        ("batch", "partition"),
+        {"source": newest.source},
+        [("n.listed_at_us > t.listed_at_us", ["listed_at_us"])],
+    )
+
+
+def _claim(spark: SparkSession, settings: Settings, batch: Batch) -> Batch:
+    """Record the batch's ranges (a MERGE keyed by source, batch and partition); the batch stored."""
     delta.merge_new(
-        spark.createDataFrame(rows, KAFKA_OFFSETS.schema),
+        _rows(spark, batch),
         KAFKA_OFFSETS,
         settings.lake_root,
         ("source", "batch", "partition"),
@@ -289,7 +312,11 @@ def ingest_topic(
         check_readable(newest, state)
         batch = newest
     else:
-        batch = _claim(spark, settings, plan_batch(newest, source, state, listed_at))
+        planned = plan_batch(newest, source, state, listed_at)
+        if newest is not None and not planned.records:
+            _cover(spark, settings, newest, listed_at)
+            return KafkaSummary(source, decl.topic, newest.number, False, 0, 0, 0, {}, time.monotonic() - t0)
+        batch = _claim(spark, settings, planned)
     if not batch.records:
         return KafkaSummary(source, decl.topic, batch.number, False, 0, 0, 0, {}, time.monotonic() - t0)
     log.info(
@@ -380,7 +407,8 @@ def covered_until(spark: SparkSession, settings: Settings, source: str) -> int |
     """Arrival time up to which bronze holds every record of a Kafka source (None before its first batch).
 
     A record appended before a batch listed the log's ends is in that batch or an earlier one; the
-    newest batch that is committed (or empty) therefore covers up to its listing time.
+    newest batch that is committed (or empty) therefore covers up to its listing time, which a run
+    that finds nothing new moves on (:func:`_cover`).
     """
     newest = _batch(spark, settings, source)
     if newest is None:

@@ -38,6 +38,7 @@ class Produced:
     streams: tuple[str, ...]
     seconds: float
     event_range: tuple[int, int]  # the smallest and largest event_ts sent (µs)
+    attrs: tuple[str, ...] = ()  # the attribute names the records carry
 
     def line(self) -> str:
         """The one-line summary."""
@@ -47,16 +48,20 @@ class Produced:
         )
 
 
-def record(row: Any) -> tuple[bytes, bytes]:
+def record(row: Any, shift_us: int = 0) -> tuple[bytes, bytes]:
     """One bronze row as a Kafka (key, value): the JSON the printed declaration reads."""
-    body: dict[str, Any] = {"stream": row["stream"], "key": row["key"], "event_ts": row["event_ts"]}
+    body: dict[str, Any] = {
+        "stream": row["stream"],
+        "key": row["key"],
+        "event_ts": row["event_ts"] + shift_us,
+    }
     body |= {c: row[c] for c in VALUE_FIELDS if row[c] is not None}
     if row["attrs"]:
         body |= {k: v for k, v in dict(row["attrs"]).items() if k not in body}
     return str(row["key"]).encode(), json.dumps(body, separators=(",", ":")).encode()
 
 
-def _paced(rows: Iterator[Any], speed: float) -> Iterator[tuple[bytes, bytes]]:
+def _paced(rows: Iterator[Any], speed: float, shift_us: int) -> Iterator[tuple[bytes, bytes]]:
     """Rows as records, each sent no sooner than its arrival offset divided by ``speed``."""
     t0 = time.monotonic()
     first: int | None = None
@@ -67,7 +72,7 @@ def _paced(rows: Iterator[Any], speed: float) -> Iterator[tuple[bytes, bytes]]:
             wait = (arrival - first) / 1e6 / speed - (time.monotonic() - t0)
             if wait > 0.002:  # sleeping per record would cap the rate; catch up in small steps
                 time.sleep(wait)
-        yield record(row)
+        yield record(row, shift_us)
 
 
 def replay(
@@ -79,20 +84,32 @@ def replay(
     partitions: int = 3,
     speed: float = 0.0,
     limit: int | None = None,
+    live: bool = False,
 ) -> Produced:
-    """Send ``source``'s bronze rows to ``topic`` (created with log-append time if missing)."""
+    """Send ``source``'s bronze rows to ``topic`` (created with log-append time if missing).
+
+    ``live`` shifts every event time by one constant, so that the first arrival's time is now: a
+    replay with its own clock (a synthetic game starts near 0) then looks like a stream of today
+    to the stages that compare event time with log-append time. The disorder is kept.
+    """
     from pyspark.sql import functions as F
 
     rows = delta.read_arrivals(spark, BRONZE, settings.lake_root, source=source)
     if limit is not None:
         rows = rows.orderBy("arrival_seq").limit(limit)
     facts = rows.agg(
-        F.sort_array(F.collect_set("stream")), F.min("event_ts"), F.max("event_ts")
-    ).first()  # one row: the few stream names and the event-time range
+        F.sort_array(F.collect_set("stream")),
+        F.min("event_ts"),
+        F.max("event_ts"),
+        F.sort_array(F.array_distinct(F.flatten(F.collect_set(F.map_keys("attrs"))))),
+        F.min("arrival_ts"),
+    ).first()  # one row: the few stream and attribute names, and the event-time range
     if facts is None or facts[1] is None:
         msg = f"bronze holds no rows of source {source!r}: ingest it first"
         raise InputError(msg)
-    streams, event_range = tuple(facts[0]), (int(facts[1]), int(facts[2]))
+    shift = time.time_ns() // 1000 - int(facts[4] if facts[4] is not None else facts[1]) if live else 0
+    streams, event_range = tuple(facts[0]), (int(facts[1]) + shift, int(facts[2]) + shift)
+    attrs = tuple(a for a in facts[3] or () if a not in ("stream", "key", "event_ts", *VALUE_FIELDS))
     rows = rows.orderBy("arrival_seq").select(
         "stream", "key", "event_ts", "arrival_ts", *VALUE_FIELDS, "attrs"
     )
@@ -105,21 +122,25 @@ def replay(
     )
     t0 = time.monotonic()
     n = kafka.produce(
-        settings.kafka.bootstrap, topic, _paced(rows.toLocalIterator(prefetchPartitions=True), speed)
+        settings.kafka.bootstrap, topic, _paced(rows.toLocalIterator(prefetchPartitions=True), speed, shift)
     )
-    return Produced(topic, n, streams, time.monotonic() - t0, event_range)
+    return Produced(topic, n, streams, time.monotonic() - t0, event_range, attrs)
 
 
 def declaration_toml(
-    name: str, topic: str, streams: tuple[str, ...], event_range: tuple[int, int] | None = None
+    name: str,
+    topic: str,
+    streams: tuple[str, ...],
+    event_range: tuple[int, int] | None = None,
+    attrs: tuple[str, ...] = (),
 ) -> str:
     """The ``[sources.<name>]`` table that reads a replayed topic back.
 
     Event times outside the default plausible range (a synthetic replay's game clock starts near 0)
     get a ``plausible_event_us`` that holds ``event_range``, so the records are not quarantined.
 
-    >>> print(declaration_toml("yard", "yard", ("a", "b"), (10, 20)).splitlines()[-1])
-    plausible_event_us = [0, 4102444800000000]
+    >>> print(declaration_toml("yard", "yard", ("a", "b"), (10, 20), ("site",)).splitlines()[-2:])
+    ['attrs = ["site"]', 'plausible_event_us = [0, 4102444800000000]']
     """
     values = ", ".join(f'{c} = "{c}"' for c in VALUE_FIELDS)
     lo, hi = DEFAULT_PLAUSIBLE_US
@@ -133,5 +154,5 @@ def declaration_toml(
         'key = "key"\n'
         'event_time = { column = "event_ts", unit = "us" }\n'
         f'stream = {{ column = "stream", values = {json.dumps(list(streams))} }}\n'
-        f"values = {{ {values} }}\n" + plausible
+        f"values = {{ {values} }}\n" + (f"attrs = {json.dumps(list(attrs))}\n" if attrs else "") + plausible
     )
