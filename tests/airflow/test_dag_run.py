@@ -121,3 +121,70 @@ def test_aggregate_stream_triggers_the_repair_asset_and_late_repair_makes_result
     got = run_probe(str(spark_python), AGG, "AGG", airflow_env)
     assert got["windows"] == got["distinct"] > 0
     assert got["repairs"] == 1 and got["repaired"] > 0
+
+
+PRODUCE = r"""
+import json, random, sys, time
+from outoforder.io import kafka
+boot, topic = sys.argv[1], sys.argv[2]
+kafka.create_topic(boot, topic, 3)
+rng = random.Random(3)
+now_ms = int(time.time() * 1000)
+records = []
+for i in range(400):
+    body = {"kind": "forklift" if i % 2 else "picker", "tag": f"t{i % 5}", "x": rng.uniform(0, 5),
+            "y": rng.uniform(0, 5), "t_ms": now_ms - 5_000 + i * 10 - rng.choice([0, 0, 200, 1500])}
+    records.append((body["tag"].encode(), json.dumps(body).encode()))
+print("SENT" + json.dumps({"records": kafka.produce(boot, topic, records)}))
+"""
+
+JOINED = r"""
+import json
+from outoforder.config import load_settings
+from outoforder.spark.session import get_spark
+from outoforder.io import delta
+from outoforder.io.tables import BRONZE, JOIN_RESULTS, KAFKA_OFFSETS
+s = load_settings(); spark = get_spark(s)
+print("JOINED" + json.dumps({
+    "bronze": delta.read(spark, BRONZE, s.lake_root).where("source = 'yard'").count(),
+    "batches": delta.read(spark, KAFKA_OFFSETS, s.lake_root).select("batch").distinct().count(),
+    "pairs": delta.read(spark, JOIN_RESULTS, s.lake_root).where("source = 'yard'").count(),
+}))
+"""
+
+
+def test_the_kafka_dag_ingests_a_topic_that_the_join_dag_then_joins(airflow_env, tmp_path):
+    from datetime import UTC, datetime
+
+    from tests import services
+
+    spark_python = str(Path(os.environ["OOO_SPARK_VENV"]) / "bin" / "python")
+    with services.kafka(tmp_path) as kafka:
+        env = {**airflow_env, **kafka, "OOO_LAKE_ROOT": str(tmp_path / "lake")}  # a lake of its own
+        config = tmp_path / "yard.toml"
+        config.write_text(
+            '[sources.yard]\ntopic = "yard"\nformat = "jsonl"\nkey = "tag"\n'
+            'event_time = { column = "t_ms", unit = "ms" }\n'
+            'stream = { column = "kind", values = ["forklift", "picker"] }\nvalues = { x = "x", y = "y" }\n'
+        )
+        sent = run_probe(spark_python, PRODUCE, "SENT", env, kafka["OOO_KAFKA_BOOTSTRAP"], "yard")
+        assert sent == {"records": 400}
+        # the join's run covers the minute before this time: every record arrived before it, and the
+        # ingest below lists the topic after it, so the interval is covered
+        joined_at = datetime.now(UTC).replace(microsecond=0).isoformat()
+        assert airflow(env, "db", "migrate").returncode == 0
+        conf = {"source": "yard", "config": str(config)}
+        run = airflow(env, "dags", "test", "ingest_kafka", "-c", json.dumps(conf))
+        out = run.stdout + run.stderr
+        assert run.returncode == 0, out[-5000:]
+        assert "400 records = 400 accepted + 0 quarantined" in out
+        assert "bronze_accounting: PASSED" in out
+        again = airflow(env, "dags", "test", "ingest_kafka", "-c", json.dumps(conf))  # the next minute
+        assert again.returncode == 0 and "yard <- yard: no new records" in again.stdout + again.stderr
+        join = {**conf, "r_streams": "forklift", "s_streams": "picker", "theta": 3.0, "on_violation": "warn"}
+        run = airflow(env, "dags", "test", "join_stream", joined_at, "-c", json.dumps(join))
+        out = run.stdout + run.stderr
+        assert run.returncode == 0, out[-5000:]
+        got = run_probe(spark_python, JOINED, "JOINED", env)
+    assert got["bronze"] == 400 and got["batches"] == 1  # the empty second run added no batch
+    assert got["pairs"] > 0

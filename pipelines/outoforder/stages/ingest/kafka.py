@@ -345,7 +345,8 @@ def _ingest(
     claim.size = batch.records
     claim_ordinals(spark, settings, [claim], now)
 
-    raw = _read(spark, settings, batch)
+    # read from the broker once: the sample, the sort's range sampling and the sort read this copy
+    raw = _read(spark, settings, batch).localCheckpoint()
     sample = [
         bytes(v or b"").decode("utf-8", "replace") for (v,) in raw.select("value").limit(SAMPLE).collect()
     ]
