@@ -336,6 +336,7 @@ def _ingest(
     now_us: int | None,
     t0: float,
 ) -> KafkaSummary:
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -345,8 +346,9 @@ def _ingest(
     claim.size = batch.records
     claim_ordinals(spark, settings, [claim], now)
 
-    # read from the broker once: the sample, the sort's range sampling and the sort read this copy
-    raw = _read(spark, settings, batch).localCheckpoint()
+    # read from the broker once, to local disk (not the heap: a batch may be millions of records):
+    # the sample, the sort's range sampling and the sort read this copy
+    raw = _read(spark, settings, batch).localCheckpoint(storageLevel=StorageLevel.DISK_ONLY)
     sample = [
         bytes(v or b"").decode("utf-8", "replace") for (v,) in raw.select("value").limit(SAMPLE).collect()
     ]
