@@ -1,6 +1,6 @@
 """Sources: how fast each way in fills bronze with the same rows, and how late a Kafka record is joined.
 
-Part 1, **throughput**, on local[2], in one process with one SparkSession:
+Part 1, **throughput**, on local[2], each run in a process of its own (as a DAG task runs):
 
 1. a synthetic replay of ``TUPLES`` tuples (soccer play at the DEBS 2013 sensor rates, delayed by
    ``PRESET``) written as plain CSV parts of 60 s of arrivals, in the DEBS 2013 layout, read by the
@@ -12,9 +12,9 @@ Part 1, **throughput**, on local[2], in one process with one SparkSession:
    a broker the run starts), read by ``ingest-kafka`` in one batch.
 
 Each candidate ingests into a fresh lake (its tables created beforehand), ``REPEATS`` times in
-rotating order after a warm-up; the figure is the median. The time is the ingest call's, from the
-plan to the last commit (the session is up already: a DAG task adds its process start, in the
-second part).
+rotating order; the figure is the median. The time is the ingest call's, from the
+plan to the last commit (the session is up already and the lake's tables exist: a DAG task adds
+its process start, in the second part).
 
 Part 2, **delay**, at the DAG's cadence: the replay's first ``DELAY_PLAY_S`` seconds are produced at
 their own pace (``produce --speed 1 --live``) while, at each minute boundary, ``ingest-kafka`` and
@@ -29,10 +29,12 @@ written to ``gold/join_results`` minus the later of its two records' log-append 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import statistics
 import subprocess
+import sys
 import time
 from contextlib import ExitStack
 from datetime import UTC, datetime
@@ -45,6 +47,7 @@ from outoforder.bench.harness import (
     log,
     machine,
     markdown_table,
+    run_command,
     stage_command,
     write_json,
 )
@@ -68,6 +71,7 @@ CADENCE_S = 60  # the ingest_kafka and join_stream DAGs' schedule
 TOPIC = "bench-sources"
 LIVE_TOPIC = "bench-live"
 CANDIDATES = ("built-in CSV", "declared CSV", "declared JSON lines", "Kafka topic")
+RESULT = "RESULT "  # the line a timed run prints its figures on
 ATTRS = ("a", "vx", "vy", "vz", "ax", "ay", "az")  # the DEBS 2013 fields bronze keeps as attributes
 
 
@@ -146,22 +150,32 @@ def prepare(spark: SparkSession, settings: Settings, work: Path, tuples: int) ->
     return parts, base
 
 
+def child(job: dict[str, Any]) -> None:
+    """One timed ingest in this process (``python -m outoforder.bench.sources JOB``): prints its result."""
+    from outoforder.spark.session import get_spark
+    from outoforder.stages.ingest.kafka import ingest_topic
+
+    settings = load_settings(Path(job["config"]), env={**os.environ, "OOO_LAKE_ROOT": job["lake"]})
+    spark = get_spark(settings, app_name="outoforder-sources-run")
+    into = _lake(spark, settings, Path(job["lake"]).parent.parent, Path(job["lake"]).name)
+    t0 = time.monotonic()
+    if job["paths"]:
+        rows = _files(spark, job["reader"], [Path(p) for p in job["paths"]], into)
+    else:
+        rows = ingest_topic(spark, into, job["reader"]).accepted
+    print(RESULT + json.dumps({"rows": rows, "seconds": time.monotonic() - t0}), flush=True)
+    spark.stop()
+
+
 def throughput(
-    spark: SparkSession, settings: Settings, work: Path, parts: ReplayParts, base: Settings
+    spark: SparkSession, config: Path, work: Path, parts: ReplayParts, base: Settings
 ) -> list[dict[str, Any]]:
     """Part 1: each candidate ``REPEATS`` times into a fresh lake; one record per run."""
     from pyspark.sql import functions as F
 
     from outoforder.io import delta
     from outoforder.io.tables import BRONZE
-    from outoforder.stages.ingest.kafka import ingest_topic
     from outoforder.stages.ingest.produce import replay
-
-    def lake(name: str) -> Settings:
-        return _lake(spark, settings, work, name)
-
-    def files(reader: str, paths: list[Path], into: Settings) -> int:
-        return _files(spark, reader, paths, into)
 
     # the copies of the same rows, from the built-in reader's bronze
     bronze = delta.read(spark, BRONZE, base.lake_root).where(F.col("source") == "soccer_synthetic")
@@ -182,20 +196,29 @@ def throughput(
         "declared CSV": sum(p.stat().st_size for p in copies["csv"]),
         "declared JSON lines": sum(p.stat().st_size for p in copies["jsonl"]),
     }
-    runs = {
-        "built-in CSV": lambda into: files("soccer_synthetic", list(parts.paths), into),
-        "declared CSV": lambda into: files("decl-csv", copies["csv"], into),
-        "declared JSON lines": lambda into: files("decl-jsonl", copies["jsonl"], into),
-        "Kafka topic": lambda into: ingest_topic(spark, into, "kafka").accepted,
+    inputs = {
+        "built-in CSV": ("soccer_synthetic", [str(p) for p in parts.paths]),
+        "declared CSV": ("decl-csv", [str(p) for p in copies["csv"]]),
+        "declared JSON lines": ("decl-jsonl", [str(p) for p in copies["jsonl"]]),
+        "Kafka topic": ("kafka", []),
     }
     records: list[dict[str, Any]] = []
     for rep in range(REPEATS):
         order = CANDIDATES[rep % len(CANDIDATES) :] + CANDIDATES[: rep % len(CANDIDATES)]
         for name in order:
-            into = lake(f"{name.replace(' ', '-')}-{rep}")
-            t0 = time.monotonic()
-            rows = runs[name](into)
-            secs = time.monotonic() - t0
+            # each run in a process of its own, as a DAG task runs: nothing cached by the runs before
+            lake_path = work / "lakes" / f"{name.replace(' ', '-')}-{rep}"
+            reader, paths = inputs[name]
+            job = json.dumps(
+                {"config": str(config), "lake": str(lake_path), "reader": reader, "paths": paths}
+            )
+            out = run_command(
+                [os.environ.get("PYSPARK_PYTHON") or sys.executable, "-m", "outoforder.bench.sources", job],
+                {**os.environ, "OOO_WORK_DIR": str(work)},
+                f"{name} (repeat {rep + 1})",
+            )
+            got = json.loads(next(ln for ln in out.splitlines() if ln.startswith(RESULT))[len(RESULT) :])
+            rows, secs = int(got["rows"]), float(got["seconds"])
             records.append(
                 {
                     "part": "throughput",
@@ -208,7 +231,7 @@ def throughput(
                 }
             )
             log("sources", f"{name} (repeat {rep + 1}/{REPEATS}): {rows:,} rows in {secs:.1f} s")
-            shutil.rmtree(into.lake_root, ignore_errors=True)
+            shutil.rmtree(lake_path, ignore_errors=True)
     if len({r["rows"] for r in records}) != 1:
         msg = f"the candidates ingested different row counts: {sorted({r['rows'] for r in records})}"
         raise StateError(msg)
@@ -362,7 +385,7 @@ def main(
         spark = get_spark(settings, app_name="outoforder-sources")
         replayed, base = prepare(spark, settings, work, tuples)
         if "throughput" in parts:
-            records += throughput(spark, settings, work, replayed, base)
+            records += throughput(spark, config, work, replayed, base)
         if "delay" in parts:
             records += delay(spark, base, config, work, env)
     meta["minutes"] = round((time.monotonic() - t0) / 60, 1)
@@ -395,9 +418,10 @@ def _write(out_dir: Path, meta: dict[str, Any], records: list[dict[str, Any]]) -
         "",
         "## Throughput into bronze",
         "",
-        "The same rows through each way in, each into a fresh lake whose tables exist, in one Spark session "
-        f"after a warm-up; median of {meta['repeats']} runs in rotating order. The time is the ingest call's "
-        "(plan, read, parse, quarantine check, arrival order, commits), without the process start. "
+        "The same rows through each way in, each into a fresh lake whose tables exist, each run in a "
+        f"process of its own; median of {meta['repeats']} runs in rotating order. The time is the ingest "
+        "call's (plan, read, parse, quarantine check, arrival order, commits), without the process "
+        "start. "
         f"The Kafka topic has {meta['partitions']} partitions and is read in one batch.",
         "",
         markdown_table(
@@ -465,3 +489,7 @@ def _plot(rows: list[dict[str, Any]], cycles: list[dict[str, Any]], out: Path) -
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
+
+
+if __name__ == "__main__":
+    child(json.loads(sys.argv[1]))
