@@ -264,7 +264,12 @@ def delay(
     log("sources", f"producing {limit:,} records at their own pace ({DELAY_PLAY_S:g} s) into {LIVE_TOPIC!r}")
     cycles: list[dict[str, Any]] = []
     done_after = None
+    deadline = time.time() + 2 * DELAY_PLAY_S + 3 * CADENCE_S
     while done_after is None or len(cycles) < done_after:
+        if time.time() > deadline:
+            producer.kill()
+            msg = f"produce did not finish within {deadline:.0f}; see {work / 'produce.log'}"
+            raise StateError(msg)
         boundary = (int(time.time()) // CADENCE_S + 1) * CADENCE_S
         time.sleep(max(0.0, boundary - time.time()))
         if producer.poll() is not None and done_after is None:
@@ -384,13 +389,29 @@ def main(
         settings = load_settings(config, env=env)
         spark = get_spark(settings, app_name="outoforder-sources")
         replayed, base = prepare(spark, settings, work, tuples)
-        if "throughput" in parts:
-            records += throughput(spark, config, work, replayed, base)
-        if "delay" in parts:
-            records += delay(spark, base, config, work, env)
-    meta["minutes"] = round((time.monotonic() - t0) / 60, 1)
-    _write(out_dir, meta, records)
+        # a part not run this time keeps an earlier run's records
+        kept = _earlier(out_dir / "sources.json", set(parts))
+        for part in ("throughput", "delay"):
+            if part not in parts:
+                continue
+            if part == "throughput":
+                records += throughput(spark, config, work, replayed, base)
+            else:
+                records += delay(spark, base, config, work, env)
+            meta["minutes"] = round((time.monotonic() - t0) / 60, 1)
+            _write(out_dir, meta, kept + records)  # after each part: a failure later keeps it
     return 0
+
+
+def _earlier(path: Path, rerun: set[str]) -> list[dict[str, Any]]:
+    """The records of an earlier run for the parts this run does not repeat."""
+    if not path.exists():
+        return []
+    try:
+        return [r for r in json.loads(path.read_text())["records"] if r["part"] not in rerun]
+    except (ValueError, KeyError, TypeError) as e:
+        msg = f"{path} is not a sources result ({e}); move it away to start afresh"
+        raise StateError(msg) from e
 
 
 def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
