@@ -154,7 +154,7 @@ print("JOINED" + json.dumps({
 
 
 def test_the_kafka_dag_ingests_a_topic_that_the_join_dag_then_joins(airflow_env, tmp_path):
-    from datetime import UTC, datetime
+    from datetime import UTC, datetime, timedelta
 
     from tests import services
 
@@ -171,7 +171,7 @@ def test_the_kafka_dag_ingests_a_topic_that_the_join_dag_then_joins(airflow_env,
         assert sent == {"records": 400}
         # the join's run covers the minute before this time: every record arrived before it, and the
         # ingest below lists the topic after it, so the interval is covered
-        joined_at = datetime.now(UTC).replace(microsecond=0).isoformat()
+        joined_at = (datetime.now(UTC) + timedelta(seconds=1)).replace(microsecond=0).isoformat()
         assert airflow(env, "db", "migrate").returncode == 0
         conf = {"source": "yard", "config": str(config)}
         run = airflow(env, "dags", "test", "ingest_kafka", "-c", json.dumps(conf))
@@ -186,5 +186,5 @@ def test_the_kafka_dag_ingests_a_topic_that_the_join_dag_then_joins(airflow_env,
         out = run.stdout + run.stderr
         assert run.returncode == 0, out[-5000:]
         got = run_probe(spark_python, JOINED, "JOINED", env)
+        assert got["pairs"] > 0, out[-3000:]
     assert got["bronze"] == 400 and got["batches"] == 1  # the empty second run added no batch
-    assert got["pairs"] > 0
