@@ -269,14 +269,14 @@ def prepare(
         if kafka_bootstrap is None:
             msg = "the ingest-kafka trials need a broker (kafka_bootstrap)"
             raise StateError(msg)
+        from outoforder.sources.synthetic import SYNTHETIC_STREAMS
         from outoforder.stages.ingest.produce import declaration_toml
 
         env["OOO_KAFKA_BOOTSTRAP"] = kafka_bootstrap
         log("reliability", f"producing {source} into topic {KAFKA_TOPIC!r} ({kafka_bootstrap})")
         _cli(env, config, bronze, "produce", "--source", source, "--topic", KAFKA_TOPIC,
              "--partitions", str(KAFKA_PARTITIONS))  # fmt: skip
-        replayed = delta.read(spark, BRONZE, bronze).where(F.col("source") == source)
-        streams = tuple(sorted(r[0] for r in replayed.select("stream").distinct().collect()))
+        streams = tuple(sorted(set(SYNTHETIC_STREAMS.values())))  # what the replay's sensors give
         with config.open("a") as f:
             f.write(declaration_toml(KAFKA_SOURCE, KAFKA_TOPIC, streams, (int(row[0]), int(row[1]))))
     by_name = {s.name: s for s in stages(source, extra, (int(row[0]), int(row[1])), int(row[2]) + 1)}
