@@ -3,14 +3,16 @@
 - A declaration that cannot work fails when the settings load, naming the key.
 - Every quarantined value names its column; times in every unit and ISO 8601 with offsets convert
   exactly; JSON lines read nested fields.
-- The vectorised CSV path gives the same rows, reasons, details and counts as the per-line
-  definition on any line, including values at the edge of its canonical forms (Hypothesis).
+- The vectorised CSV and JSON paths give the same rows, reasons, details and counts as the
+  per-line definition on any line, including values at the edge of their canonical forms, JSON
+  that Arrow and Python read differently, and groups of lines Arrow refuses (Hypothesis).
 - A declaration that does not match a file (a missing column, a field in another unit) is caught
   from the file's first lines, before anything is written.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 
@@ -222,6 +224,98 @@ def test_the_vectorised_csv_path_equals_the_per_line_definition(unit, arrival_un
     assert fast[0].to_pylist() == slow[0].to_pylist()
     assert fast[1].to_pylist() == slow[1].to_pylist()
     assert fast[2] == slow[2]
+
+
+JSON_EDGE = [None, True, False, 0, 7, -5, 2**53 + 1, 2**63 - 1, 2**63, -(2**63), 10**19, 1.5, -0.0, 1e300,
+             1e-7, float("nan"), float("inf"), 1700000000.123, "", "NA", " 5", "7", "1.50", "x y", "press",
+             "2023-11-14T22:13:21Z", "2023-11-14", "caf\u00e9", 'a"b', "a\\b", {"a": 1}, [1], {}]  # fmt: skip
+GOOD_JSON = {"line": "press", "sensor": "s7", "ts": 1700000000123, "received": "2023-11-14T22:13:21Z",
+             "temp": 21.5, "pos": 3, "site": "north"}  # fmt: skip
+
+
+@st.composite
+def json_line(draw: st.DrawFn, nested: bool) -> bytes:
+    obj: dict[str, object] = dict(GOOD_JSON)
+    for name in draw(st.lists(st.sampled_from(list(GOOD_JSON)), max_size=3)):
+        if draw(st.integers(0, 5)) == 0:
+            obj.pop(name, None)
+            continue
+        obj[name] = draw(
+            st.sampled_from(JSON_EDGE) | st.sampled_from(EDGE) | st.integers() | st.floats()
+            | st.text(alphabet="0123456789.-+eE:TZ ", max_size=12)
+        )  # fmt: skip
+    if nested and "temp" in obj:
+        obj["m"] = {"temp": obj.pop("temp"), "unit": "C"}
+        if draw(st.integers(0, 9)) == 0:
+            obj["m.temp"] = 1.0  # a literal key that a dotted path must not be confused with
+    text = json.dumps(obj, separators=draw(st.sampled_from([(",", ":"), (", ", ": ")])))
+    damage = draw(st.integers(0, 14))
+    if damage == 0:
+        text = text[: draw(st.integers(0, len(text)))]  # cut short
+    elif damage == 1:
+        text += text  # two objects on one line
+    elif damage == 2:
+        text = '{"sensor":"s0",' + text[1:]  # a key given twice
+    elif damage == 3:
+        text = f"[{text}]"
+    elif damage == 4:
+        text = f" {text}"
+    return text.encode()
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(UNITS), st.sampled_from(UNITS), st.booleans(), st.sampled_from([7, 64]), st.data())
+def test_the_vectorised_json_path_equals_the_per_line_definition(unit, arrival_unit, nested, batch, data):
+    from unittest import mock
+
+    from outoforder.sources import declared
+    from outoforder.sources.lines import read_line_batches
+    from outoforder.sources.readers import LineParser
+
+    decl = parse_declaration(
+        "plant",
+        {**PLANT, "format": "jsonl", "event_time": {"column": "ts", "unit": unit},
+         "arrival": {"column": "received", "unit": arrival_unit}, "null_values": ["", "NA"],
+         "values": {"value": "m.temp" if nested else "temp", "x": "pos"}, "attrs": ["site", "line"]},
+    )  # fmt: skip
+    reader = DeclaredReader(decl, decl.columns_used())
+    lines = data.draw(st.lists(json_line(nested), max_size=40))
+    if lines and data.draw(st.booleans()):
+        lines += lines[: data.draw(st.integers(1, len(lines)))] * 3  # repeats: groups that read whole
+    content = b"\n".join(lines) + b"\n"
+
+    def parse(r: object) -> tuple[list, list, dict]:
+        parser = LineParser(r, ANY_TIME)
+        acc, rej, counts = [], [], {}
+        for b in read_line_batches(io.BytesIO(content), max_line_bytes=1 << 20, batch_lines=batch):
+            out = parser.parse(b)
+            acc += out.accepted.to_pylist()
+            rej += out.quarantined.to_pylist()
+            for k, v in vars(out.counts).items():
+                counts[k] = counts.get(k, 0) + v
+        return acc, rej, counts
+
+    with mock.patch.object(declared, "JSON_MIN_LINES", 2), mock.patch.object(declared, "JSON_SAMPLE", 5):
+        fast = parse(reader)
+    slow = parse(PerLine(reader))
+    assert fast[0] == slow[0]
+    assert fast[1] == slow[1]
+    assert fast[2] == slow[2]
+
+
+def test_the_vectorised_json_path_reads_plain_objects_in_bulk():
+    import pyarrow as pa
+
+    decl = parse_declaration("plant", {**PLANT, "format": "jsonl", "values": {"value": "m.temp"}})
+    reader = DeclaredReader(decl, decl.columns_used())
+    obj = {**GOOD_JSON, "ts": 1700000000123, "m": {"temp": 21}}
+    texts = pa.array([json.dumps(obj), json.dumps({**obj, "m": {"temp": None}})], pa.large_string())
+    ok, cols = reader.parse_fast(texts)
+    assert ok.tolist() == [True, True]
+    assert cols["value"].to_pylist() == [21.0, None]
+    assert cols["event_ts"].to_pylist() == [1700000000123000] * 2
+    floats = pa.array([json.dumps({**obj, "ts": 1.5})] * 2, pa.large_string())
+    assert reader.parse_fast(floats)[0].tolist() == [False, False]  # a float's exact decimal: per line
 
 
 def test_the_vectorised_path_takes_canonical_lines():
