@@ -13,7 +13,8 @@ field at fault in its detail (``column 'temp': 'n/a'``). Reasons: ``column_count
 
 :meth:`DeclaredReader.parse_fast` decides in bulk the lines whose fields are all in a strict
 canonical form, giving exactly what :meth:`parse` gives them: CSV fields split by Arrow kernels,
-JSON objects read by Arrow's JSON reader. Every other line takes the per-line path (``tests/sources/test_declared.py`` holds the two together).
+JSON objects read by Arrow's JSON reader. Every other line takes the per-line path
+(``tests/sources/test_declared.py`` holds the two together).
 
 Times: epoch values are exact decimals (``1700000000.25`` s is 1 700 000 000 250 000 µs), floored
 to the microsecond; ISO 8601 values need an offset (``Z``, ``+02:00``) unless the declaration gives
