@@ -318,6 +318,20 @@ def test_the_vectorised_json_path_reads_plain_objects_in_bulk():
     assert reader.parse_fast(floats)[0].tolist() == [False, False]  # a float's exact decimal: per line
 
 
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_a_constant_stream_is_read_in_bulk(fmt):
+    # the bulk path once built its columns out of the staged rows' order when the stream was a constant
+    decl = parse_declaration("plant", {**PLANT, "format": fmt, "stream": "press", "header": False,
+                                       "columns": HEADER.split(",")} if fmt == "csv" else
+                             {**PLANT, "format": fmt, "stream": "press"})  # fmt: skip
+    reader = DeclaredReader(decl, decl.columns or decl.columns_used())
+    obj = {"sensor": "s7", "ts": 1700000000123, "received": "2023-11-14T22:13:21Z", "temp": 21.5}
+    line = "x,s7,1700000000123,2023-11-14T22:13:21Z,21.5,3,north" if fmt == "csv" else json.dumps(obj)
+    accepted, rejected = parse_all(reader, f"{line}\n{line.replace('s7', 's8')}\n".encode(), ANY_TIME)[:2]
+    assert accepted.column("stream").to_pylist() == ["press", "press"]
+    assert rejected.num_rows == 0
+
+
 def test_the_vectorised_path_takes_canonical_lines():
     reader = plant()
     good = "press,s7,1700000000123,2023-11-14T22:13:21Z,21.5,3,north"

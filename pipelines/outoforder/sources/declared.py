@@ -318,7 +318,9 @@ class DeclaredReader:
                 return absent, ~absent, pa.nulls(n, pa.string())
             return np.ones(n, dtype=bool), ~is_null(values), values
 
-        cols: dict[str, pa.Array] = {}
+        cols: dict[str, pa.Array] = {}  # in the staged rows' column order
+        if not d.stream_column:
+            cols["stream"] = pa.array(np.full(n, d.stream, dtype=object), pa.string())
         for target, name in (("stream", d.stream_column), ("key", d.key)):
             if not name:
                 continue
@@ -327,8 +329,6 @@ class DeclaredReader:
             if target == "stream":
                 ok &= _np(pc.fill_null(pc.is_in(values, value_set=pa.array(list(d.streams))), False))
             cols[target] = values
-        if not d.stream_column:
-            cols["stream"] = pa.array(np.full(n, d.stream, dtype=object), pa.string())
         for target, f in (("event_ts", d.event_time), ("arrival_ts", d.arrival)):
             if f is None:
                 cols[target] = pa.nulls(n, pa.int64())

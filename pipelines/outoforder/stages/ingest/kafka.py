@@ -13,11 +13,14 @@ The driver plans and commits; Spark reads, sorts and parses. In this order:
    batch claims the next ordinal in the ingest log, both before any record is read. A batch that
    was claimed but never finished (a crash) is the next run's batch again, with the same ranges.
 3. **read and parse**: Spark's Kafka source reads exactly those ranges (``failOnDataLoss`` on, as a
-   backstop). The records are sorted by arrival: (log-append time, partition, offset), a total
-   order that a rerun derives again. Each Spark task parses its run of that order with the
-   source's declaration (:func:`outoforder.stages.ingest.tasks.parse_records`); a record's number
-   in the batch is its rank, so ``arrival_seq = ordinal * SEQ_PER_FILE + rank`` and
-   ``arrival_ts`` = its log-append time.
+   backstop), one task per partition, in offset order, and each task parses its records with the
+   source's declaration (:func:`outoforder.stages.ingest.tasks.parse_records`) where it read them:
+   the payloads are never shuffled. The arrival order is (log-append time, partition, offset), a
+   total order that a rerun derives again. A task's records come in that order within their
+   partition, so each task also reports its *runs* (stretches of one time and partition); the
+   runs, sorted, give every record its rank in the batch (:func:`_run_starts`). If a broker's
+   clock stepped back within a partition, the batch is sorted before it is parsed instead. So
+   ``arrival_seq = ordinal * SEQ_PER_FILE + rank`` and ``arrival_ts`` = its log-append time.
 4. **commit**: bronze's rows, then quarantine's, each in one Delta commit tagged with the batch's
    ingest id (a rerun after a crash skips a commit that was made), then the ingest log's ``done``
    row with the counts. The next batch starts where this one ends.
@@ -294,6 +297,46 @@ def _reader(decl: Declaration, sample: list[str], where: str) -> DeclaredReader:
     return reader
 
 
+BROADCAST_RUNS = 2_000_000  # runs joined to the records by broadcast up to this many (32 B each)
+
+
+def _run_starts(spark: SparkSession, runs: DataFrame, batch: Batch) -> tuple[DataFrame, int]:
+    """((pid, run, before), how many runs): a record's number in the batch is ``before + local``.
+
+    The runs, sorted by (log-append time, partition, first offset), are the batch's arrival order
+    in stretches; a run's first record comes after every record of the runs before it. Each task
+    of the sort counts its share and the driver adds up one total per task.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    def before(it: Any) -> Any:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        return tasks.runs_before(it, ctx.partitionId() if ctx else 0)
+
+    counted = (
+        runs.select("pid", "run", "local", "count", "arrival_ts", "partition", "offset")
+        .orderBy("arrival_ts", "partition", "offset")
+        .mapInArrow(before, from_arrow_schema(tasks.RUN_BEFORE_SCHEMA))
+        .localCheckpoint()
+    )
+    per_task = counted.groupBy("task").agg(F.sum("count").alias("n"), F.count("*").alias("runs")).collect()
+    carried, total = [], 0
+    for row in sorted(per_task, key=lambda r: int(r["task"])):  # one row per task of the sort
+        carried.append((int(row["task"]), total))
+        total += int(row["n"])
+    if total != batch.records:
+        msg = f"{batch.shown}: read {total:,} records where the offsets hold {batch.records:,}"
+        raise StateError(msg)
+    offsets = spark.createDataFrame(carried, "task long, carried long")
+    starts = counted.join(F.broadcast(offsets), "task").select(
+        "pid", "run", (F.col("carried") + F.col("within") - F.col("local") + 1).alias("before")
+    )
+    return starts, sum(int(r["runs"]) for r in per_task)
+
+
 @retry_on_conflict
 def ingest_topic(
     spark: SparkSession, settings: Settings, source: str, now_us: int | None = None
@@ -346,15 +389,14 @@ def _ingest(
     claim.size = batch.records
     claim_ordinals(spark, settings, [claim], now)
 
-    # read from the broker once, to local disk (not the heap: a batch may be millions of records):
-    # the sample, the sort's range sampling and the sort read this copy
-    raw = _read(spark, settings, batch).localCheckpoint(storageLevel=StorageLevel.DISK_ONLY)
+    raw = _read(spark, settings, batch)
     sample = [
         bytes(v or b"").decode("utf-8", "replace") for (v,) in raw.select("value").limit(SAMPLE).collect()
     ]
     reader = _reader(decl, sample, batch.shown).spec()
     lo, hi = settings.ingest.plausible_range(decl.name)
     lines = settings.ingest.batch_rows
+    schema = from_arrow_schema(tasks.RECORD_SCHEMA)
 
     def parse(it: Any) -> Any:
         from pyspark import TaskContext
@@ -362,24 +404,28 @@ def _ingest(
         ctx = TaskContext.get()
         return tasks.parse_records(it, ctx.partitionId() if ctx else 0, reader, lo, hi, lines)
 
-    parsed = (
-        raw.orderBy("ts_us", "partition", "offset")
-        .mapInArrow(parse, from_arrow_schema(tasks.RECORD_SCHEMA))
-        .localCheckpoint()
+    # One pass, no shuffle: a task reads a topic partition in offset order, which is its arrival
+    # order; the runs then rank every record in the batch. To disk, not the heap: a batch may be
+    # millions of records.
+    parsed = raw.mapInArrow(parse, schema).localCheckpoint(storageLevel=StorageLevel.DISK_ONLY)
+    if parsed.where("kind = 'unsorted'").limit(1).count():
+        # log-append times that go back within a partition (the broker's clock stepped back)
+        log.warning(
+            "[ingest-kafka] %s: log-append times go back in a partition; sorting the batch", batch.shown
+        )
+        parsed = (
+            raw.orderBy("ts_us", "partition", "offset")
+            .mapInArrow(parse, schema)
+            .localCheckpoint(storageLevel=StorageLevel.DISK_ONLY)
+        )
+    starts, runs = _run_starts(spark, parsed.where("kind = 'run'"), batch)
+    if runs <= BROADCAST_RUNS:
+        starts = F.broadcast(starts)
+    numbered = (
+        parsed.where("kind IN ('row', 'reject')")
+        .join(starts, ["pid", "run"])
+        .withColumn("line_no", F.col("before") + F.col("local"))
     )
-    counts = {
-        int(r["pid"]): int(r["local"])
-        for r in parsed.where("kind = 'count'").select("pid", "local").collect()
-    }
-    first, before = [], 0
-    for pid in sorted(counts):
-        first.append((pid, before))
-        before += counts[pid]
-    if before != batch.records:
-        msg = f"{batch.shown}: read {before:,} records where the offsets hold {batch.records:,}"
-        raise StateError(msg)
-    ranks = spark.createDataFrame(first, "pid long, before long")
-    numbered = parsed.join(F.broadcast(ranks), "pid").withColumn("line_no", F.col("before") + F.col("local"))
     ident = [F.lit(batch.source).alias("source"), F.lit(batch.ingest_id).alias("ingest_id"),
              F.lit(batch.shown).alias("source_file")]  # fmt: skip
     bronze = numbered.where("kind = 'row'").select(

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from outoforder.config import StorageSettings
@@ -358,13 +359,21 @@ __all__ = [
 ]
 
 
-# Kafka records parsed (parse_records): accepted rows, rejects, and one count per Spark partition.
-# ``local`` is the record's number within its Spark partition, in arrival order (1-based).
+# Kafka records parsed (parse_records): accepted rows, rejects, and the task's runs.
+# ``local`` is a record's number within its Spark partition, in the order read (1-based); a *run*
+# is a maximal stretch of that order with one (log-append time, Kafka partition), and ``run`` its
+# number in the task. A "run" row gives its time (``arrival_ts``), Kafka partition, first offset,
+# first ``local`` and ``count``; an "unsorted" row says the task's records were not in arrival
+# order, so runs cannot rank them (the batch is then sorted first).
 RECORD_SCHEMA = pa.schema(
     [
-        ("kind", pa.string()),  # "row", "reject" or "count"
+        ("kind", pa.string()),  # "row", "reject", "run" or "unsorted"
         ("pid", pa.int64()),
-        ("local", pa.int64()),  # on "count": the partition's record count
+        ("local", pa.int64()),
+        ("run", pa.int64()),
+        ("partition", pa.int64()),  # on "run" rows
+        ("offset", pa.int64()),  # on "run" rows: the run's first
+        ("count", pa.int64()),  # on "run" rows
         *[(f.name, f.type) for f in STAGED_SCHEMA if f.name not in ("line_no", "raw_line")],
         ("raw_line", pa.string()),
         ("reason", pa.string()),
@@ -373,55 +382,132 @@ RECORD_SCHEMA = pa.schema(
 )
 
 
+def _filled(n: int, pid: int, kind: str, **columns: Any) -> pa.RecordBatch:
+    """``n`` RECORD_SCHEMA rows of ``kind``: the given columns, nulls elsewhere."""
+    row: dict[str, Any] = {name: pa.nulls(n, RECORD_SCHEMA.field(name).type) for name in RECORD_SCHEMA.names}
+    row |= {"kind": pa.array([kind] * n), "pid": pa.array(np.full(n, pid, dtype=np.int64))}
+    for k, v in columns.items():
+        values = v.combine_chunks() if isinstance(v, pa.ChunkedArray) else v
+        row[k] = (
+            values.cast(RECORD_SCHEMA.field(k).type) if isinstance(values, pa.Array) else pa.array(values)
+        )
+    return pa.RecordBatch.from_pydict(row, schema=RECORD_SCHEMA)
+
+
+class _Runs:
+    """The runs of one task's records, chunk by chunk, and whether their keys ever went back."""
+
+    def __init__(self) -> None:
+        self.last: tuple[int, int, int] | None = None  # (time, partition, offset) of the last record
+        self.starts: list[npt.NDArray[np.int64]] = []  # per chunk: time, partition, offset, local
+        self.number = 0
+        self.sorted = True
+
+    def add(
+        self,
+        ts: npt.NDArray[np.int64],
+        part: npt.NDArray[np.int64],
+        off: npt.NDArray[np.int64],
+        first_local: int,
+    ) -> npt.NDArray[np.int64]:
+        """The run number of each record of the chunk (``first_local``: its first record's ``local``)."""
+        if not ts.size:
+            return np.zeros(0, dtype=np.int64)
+        keys = np.stack([ts, part, off]).astype(np.int64)
+        if self.last is not None:
+            keys = np.concatenate([np.array(self.last, dtype=np.int64)[:, None], keys], axis=1)
+        t, p, o = keys
+        same_t, same_p = t[1:] == t[:-1], p[1:] == p[:-1]
+        later = (t[1:] > t[:-1]) | (same_t & ((p[1:] > p[:-1]) | (same_p & (o[1:] > o[:-1]))))
+        self.sorted &= bool(later.all())
+        new = ~(same_t & same_p)
+        if self.last is None:
+            new = np.concatenate([[True], new])
+        ids: npt.NDArray[np.int64] = self.number - 1 + np.cumsum(new)
+        firsts = np.flatnonzero(new)
+        self.starts.append(
+            np.stack([ts[firsts], part[firsts], off[firsts], first_local + firsts]).astype(np.int64)
+        )
+        self.number += firsts.size
+        self.last = (int(ts[-1]), int(part[-1]), int(off[-1]))
+        return ids
+
+    def rows(self, pid: int, records: int) -> Iterator[pa.RecordBatch]:
+        """The "unsorted" row if a key went back, then one "run" row per run (``records``: the task's)."""
+        if not self.sorted:
+            yield _filled(1, pid, "unsorted")
+        if not self.number:
+            return
+        t, p, o, first = np.concatenate(self.starts, axis=1)
+        count = np.diff(np.append(first, records + 1))  # runs are contiguous in the task's order
+        number = pa.array(np.arange(self.number, dtype=np.int64))
+        yield _filled(self.number, pid, "run", run=number, arrival_ts=pa.array(t), partition=pa.array(p),
+                      offset=pa.array(o), local=pa.array(first), count=pa.array(count))  # fmt: skip
+
+
 def parse_records(
     batches: Iterator[pa.RecordBatch], pid: int, reader: str, lo: int, hi: int, batch_lines: int
 ) -> Iterator[pa.RecordBatch]:
-    """One Spark partition of Kafka records, sorted by arrival (``ts_us``, ``partition``, ``offset``).
+    """One Spark partition of Kafka records, in the order read (a topic partition's, in offset order).
 
     Each payload is one line for the source's :class:`~outoforder.sources.readers.LineParser`
     (an empty or null payload counts as blank). Accepted rows get the record's log-append time as
-    ``arrival_ts``; a reject's detail names the record's partition and offset.
+    ``arrival_ts``; a reject's detail names the record's partition and offset. Every record gets
+    its run (see RECORD_SCHEMA); the runs follow, from which the driver's plan ranks the records.
     """
     parser = LineParser(make_reader(reader), (lo, hi), local=False)
+    runs = _Runs()
     seen = 0
-    names = RECORD_SCHEMA.names
     for big in batches:
         for start in range(0, big.num_rows, batch_lines):
             chunk = big.slice(start, batch_lines)
             lines = [v or b"" for v in chunk.column("value").to_pylist()]
             got = parser.parse(LineBatch(seen + 1, lines))
             ts = chunk.column("ts_us").to_numpy()
+            parts = chunk.column("partition").to_numpy().astype(np.int64)
+            offsets = chunk.column("offset").to_numpy()
+            run = runs.add(ts, parts, offsets, seen + 1)
             acc = got.accepted
             if acc.num_rows:
                 idx = acc.column("line_no").to_numpy() - (seen + 1)
                 cols = {f: acc.column(f) for f in acc.column_names if f != "line_no"}
                 cols["arrival_ts"] = pa.array(ts[idx], pa.int64())
-                n = acc.num_rows
-                yield from pa.table(
-                    {**cols, "kind": pa.array(["row"] * n), "pid": pa.array([pid] * n, pa.int64()),
-                     "local": acc.column("line_no"), "reason": pa.nulls(n, pa.string()),
-                     "detail": pa.nulls(n, pa.string())}, schema=RECORD_SCHEMA,
-                ).to_batches()  # fmt: skip
+                yield _filled(
+                    acc.num_rows, pid, "row", **cols, local=acc.column("line_no"), run=pa.array(run[idx])
+                )
             q = got.quarantined
             if q.num_rows:
                 idx = q.column("line_no").to_numpy() - (seen + 1)
-                parts = chunk.column("partition").to_numpy()[idx]
-                offsets = chunk.column("offset").to_numpy()[idx]
                 detail = [
                     f"{d} (partition {p}, offset {o})" if d else f"partition {p}, offset {o}"
-                    for d, p, o in zip(q.column("detail").to_pylist(), parts, offsets, strict=True)
+                    for d, p, o in zip(q.column("detail").to_pylist(), parts[idx], offsets[idx], strict=True)
                 ]
-                n = q.num_rows
-                row: dict[str, Any] = {name: pa.nulls(n, RECORD_SCHEMA.field(name).type) for name in names}
-                row |= {"kind": pa.array(["reject"] * n), "pid": pa.array([pid] * n, pa.int64()),
-                        "local": q.column("line_no"), "raw_line": q.column("raw_line"),
-                        "reason": q.column("reason"), "detail": pa.array(detail, pa.string())}  # fmt: skip
-                yield from pa.table(row, schema=RECORD_SCHEMA).to_batches()
+                yield _filled(q.num_rows, pid, "reject", local=q.column("line_no"), run=pa.array(run[idx]),
+                              raw_line=q.column("raw_line"), reason=q.column("reason"),
+                              detail=pa.array(detail, pa.string()))  # fmt: skip
             seen += len(lines)
-    count: dict[str, Any] = {name: pa.nulls(1, RECORD_SCHEMA.field(name).type) for name in names}
-    count |= {
-        "kind": pa.array(["count"]),
-        "pid": pa.array([pid], pa.int64()),
-        "local": pa.array([seen], pa.int64()),
-    }
-    yield pa.RecordBatch.from_pydict(count, schema=RECORD_SCHEMA)
+    yield from runs.rows(pid, seen)
+
+
+RUN_BEFORE_SCHEMA = pa.schema(
+    [("pid", pa.int64()), ("run", pa.int64()), ("local", pa.int64()), ("task", pa.int64()),
+     ("within", pa.int64()), ("count", pa.int64())]
+)  # fmt: skip
+
+
+def runs_before(batches: Iterator[pa.RecordBatch], task: int) -> Iterator[pa.RecordBatch]:
+    """Runs sorted by (time, partition, first offset), one task's share: records before each run in it.
+
+    ``within`` counts the records of the task's earlier runs; the driver adds the earlier tasks'.
+    """
+    carry = 0
+    for b in batches:
+        count = b.column("count").to_numpy()
+        within = np.cumsum(count) - count + carry
+        carry += int(count.sum())
+        yield pa.RecordBatch.from_pydict(
+            {"pid": b.column("pid"), "run": b.column("run"), "local": b.column("local"),
+             "task": pa.array(np.full(b.num_rows, task, dtype=np.int64)), "within": pa.array(within),
+             "count": b.column("count")},
+            schema=RUN_BEFORE_SCHEMA,
+        )  # fmt: skip
