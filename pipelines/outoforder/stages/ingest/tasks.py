@@ -388,9 +388,7 @@ def _filled(n: int, pid: int, kind: str, **columns: Any) -> pa.RecordBatch:
     row |= {"kind": pa.array([kind] * n), "pid": pa.array(np.full(n, pid, dtype=np.int64))}
     for k, v in columns.items():
         values = v.combine_chunks() if isinstance(v, pa.ChunkedArray) else v
-        row[k] = (
-            values.cast(RECORD_SCHEMA.field(k).type) if isinstance(values, pa.Array) else pa.array(values)
-        )
+        row[k] = values.cast(RECORD_SCHEMA.field(k).type)
     return pa.RecordBatch.from_pydict(row, schema=RECORD_SCHEMA)
 
 
