@@ -55,7 +55,7 @@ _EXPORTS = {
     "Emission": "outoforder.core.topk.operator",
     "CacheSettings": "outoforder.core.topk.cache",
     "Theta": "outoforder.core.theta.plan",
-    "fast_theta_join": "outoforder.core.theta.plan",
+    "fast_theta_join": "outoforder.core.theta.fast",
     "CuckooFilter": "outoforder.core.mcf.cuckoo",
     "WindowFilter": "outoforder.core.mcf.windowed",
     "MultiCuckoo": "outoforder.core.mcf.windowed",
@@ -98,7 +98,8 @@ if TYPE_CHECKING:
     from outoforder.core.mcf.cuckoo import CuckooFilter
     from outoforder.core.mcf.windowed import MultiCuckoo, WindowFilter, present_in_range
     from outoforder.core.protocol import Arrival, Late, Output, StreamOperator
-    from outoforder.core.theta.plan import Theta, fast_theta_join
+    from outoforder.core.theta.fast import fast_theta_join
+    from outoforder.core.theta.plan import Theta
     from outoforder.core.topk.cache import CacheSettings
     from outoforder.core.topk.operator import Emission, TopK, TopKQuery
     from outoforder.core.windows.assign import Windows

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pyspark.sql import functions as F
 
 from outoforder.core.theta.plan import Theta, brute_force
 from outoforder.errors import ConfigError
@@ -56,14 +57,15 @@ def oracle(r, s, op) -> list[tuple[int, int]]:
 
 
 def spark_pairs(spark, r, s, op, method, partitions):
+    # one row per partition at least: tiny inputs still get every partition they ask for
     res = theta_join(
-        frame(spark, "r", r), frame(spark, "s", s), ("r_v", "s_v"), Theta.parse(op), method, partitions
+        frame(spark, "r", r), frame(spark, "s", s), ("r_v", "s_v"), Theta.parse(op), method, partitions, 1
     )
     try:
         got = sorted((row.r_id, row.s_id) for row in res.rows.collect())
     finally:
         res.release()
-    return got, res.stats
+    return got, res.refresh()  # the executors' counters, after the collect
 
 
 def check_all_methods(spark, r, s, op, partitions):
@@ -101,20 +103,37 @@ def test_edge_cases(spark, case, r, s, op):
     check_all_methods(spark, r, s, op, partitions=4)
 
 
-def test_fast_counters_skew_split_and_few_comparisons_on_uniform_data(spark):
+def test_fast_counters_partitions_and_few_comparisons(spark):
     rng = np.random.default_rng(5)
     r = [float(v) for v in rng.uniform(0, 100, 400)]
     s = [float(v) for v in rng.uniform(0, 100, 400)]
     got, stats = spark_pairs(spark, r, s, "<", "fast", partitions=16)
     assert got == oracle(r, s, "<")
-    # only unit pairs straddling the diagonal are tested row by row; the rest are emitted whole
+    assert (stats.partitions, stats.partitioning) == (16, "range")
+    # only the pairs straddling the diagonal are joined row by row; the rest are emitted whole
     assert stats.full_pairs > 0
-    assert stats.partition_pairs - stats.full_pairs <= sum(stats.sub_partitions)
-    assert stats.rows_compared <= 2 * len(got)  # the issue's target on uniform data
-    assert stats.replicated_rows > 0
+    assert stats.rows_compared <= 0.2 * len(got)
+    assert stats.output_rows == len(got) and stats.replicated_rows > 0
+    band, bs = spark_pairs(spark, r, s, "band:0.5", "fast", partitions=8)
+    assert band == oracle(r, s, "band:0.5")
+    assert len(band) <= bs.rows_compared <= 2 * len(band)  # the issue's target: sorting, not all pairs
     skewed = [7.0] * 300 + r[:100]
-    _, sk = spark_pairs(spark, skewed, s, ">=", "fast", partitions=8)
-    assert max(sk.sub_partitions) >= 4  # 300 + equal values over MaxSize 50: split
+    sk_got, sk = spark_pairs(spark, skewed, s, ">=", "fast", partitions=8)
+    assert sk_got == oracle(skewed, s, ">=")
+    assert sk.partitioning == "quantile"  # 300 equal values: equi-depth cuts, the value spread
+
+
+def test_the_partition_column_assigns_like_the_plan(spark):
+    from outoforder.core.theta.plan import Cuts
+    from outoforder.spark.theta import _partition_of
+
+    cuts = Cuts((-1.0, 0.0, 2.0, 2.0, 2.0, 2.0, 7.5, 1e308), "quantile")
+    vals = [-math.inf, -5.0, -1.0, -0.0, 0.0, 1.0, 2.0, 2.0, 2.0, 2.0, 2.0, 3.0, 7.5, 1e308, math.inf]
+    df = spark.createDataFrame([(i, v) for i, v in enumerate(vals)], "id long, v double")
+    got = df.select("id", "v", _partition_of(F.col("v"), cuts, lambda: F.col("id")).alias("p")).collect()
+    for row in got:
+        assert cuts.assign(np.array([row.v]), np.array([row.id]))[0] == row.p
+    assert {row.p for row in got if row.v == 2.0} == {3, 4, 5, 6}  # the heavy value, spread
 
 
 def test_multiway_four_streams_equals_duckdb(spark):

@@ -5,13 +5,14 @@ each, a :class:`~outoforder.core.theta.plan.Theta`) and returns a :class:`ThetaR
 rows as a lazy DataFrame (every column of both sides) and the run's counters. Rows whose join
 value is null or NaN never match (Spark orders NaN above every number, so they are dropped first).
 
-- ``fast``: FastThetaJoin (docs/operators.md). One job collects min, max and counts per side; the cross
-  filter keeps the value ranges that can match; a second job counts rows, min and max per range
-  partition and slot (a value sub-range and a hash); the driver splits oversized partitions into
-  near-equal units ordered by value (skew), and
-  keeps only the unit pairs whose ranges can satisfy θ (:func:`plan_pairs`). Each row is then sent
-  to the pairs its unit is in and the pairs are joined on their id: *full* pairs emit every
-  combination without a θ test, *partial* pairs test θ per row.
+- ``fast``: FastThetaJoin (docs/theta.md). One job collects per side the rows, min, max and a
+  quantile sample of the join values; the driver applies the cross filter to the ranges, chooses
+  the range partitions (equal widths, or quantiles where values are skewed; as few as the size
+  needs) and keeps the partition pairs whose ranges can satisfy θ
+  (:mod:`outoforder.core.theta.plan`). In the second job every row is sent to the pairs its
+  partition is in, and the executors join each pair's two sides in Arrow: a *full* pair is every
+  combination without a test, a *partial* pair is joined by sorting
+  (:mod:`outoforder.core.theta.sortjoin`), at a cost in proportion to its input and output.
 - ``cfs``: CFS (Liu et al. 2017): a global sort of both sides, the min/max cross filter, then
   1-Bucket-Theta on what is left.
 - ``one-bucket``: 1-Bucket-Theta (Okcan & Riedewald 2011): the |R|×|S| matrix cut into r×c
@@ -20,33 +21,38 @@ value is null or NaN never match (Spark orders NaN above every number, so they a
 - ``spark-sql``: Spark's own plan for the non-equi join (a broadcast nested loop join here).
 - ``cross``: DirectCrossProduct: the shuffled Cartesian product, θ tested on every pair.
 
-The θ column expression and the counters are shared; the plan itself is pure numpy-free Python in
-:mod:`outoforder.core.theta.plan`, tested against the brute-force oracle.
+The θ column expression and the counters are shared; the plan and the pair join are pure numpy
+in :mod:`outoforder.core.theta`, tested against the brute-force oracle.
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
+import numpy as np
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
+from outoforder.core.theta.fast import sample_fractions
 from outoforder.core.theta.plan import (
-    FINE,
-    HASH,
-    SLOTS,
+    PARTITION_CAP,
+    ROWS_PER_PARTITION,
+    Cuts,
     JoinStats,
     PairPlan,
     Theta,
-    Unit,
+    choose_cuts,
+    merge_samples,
     one_bucket_shape,
+    partitions_for,
     plan_pairs,
-    units_from_slots,
+    side_units,
 )
 from outoforder.errors import ConfigError
 
@@ -54,19 +60,49 @@ METHODS = ("fast", "cfs", "one-bucket", "spark-sql", "cross")
 _SEED = 17  # 1-Bucket-Theta's random row/column choice: fixed so reruns shuffle alike
 
 
+class _Tally:
+    """Counters the executors add to while they join pairs (Spark accumulators).
+
+    They cover every execution of the rows: an action run twice on an uncached result counts twice.
+    """
+
+    def __init__(self, df: DataFrame) -> None:
+        sc = df.sparkSession.sparkContext
+        self.tested, self.routed, self.output = sc.accumulator(0), sc.accumulator(0), sc.accumulator(0)
+
+    def add(self, tested: int, routed: int, output: int) -> None:
+        self.tested.add(tested)
+        self.routed.add(routed)
+        self.output.add(output)
+
+
 @dataclass
 class ThetaResult:
-    """The joined rows (lazy) and the run's counters; :meth:`release` frees cached inputs."""
+    """The joined rows (lazy) and the run's counters; :meth:`release` frees cached inputs.
+
+    FastThetaJoin's per-row counters (rows compared, rows routed) are known once the rows have
+    been computed: :meth:`count` fills them in, :meth:`refresh` after any other action.
+    """
 
     rows: DataFrame
     stats: JoinStats
     method: str
     cached: list[DataFrame] = field(default_factory=list)
+    tally: _Tally | None = None
 
     def count(self) -> int:
-        """Run the join and count its rows (sets ``stats.output_rows``)."""
+        """Run the join and count its rows (sets ``stats.output_rows`` and the counters)."""
         self.stats.output_rows = self.rows.count()
+        self.refresh()
         return self.stats.output_rows
+
+    def refresh(self) -> JoinStats:
+        """The counters as the executors left them after the actions run so far."""
+        if self.tally is not None:
+            self.stats.rows_compared = int(self.tally.tested.value)
+            self.stats.replicated_rows = int(self.tally.routed.value)
+            self.stats.output_rows = int(self.tally.output.value)
+        return self.stats
 
     def release(self) -> None:
         """Unpersist what the method cached (the CFS sort, multi-way intermediate results)."""
@@ -97,8 +133,14 @@ def theta_join(
     theta: Theta,
     method: str = "fast",
     partitions: int = 8,
+    rows_per_partition: int = ROWS_PER_PARTITION,
 ) -> ThetaResult:
-    """Join ``r`` and ``s`` on ``r[on[0]] θ s[on[1]]`` with one of :data:`METHODS`."""
+    """Join ``r`` and ``s`` on ``r[on[0]] θ s[on[1]]`` with one of :data:`METHODS`.
+
+    ``partitions`` is the most range partitions FastThetaJoin uses (1-Bucket-Theta's and CFS's
+    regions); it uses fewer where the sides hold fewer than ``rows_per_partition`` rows each
+    (:func:`~outoforder.core.theta.plan.partitions_for`).
+    """
     if method not in METHODS:
         msg = f"unknown θ-join method {method!r}; known: {', '.join(METHODS)}"
         raise ConfigError(msg)
@@ -113,6 +155,8 @@ def theta_join(
         if col not in df.columns:
             msg = f"join column {col!r} not in {df.columns}"
             raise ConfigError(msg)
+    if method == "fast":
+        return _fast(r, s, on, theta, partitions, rows_per_partition)
     return _RUNNERS[method](r, s, on, theta, partitions)
 
 
@@ -156,103 +200,195 @@ def _empty(r: DataFrame, s: DataFrame, stats: JoinStats, method: str) -> ThetaRe
     return ThetaResult(r.crossJoin(s).limit(0), stats, method)
 
 
-def _fast(r: DataFrame, s: DataFrame, on: tuple[str, str], theta: Theta, partitions: int) -> ThetaResult:
-    (n_r, nul_r, r_lo, r_hi), (n_s, nul_s, s_lo, s_hi) = _side_stats(r, s, on)
-    stats = JoinStats(null_rows=nul_r + nul_s)
+def _fast(
+    r: DataFrame, s: DataFrame, on: tuple[str, str], theta: Theta, partitions: int, rows_per_partition: int
+) -> ThetaResult:
+    most = min(partitions, PARTITION_CAP)
+    sides = _sampled_stats(r, s, on, sample_fractions(most))
+    (n_r, nul_r, r_lo, r_hi, r_q), (n_s, nul_s, s_lo, s_hi, s_q) = sides
+    # the cross filter drops its rows while they are routed, in the join's own pass: not counted
+    stats = JoinStats(null_rows=nul_r + nul_s, r_filtered=None, s_filtered=None)
     if n_r == 0 or n_s == 0:
         return _empty(r, s, stats, "fast")
     (rb_lo, rb_hi), (sb_lo, sb_hi) = theta.cross_bounds(r_lo, r_hi, s_lo, s_hi)
     r_rng, s_rng = (max(r_lo, rb_lo), min(r_hi, rb_hi)), (max(s_lo, sb_lo), min(s_hi, sb_hi))
     if r_rng[0] > r_rng[1] or s_rng[0] > s_rng[1]:
-        stats.r_filtered, stats.s_filtered = n_r, n_s
         return _empty(r, s, stats, "fast")
+    sample = merge_samples([(r_q, n_r), (s_q, n_s)], len(sample_fractions(most)) + 1)
     lo, hi = min(r_rng[0], s_rng[0]), max(r_rng[1], s_rng[1])
-    with_np = math.isfinite(hi - lo) and hi > lo
-    span = (hi - lo) / partitions if with_np else 1.0
-
-    def placed(df: DataFrame, col: str, rng: tuple[float, float]) -> DataFrame:
-        v = F.col(col).cast("double")
-        pos = F.least(F.greatest((v - F.lit(lo)) / F.lit(span), F.lit(0.0)), F.lit(float(partitions)))
-        pid = F.least(F.floor(pos), F.lit(partitions - 1)) if with_np else F.lit(0).cast("long")
-        fine = F.least(F.floor((pos - pid) * FINE), F.lit(FINE - 1)) if with_np else F.lit(0).cast("long")
-        slot = fine * HASH + F.pmod(F.xxhash64(*[F.col(c) for c in df.columns]), F.lit(HASH))
-        keep = _valid(col) & (v >= F.lit(rng[0])) & (v <= F.lit(rng[1]))
-        return df.where(keep).withColumn("_pid", pid).withColumn("_slot", slot)
-
-    rp, sp = placed(r, on[0], r_rng), placed(s, on[1], s_rng)
-    per_slot = (
-        rp.select(F.lit(0).alias("_side"), "_pid", "_slot", F.col(on[0]).cast("double").alias("_v"))
-        .unionByName(
-            sp.select(F.lit(1).alias("_side"), "_pid", "_slot", F.col(on[1]).cast("double").alias("_v"))
-        )
-        .groupBy("_side", "_pid", "_slot")
-        .agg(F.count(F.lit(1)).alias("n"), F.min("_v").alias("lo"), F.max("_v").alias("hi"))
-        .collect()
-    )
-    rows: tuple[list[tuple[int, int, int, float, float]], ...] = ([], [])
-    for row in per_slot:
-        rows[row["_side"]].append((row["_pid"], row["_slot"], row["n"], row["lo"], row["hi"]))
-    kept_r, kept_s = sum(x[2] for x in rows[0]), sum(x[2] for x in rows[1])
-    stats.r_filtered, stats.s_filtered = n_r - kept_r, n_s - kept_s
-    if kept_r == 0 or kept_s == 0:
-        return _empty(r, s, stats, "fast")
-    plan = plan_pairs(
-        units_from_slots(rows[0], kept_r, partitions), units_from_slots(rows[1], kept_s, partitions), theta
-    )
+    cuts = choose_cuts(sample, lo, hi, partitions_for(theta, n_r, n_s, most, rows_per_partition))
+    plan = plan_pairs(side_units(cuts, *r_rng), side_units(cuts, *s_rng), theta)
+    stats.partitions, stats.partitioning = cuts.partitions, cuts.kind
     stats.partition_pairs = len(plan.pairs)
     stats.full_pairs = sum(full for _, _, full in plan.pairs)
-    stats.rows_compared = plan.rows_compared
-    stats.replicated_rows = plan.replicated_rows
-    stats.sub_partitions = list(Counter((0, u.pid) for u in plan.r_units).values()) + list(
-        Counter((1, u.pid) for u in plan.s_units).values()
-    )
     if not plan.pairs:
         return _empty(r, s, stats, "fast")
-    ra = _to_pairs(rp, plan, partitions, "r").withColumnRenamed("_pair", "_rpair")
-    full = _literal_array([int(f) for _, _, f in plan.pairs], "array<int>")
-    ra = ra.withColumn("_full", F.element_at(full, F.col("_rpair") + 1) == 1)
-    sa = _to_pairs(sp, plan, partitions, "s").withColumnRenamed("_pair", "_spair")
-    cond = (ra["_rpair"] == sa["_spair"]) & (ra["_full"] | _condition(ra, sa, on, theta))
-    out = ra.join(sa, cond).select(*[ra[c] for c in r.columns], *[sa[c] for c in s.columns])
-    return ThetaResult(out, stats, "fast")
+    ra = _routed(r, on[0], r_rng, cuts, plan, theta, "r")
+    sa = _routed(s, on[1], s_rng, cuts, plan, theta, "s")
+    tally = _Tally(r)
+    schema = StructType(r.schema.fields + s.schema.fields)
+    join = _pair_joiner([full for _, _, full in plan.pairs], theta, on, (r.columns, s.columns), schema, tally)
+    # one shuffle partition per pair, up to a few per core: Spark's adaptive coalescing would
+    # otherwise merge a few large pairs into one task and leave cores idle
+    tasks = min(len(plan.pairs), _TASKS_PER_CORE * r.sparkSession.sparkContext.defaultParallelism)
+    ra, sa = ra.repartition(tasks, "_pair"), sa.repartition(tasks, "_pair")
+    out = ra.groupBy("_pair").cogroup(sa.groupBy("_pair")).applyInArrow(join, schema)
+    return ThetaResult(out, stats, "fast", tally=tally)
+
+
+_Side = tuple[int, int, float, float, "np.ndarray[Any, np.dtype[np.float64]]"]
+_TASKS_PER_CORE = 4
+_ACCURACY = 10_000  # percentile_approx's: rank error about 1/10,000 of the rows
+
+
+def _sampled_stats(r: DataFrame, s: DataFrame, on: tuple[str, str], fractions: list[float]) -> list[_Side]:
+    """Per side (R, S), in one job: valid rows, null/NaN rows, min, max, and quantiles at ``fractions``."""
+    both = r.select(F.lit(0).alias("_side"), F.col(on[0]).cast("double").alias("_v")).unionByName(
+        s.select(F.lit(1).alias("_side"), F.col(on[1]).cast("double").alias("_v"))
+    )
+    ok = _valid("_v")
+    v = F.when(ok, F.col("_v"))
+    got = {
+        row["_side"]: row
+        for row in both.groupBy("_side")
+        .agg(
+            F.count(v).alias("n"),
+            F.count(F.when(~ok, 1)).alias("nulls"),
+            F.min(v).alias("lo"),
+            F.max(v).alias("hi"),
+            F.percentile_approx(v, fractions, _ACCURACY).alias("q"),
+        )
+        .collect()
+    }
+    out: list[_Side] = []
+    for side in (0, 1):
+        row = got.get(side)
+        if row is None or not row["n"]:
+            nulls = int(row["nulls"]) if row is not None else 0
+            out.append((0, nulls, math.nan, math.nan, np.zeros(0)))
+        else:
+            q = np.array(row["q"] or [], dtype=np.float64)
+            out.append((int(row["n"]), int(row["nulls"]), row["lo"], row["hi"], q))
+    return out
+
+
+def _partition_of(v: Column, cuts: Cuts, row_hash: Callable[[], Column]) -> Column:
+    """:meth:`Cuts.assign` as a column: a balanced tree of comparisons over the cuts.
+
+    ``row_hash`` is asked for only when a value is spread over several partitions.
+    """
+    values = cuts.values
+
+    def below(lo: int, hi: int) -> Column:  # cuts <= v, knowing values[:lo] <= v < values[hi:]
+        if lo == hi:
+            return F.lit(lo)
+        mid = (lo + hi) // 2
+        return F.when(v < F.lit(values[mid]), below(lo, mid)).otherwise(below(mid + 1, hi))
+
+    pid = below(0, len(values))
+    for value, first, k in cuts.heavy():
+        pid = F.when(v == F.lit(value), F.lit(first) + F.pmod(row_hash(), F.lit(k))).otherwise(pid)
+    return pid.cast("int")
+
+
+def _routed(
+    df: DataFrame, col: str, rng: tuple[float, float], cuts: Cuts, plan: PairPlan, theta: Theta, side: str
+) -> DataFrame:
+    """Each row of one side once per pair its partition is in (an int column ``_pair``).
+
+    Rows outside the side's filtered range go nowhere; a partial pair gets only the rows that can
+    meet the other unit's value range (the cross filter per pair), a full pair all of them. The
+    routing is constant arrays in the projection: no lookup join, no broadcast job.
+    """
+    v = F.col(col).cast("double")
+    keep = _valid(col) & (v >= F.lit(rng[0])) & (v <= F.lit(rng[1]))
+    units = plan.r_units if side == "r" else plan.s_units
+    of_pid: list[list[int]] = [[] for _ in range(cuts.partitions)]
+    lows, highs = [], []
+    for k, (a, b, full) in enumerate(plan.pairs):
+        of_pid[units[a if side == "r" else b].pid].append(k)
+        if full:
+            lows.append(-math.inf)
+            highs.append(math.inf)
+        else:
+            ua, ub = plan.r_units[a], plan.s_units[b]
+            bounds = theta.cross_bounds(ua.lo, ua.hi, ub.lo, ub.hi)[0 if side == "r" else 1]
+            lows.append(bounds[0])
+            highs.append(bounds[1])
+    starts: list[int] = []
+    flat: list[int] = []
+    for ids in of_pid:
+        starts.append(len(flat) + 1)
+        flat.extend(ids)
+    pid = _partition_of(v, cuts, lambda: F.xxhash64(*[F.col(c) for c in df.columns]))
+    mine = F.slice(
+        _literal_array(flat, "array<int>"),
+        F.element_at(_literal_array(starts, "array<int>"), pid + 1),
+        F.element_at(_literal_array([len(x) for x in of_pid], "array<int>"), pid + 1),
+    )
+    pair = F.col("_pair") + 1
+    fits = (v >= F.element_at(_literal_doubles(lows), pair)) & (
+        v <= F.element_at(_literal_doubles(highs), pair)
+    )
+    return df.where(keep).withColumn("_pair", F.explode(mine)).where(fits)
 
 
 def _literal_array(values: Sequence[int], sql_type: str) -> Column:
     """A constant int array from one string literal (folded once by the optimizer).
 
-    One py4j call instead of one per element: with 64 partitions a routing table has thousands.
+    One py4j call instead of one per element: a routing table has thousands.
     """
     return F.split(F.lit(",".join(map(str, values))), ",").cast(sql_type)
 
 
-def _to_pairs(df: DataFrame, plan: PairPlan, partitions: int, side: str) -> DataFrame:
-    """Send every row to the pairs its unit is in: one row per pair, in an int column ``_pair``.
-
-    The routing is constant arrays in the projection (no lookup join, no broadcast job):
-    ``unit[pid · SLOTS + slot]``, then that unit's run ``[start, start + count)`` of the
-    pair ids listed unit by unit.
-    """
-    units: list[Unit] = plan.r_units if side == "r" else plan.s_units
-    unit_of = [0] * (partitions * SLOTS)
-    for k, u in enumerate(units):
-        for slot in u.slots or range(SLOTS):
-            unit_of[u.pid * SLOTS + slot] = k
-    pairs_of: list[list[int]] = [[] for _ in units]
-    for k, (a, b, _) in enumerate(plan.pairs):
-        pairs_of[a if side == "r" else b].append(k)
-    starts: list[int] = []
-    flat: list[int] = []
-    for ids in pairs_of:
-        starts.append(len(flat) + 1)
-        flat.extend(ids)
-    unit = F.element_at(
-        _literal_array(unit_of, "array<int>"), (F.col("_pid") * SLOTS + F.col("_slot")).cast("int") + 1
+def _literal_doubles(values: Sequence[float]) -> Column:
+    """A constant double array from one string literal (exact: ``repr`` round-trips a double)."""
+    text = ",".join(
+        "Infinity" if x == math.inf else "-Infinity" if x == -math.inf else repr(x) for x in values
     )
-    start = F.element_at(_literal_array(starts, "array<int>"), unit + 1)
-    count = F.element_at(_literal_array([len(x) for x in pairs_of], "array<int>"), unit + 1)
-    # a unit in no pair has count 0: its rows drop out in the explode
-    mine = F.slice(_literal_array(flat, "array<int>"), start, count)
-    return df.withColumn("_pair", F.explode(mine)).drop("_pid", "_slot")
+    return F.split(F.lit(text), ",").cast("array<double>")
+
+
+def _pair_joiner(
+    full: list[bool],
+    theta: Theta,
+    on: tuple[str, str],
+    columns: tuple[list[str], list[str]],
+    schema: StructType,
+    tally: _Tally,
+) -> Callable[[Any, Any, Any], Any]:
+    """The executors' join of one partition pair's two sides (Arrow tables), by sorting.
+
+    A full pair is every combination of its rows, with no test; a partial pair goes through
+    :func:`~outoforder.core.theta.sortjoin.sorted_join`.
+    """
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    arrow_schema = to_arrow_schema(schema)
+
+    def join(key: Any, left: Any, right: Any) -> Any:
+        import pyarrow as pa
+
+        from outoforder.core.theta.sortjoin import sorted_join
+
+        if left.num_rows == 0 or right.num_rows == 0:
+            tally.add(0, left.num_rows + right.num_rows, 0)
+            return arrow_schema.empty_table()
+        left, right = left.select(columns[0]), right.select(columns[1])
+        if full[key[0].as_py()]:
+            ri = np.repeat(np.arange(left.num_rows), right.num_rows)
+            si = np.tile(np.arange(right.num_rows), left.num_rows)
+            tested = 0
+        else:
+            a = np.asarray(left.column(on[0]).to_numpy(), dtype=np.float64)
+            b = np.asarray(right.column(on[1]).to_numpy(), dtype=np.float64)
+            m = sorted_join(a, b, theta)
+            ri, si, tested = m.r, m.s, m.tested
+        tally.add(tested, left.num_rows + right.num_rows, int(ri.size))
+        lt, rt = left.take(ri), right.take(si)
+        return pa.Table.from_arrays([*lt.columns, *rt.columns], schema=arrow_schema)
+
+    return join
 
 
 def _one_bucket_rows(
@@ -319,7 +455,6 @@ def _cross(r: DataFrame, s: DataFrame, on: tuple[str, str], theta: Theta, partit
 
 
 _RUNNERS: dict[str, Callable[[DataFrame, DataFrame, tuple[str, str], Theta, int], ThetaResult]] = {
-    "fast": _fast,
     "cfs": _cfs,
     "one-bucket": _one_bucket,
     "spark-sql": _spark_sql,
@@ -329,11 +464,16 @@ _RUNNERS: dict[str, Callable[[DataFrame, DataFrame, tuple[str, str], Theta, int]
 
 @dataclass
 class MultiwayResult:
-    """The final rows (lazy), the counters of every pairwise join by round, cached intermediates."""
+    """The final rows (lazy), every pairwise join by round, the cached intermediates."""
 
     rows: DataFrame
-    rounds: list[list[JoinStats]]
+    joins: list[list[ThetaResult]]
     cached: list[DataFrame] = field(default_factory=list)
+
+    @property
+    def rounds(self) -> list[list[JoinStats]]:
+        """The counters of every pairwise join by round, as of the actions run so far."""
+        return [[res.refresh() for res in rnd] for rnd in self.joins]
 
     def release(self) -> None:
         """Unpersist the intermediate results (after the final rows have been used)."""
@@ -351,6 +491,7 @@ def multiway_join(
     thetas: Sequence[Theta],
     method: str = "fast",
     partitions: int = 8,
+    rows_per_partition: int = ROWS_PER_PARTITION,
 ) -> MultiwayResult:
     """``F0.c0 θ0 F1.c1 θ1 F2.c2 …`` as the seed's pairwise tree.
 
@@ -368,17 +509,25 @@ def multiway_join(
     groups: list[_Group] = [(i, i, f) for i, f in enumerate(frames)]
     result = MultiwayResult(frames[0], [])
 
-    def join_pair(left: _Group, right: _Group, materialize: bool) -> tuple[_Group, JoinStats]:
+    def join_pair(left: _Group, right: _Group, materialize: bool) -> tuple[_Group, ThetaResult]:
         res = theta_join(
-            left[2], right[2], (cols[left[1]], cols[right[0]]), thetas[left[1]], method, partitions
+            left[2],
+            right[2],
+            (cols[left[1]], cols[right[0]]),
+            thetas[left[1]],
+            method,
+            partitions,
+            rows_per_partition,
         )
         rows = res.rows
         result.cached.extend(res.cached)
         if materialize:
             rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
             result.cached.append(rows)
-            res.stats.output_rows = rows.count()
-        return (left[0], right[1], rows), res.stats
+            n = rows.count()
+            res.refresh()
+            res.stats.output_rows = n
+        return (left[0], right[1], rows), res
 
     try:
         while len(groups) > 1:
@@ -389,7 +538,7 @@ def multiway_join(
                     for k in range(0, len(groups) - 1, 2)
                 ]
                 done = [f.result() for f in futures]
-            result.rounds.append([stats for _, stats in done])
+            result.joins.append([res for _, res in done])
             groups = [g for g, _ in done] + ([groups[-1]] if len(groups) % 2 else [])
     except BaseException:
         result.release()

@@ -1,21 +1,12 @@
 """FastThetaJoin's plan returns exactly the brute-force result, and its counters add up."""
 
-import itertools
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from outoforder.core.theta.plan import (
-    HASH,
-    SLOTS,
-    Theta,
-    brute_force,
-    fast_theta_join,
-    skew_split,
-    units_from_slots,
-)
+from outoforder.core.theta.fast import fast_theta_join
+from outoforder.core.theta.plan import Cuts, Theta, brute_force, choose_cuts
 from outoforder.errors import ConfigError
 
 PREDICATES = ["<", "<=", ">=", ">", "=", "band:0", "band:2.5"]
@@ -33,59 +24,55 @@ values = st.one_of(
     s=st.lists(values, max_size=40),
     op=st.sampled_from(PREDICATES),
     partitions=st.integers(1, 9),
-    window=st.sampled_from([None, 1, 7, 100]),
 )
-def test_equals_brute_force_with_duplicates_nulls_empties_and_extremes(r, s, op, partitions, window):
+def test_equals_brute_force_with_duplicates_nulls_empties_and_extremes(r, s, op, partitions):
     theta = Theta.parse(op)
     ra, sa = np.array(r, dtype=np.float64), np.array(s, dtype=np.float64)
-    run = fast_theta_join(ra, sa, theta, partitions, window)
+    run = fast_theta_join(ra, sa, theta, partitions)
     assert run.pairs.tolist() == brute_force(ra, sa, theta).tolist()
     st_ = run.stats
     assert st_.null_rows == int(np.isnan(ra).sum() + np.isnan(sa).sum())
     assert st_.output_rows == len(run.pairs)
-    assert st_.rows_compared <= (len(r) - st_.r_filtered) * (len(s) - st_.s_filtered) or not r or not s
+    assert st_.rows_compared <= st_.output_rows + st_.replicated_rows  # sorting, never all pairs
 
 
-def test_heavy_skew_is_split_and_uniform_data_compares_few_rows():
+def test_skewed_values_get_quantile_cuts_and_heavy_values_are_spread():
     rng = np.random.default_rng(1)
     skewed = np.concatenate([np.full(900, 5.0), rng.uniform(0, 100, 100)])
-    run = fast_theta_join(skewed, rng.uniform(0, 100, 1_000), Theta(">"), partitions=10, window_size=1_000)
-    assert max(run.stats.sub_partitions) >= 9  # 900 equal values > MaxSize 100: split
-    uni_r, uni_s = rng.uniform(0, 1, 2_000), rng.uniform(0, 1, 2_000)
-    uni = fast_theta_join(uni_r, uni_s, Theta("<"), partitions=32)
-    assert uni.pairs.tolist() == brute_force(uni_r, uni_s, Theta("<")).tolist()
-    # only the diagonal partition pairs need a per-row test: comparisons << output
-    assert uni.stats.rows_compared < 0.1 * uni.stats.output_rows
-    assert uni.stats.full_pairs > 0
+    other = rng.uniform(0, 100, 1_000)
+    run = fast_theta_join(skewed, other, Theta(">"), partitions=10)
+    assert run.stats.partitioning == "quantile"
+    assert run.pairs.tolist() == brute_force(skewed, other, Theta(">")).tolist()
+    sample = np.quantile(np.concatenate([skewed, other]), np.linspace(0, 1, 41)[1:-1], method="inverted_cdf")
+    cuts = choose_cuts(sample, 0.0, 100.0, 10)
+    ((value, first, k),) = cuts.heavy()
+    assert value == 5.0 and k >= 3  # 45 % of the rows: spread over about 4.5 partitions' worth
+    spread = cuts.assign(np.full(1_000, 5.0), np.arange(1_000))
+    assert set(spread.tolist()) == set(range(first, first + k))
 
 
-def test_skew_split_matches_the_seed_example_and_bad_input_fails():
-    assert skew_split(700, window_size=300 * 4, partitions=4) == [233, 233, 234]
-    assert skew_split(10, window_size=1000, partitions=4) == [10]
+def test_uniform_data_keeps_equal_widths_and_tests_about_the_output():
+    rng = np.random.default_rng(2)
+    r, s = rng.uniform(0, 1, 3_000), rng.uniform(0, 1, 3_000)
+    band = fast_theta_join(r, s, Theta("band", 2 / 3_000), partitions=16)
+    assert band.stats.partitioning == "range"
+    assert band.pairs.tolist() == brute_force(r, s, Theta("band", 2 / 3_000)).tolist()
+    assert band.stats.rows_compared <= 1.01 * band.stats.output_rows  # the issue's ≤ 2
+    lt = fast_theta_join(r, s, Theta("<"), partitions=32)
+    assert lt.stats.full_pairs > 0
+    assert lt.stats.rows_compared < 0.1 * lt.stats.output_rows  # full pairs need no test
+
+
+def test_cuts_cover_the_line_and_bad_input_fails():
+    cuts = Cuts((1.0, 2.0, 2.0, 2.0, 3.0), "quantile")
+    v = np.array([-5.0, 1.0, 1.5, 2.0, 2.0, 2.0, 2.5, 3.0, 9.0])
+    parts = cuts.assign(v, np.arange(v.size))
+    for x, p in zip(v.tolist(), parts.tolist(), strict=True):
+        lo, hi = cuts.ranges(-5.0, 9.0)[p]
+        assert lo <= x <= hi
+    assert choose_cuts(np.array([]), 0.0, 0.0, 8) == Cuts((), "single")
     for bad in ("<>", "band:x", "band:-1"):
         with pytest.raises(ConfigError):
             Theta.parse(bad)
     with pytest.raises(ConfigError):
         fast_theta_join(np.array([1.0]), np.array([2.0]), Theta("<"), partitions=0)
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    counts=st.lists(st.integers(0, 50), min_size=SLOTS, max_size=SLOTS),
-    window=st.integers(1, 5_000),
-    partitions=st.integers(1, 16),
-)
-def test_units_cover_every_slot_once_in_value_order_and_near_equal(counts, window, partitions):
-    rows = [(3, s, c, float(s // HASH), float(s // HASH) + 0.5) for s, c in enumerate(counts) if c]
-    if not rows:
-        return
-    units = units_from_slots(rows, window, partitions)
-    total = sum(counts)
-    flag = len(skew_split(total, window, partitions))
-    assert sum(u.count for u in units) == total
-    assert 1 <= len(units) <= min(flag, len(rows))
-    if len(units) > 1:
-        slots = [s for u in units for s in u.slots]
-        assert slots == sorted(r[1] for r in rows)  # each slot once, consecutive runs by value
-        assert all(a.hi <= b.lo + 0.5 for a, b in itertools.pairwise(units))  # ordered by value
-        assert max(u.count for u in units) <= total / len(units) + 50  # within one slot of equal

@@ -2,35 +2,26 @@
 
 The plan, on the join attribute of the two windowed datasets:
 
-1. min and max per side; ``span = (global max − global min) / partitions``; both sides are
-   range-partitioned on the same edges (partition ``p`` holds ``[lo + p·span, lo + (p+1)·span)``,
-   the last one closed);
-2. a coarse cross filter: for ``R.a > S.b`` no R row ``<= min(S)`` and no S row ``>= max(R)`` can
-   match (and likewise for the other operators); whole partitions outside the bound are dropped by
-   index, only the partition holding the bound is scanned row by row;
-3. partition pairs are classified from the partitions' actual min and max: *none* (no pair can
-   satisfy θ: never joined), *full* (every pair satisfies θ: emitted without a per-row test) or
-   *partial* (Cartesian product with the θ test);
-4. skew: with ``MaxSize = ⌈window size / partitions⌉`` a partition of ``ActualSize`` rows gets
-   ``flag = ⌈ActualSize / MaxSize⌉`` and is split into ``flag`` near-equal sub-partitions (700 rows,
-   MaxSize 300 → 233, 233, 234), so no task gets a giant Cartesian product.
+1. min and max per side, and a cross filter: for ``R.a > S.b`` no R row ``<= min(S)`` and no S
+   row ``>= max(R)`` can match (:meth:`Theta.cross_bounds` has the rule for every operator);
+2. both sides are range-partitioned on the same cuts (:func:`choose_cuts`): the seed's equal-width
+   partitions of the filtered range, or equi-depth ones (quantiles) where equal widths would put
+   most rows into few partitions; a single value heavier than a partition is spread over several
+   by a hash (the seed's skew split, ``flag = ⌈ActualSize / MaxSize⌉`` units);
+3. partition pairs are classified from their value ranges: *none* (no pair of rows can satisfy θ:
+   never joined), *full* (every pair does: emitted without a test) or *partial*;
+4. a partial pair is joined by sorting (:mod:`outoforder.core.theta.sortjoin`), at a cost in
+   proportion to its input and output, where the seed compared every pair of its rows.
 
 Operators: ``<``, ``<=``, ``>=``, ``>``, and as extensions ``=`` and ``band:c`` (``|a − b| <= c``).
-Null (NaN) values never match; they are excluded and counted.
-
->>> import numpy as np
->>> r, s = np.array([1.0, 5.0, 9.0]), np.array([2.0, 6.0])
->>> run = fast_theta_join(r, s, Theta.parse(">"), partitions=2)
->>> run.pairs.tolist(), run.stats.output_rows
-([[1, 0], [2, 0], [2, 1]], 3)
->>> skew_split(700, window_size=1_000, partitions=4)  # MaxSize 250 -> flag 3
-[233, 233, 234]
+Null (NaN) values never match; they are excluded and counted. The plan run set at a time in numpy
+is :func:`outoforder.core.theta.fast.fast_theta_join`, the reference of the Spark operator.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -117,20 +108,148 @@ class Theta:
         return (s_lo - c, s_hi + c), (r_lo - c, r_hi + c)
 
 
-@dataclass(frozen=True)
-class Unit:
-    """One (sub-)partition of a side: the rows of range partition ``pid`` in hash ``slots``.
+PARTITION_CAP = 256  # range partitions at most: the Spark plan assigns them with a tree of comparisons
+SAMPLE_PER_PARTITION = 4  # quantile points per partition, to see skew and heavy values
+SKEWED = 2.0  # an equal-width partition expected to hold more than this many times its share
+# A partition pair is joined by one task in memory, at a cost in proportion to its rows: fewer,
+# larger partitions cost less than many small ones (each pair has a fixed cost), down to these.
+ROWS_PER_PARTITION = 50_000  # rows of both sides
+OUTPUT_PER_ROW = 16  # a full pair of an inequality join may output this many rows per input row
 
-    ``slots`` is empty for a partition that was not split (all its rows); a skewed partition is
-    split into units that each own a set of hash slots of its rows.
+
+def partitions_for(
+    theta: Theta, n_r: int, n_s: int, most: int, rows_per_partition: int = ROWS_PER_PARTITION
+) -> int:
+    """Range partitions for ``n_r`` and ``n_s`` rows: enough to bound a task, at most ``most``.
+
+    A band or ``=`` join's pairs hold about their partitions' rows; an inequality's full pairs
+    hold ``(n_r/P)·(n_s/P)`` output rows, so there P grows with the square root of the output
+    (up to ``OUTPUT_PER_ROW × rows_per_partition`` output rows per pair).
+
+    >>> band, less = Theta("band", 0.1), Theta("<")
+    >>> partitions_for(band, 10_000, 10_000, 128), partitions_for(less, 20_000, 20_000, 128)
+    (1, 23)
+    >>> partitions_for(Theta("band", 0.1), 10_000_000, 10_000_000, 128)
+    128
+    """
+    want = math.ceil((n_r + n_s) / rows_per_partition)
+    if theta.op in ("<", "<=", ">", ">="):
+        want = max(want, math.ceil(math.sqrt(n_r * n_s / (OUTPUT_PER_ROW * rows_per_partition))))
+    return max(1, min(want, most, PARTITION_CAP))
+
+
+def merge_samples(samples: list[tuple[FloatArray, int]], points: int) -> FloatArray:
+    """Evenly spaced quantiles of a union, from each part's evenly spaced quantiles and its rows.
+
+    Each sample point stands for ``rows / len(sample)`` rows of its part.
+
+    >>> merge_samples([(np.array([1.0, 2.0]), 2), (np.array([10.0, 20.0, 30.0, 40.0]), 400)], 4).tolist()
+    [10.0, 20.0, 30.0, 40.0]
+    """
+    parts = [(np.asarray(x, dtype=np.float64), n) for x, n in samples if len(x) and n > 0]
+    if not parts:
+        return np.zeros(0)
+    vals = np.concatenate([x for x, _ in parts])
+    weights = np.concatenate([np.full(x.size, n / x.size) for x, n in parts])
+    order = np.argsort(vals, kind="stable")
+    vals, cum = vals[order], np.cumsum(weights[order])
+    at = (np.arange(points) + 0.5) * cum[-1] / points
+    return np.asarray(vals[np.minimum(np.searchsorted(cum, at, "left"), vals.size - 1)])
+
+
+@dataclass(frozen=True)
+class Cuts:
+    """Range partitions of the join values: partition ``p`` holds ``[cuts[p-1], cuts[p])``.
+
+    ``kind`` is ``range`` (the seed's equal-width partitions), ``quantile`` (equi-depth: chosen
+    when equal widths would crowd rows into few partitions) or ``single``. A value that fills
+    more than one quantile step appears in ``values`` several times, ``k`` in a row from index
+    ``i``: its rows are spread by a hash over partitions ``i+1 … i+k`` (the seed's skew split of
+    an oversized partition, which equal values cannot otherwise get).
+
+    >>> cuts = Cuts((1.0, 5.0, 5.0, 5.0, 9.0), "quantile")
+    >>> cuts.partitions, cuts.heavy()
+    (6, [(5.0, 2, 3)])
+    >>> cuts.assign(np.array([0.0, 1.0, 5.0, 5.0, 5.0, 7.0, 9.5]), np.array([0, 0, 0, 1, 2, 0, 0])).tolist()
+    [0, 1, 2, 3, 4, 4, 5]
+    >>> cuts.ranges(0.0, 10.0)[1:5]
+    [(1.0, 5.0), (5.0, 5.0), (5.0, 5.0), (5.0, 9.0)]
     """
 
+    values: tuple[float, ...]
+    kind: str
+
+    @property
+    def partitions(self) -> int:
+        """Number of range partitions."""
+        return len(self.values) + 1
+
+    def heavy(self) -> list[tuple[float, int, int]]:
+        """``(value, first partition, partitions)`` of every value spread over several partitions."""
+        out, k = [], 0
+        while k < len(self.values):
+            j = k
+            while j + 1 < len(self.values) and self.values[j + 1] == self.values[k]:
+                j += 1
+            if j > k:
+                out.append((self.values[k], k + 1, j - k + 1))
+            k = j + 1
+        return out
+
+    def assign(self, v: FloatArray, h: IntArray) -> IntArray:
+        """Partition of every value (``h``: a non-negative hash of its row, for heavy values)."""
+        p = np.searchsorted(np.array(self.values, dtype=np.float64), v, "right").astype(np.int64)
+        for value, first, k in self.heavy():
+            at = v == value
+            p[at] = first + h[at] % k
+        return p
+
+    def ranges(self, lo: float, hi: float) -> list[tuple[float, float]]:
+        """Each partition's closed value range within ``[lo, hi]`` (empty when lo > hi)."""
+        bounds = [lo, *self.values, hi]
+        return [(max(bounds[p], lo), min(bounds[p + 1], hi)) for p in range(self.partitions)]
+
+
+def choose_cuts(sample: FloatArray, lo: float, hi: float, partitions: int) -> Cuts:
+    """The seed's equal-width partitions of ``[lo, hi]``, or quantile ones where values are skewed.
+
+    ``sample`` holds evenly spaced quantiles of both sides' join values (exact or approximate);
+    those outside ``[lo, hi]`` (removed by the cross filter) are ignored. Equal widths are kept
+    unless one partition would hold more than :data:`SKEWED` times its share of the sample.
+
+    >>> choose_cuts(np.linspace(0, 1, 33), 0.0, 1.0, 4)
+    Cuts(values=(0.25, 0.5, 0.75), kind='range')
+    >>> choose_cuts(np.array([1.0] * 30 + [2.0, 3.0]), 1.0, 3.0, 4)  # one value holds 94 %
+    Cuts(values=(1.0, 1.0, 1.0), kind='quantile')
+    """
+    if partitions < 1:
+        msg = f"need at least one partition, got {partitions}"
+        raise ConfigError(msg)
+    partitions = min(partitions, PARTITION_CAP)
+    inside = np.sort(sample[(sample >= lo) & (sample <= hi)])
+    with np.errstate(over="ignore", invalid="ignore"):
+        span = (hi - lo) / partitions
+    if partitions == 1 or not hi > lo:
+        return Cuts((), "single")
+    if math.isfinite(span) and span > 0:
+        even = tuple(float(lo + k * span) for k in range(1, partitions))
+        share = np.bincount(np.searchsorted(np.array(even), inside, "right"), minlength=partitions)
+        if inside.size < partitions or share.max() <= SKEWED * inside.size / partitions:
+            return Cuts(even, "range")
+    if inside.size == 0:
+        return Cuts((), "single")
+    at = [min(round(k * inside.size / partitions), inside.size - 1) for k in range(1, partitions)]
+    return Cuts(tuple(float(inside[i]) for i in at), "quantile")
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One range partition of one side: its closed value range and (where known) its rows."""
+
     pid: int
-    sub: int
-    count: int
     lo: float
     hi: float
-    slots: tuple[int, ...] = ()
+    count: int = 0
 
 
 @dataclass(frozen=True)
@@ -141,19 +260,9 @@ class PairPlan:
     s_units: list[Unit]
     pairs: list[tuple[int, int, bool]]  # (R unit, S unit, full)
 
-    @property
-    def rows_compared(self) -> int:
-        """Per-row θ tests the plan needs: the Cartesian products of the partial pairs."""
-        return sum(self.r_units[a].count * self.s_units[b].count for a, b, full in self.pairs if not full)
-
-    @property
-    def replicated_rows(self) -> int:
-        """Rows sent to the pair tasks: each unit once per pair it is in."""
-        return sum(self.r_units[a].count + self.s_units[b].count for a, b, _ in self.pairs)
-
 
 def plan_pairs(r_units: list[Unit], s_units: list[Unit], theta: Theta) -> PairPlan:
-    """Classify every unit pair from the units' min and max; keep those that can satisfy θ."""
+    """Classify every unit pair from the units' value ranges; keep those that can satisfy θ."""
     pairs = []
     for a, ru in enumerate(r_units):
         for b, su in enumerate(s_units):
@@ -163,66 +272,29 @@ def plan_pairs(r_units: list[Unit], s_units: list[Unit], theta: Theta) -> PairPl
     return PairPlan(r_units, s_units, pairs)
 
 
-FINE = 8  # value sub-ranges per range partition, for value-ordered skew splits
-HASH = 8  # hash slots per sub-range, to split runs of equal values
-SLOTS = FINE * HASH  # slot = fine sub-range · HASH + hash slot
-
-
-def units_from_slots(
-    rows: list[tuple[int, int, int, float, float]], window_size: int, partitions: int
-) -> list[Unit]:
-    """A side's units from its per (partition, slot) ``(pid, slot, count, min, max)`` rows.
-
-    ``slot = fine · HASH + h``: ``fine`` is the row's sub-range of its partition (FINE equal
-    ones), ``h`` a hash of the row. A partition over MaxSize gets ``flag`` units
-    (:func:`skew_split`'s flag): its slots, in slot order (by value first), are cut into ``flag``
-    consecutive runs of near-equal counts. The units are ordered by value, so few of their pairs
-    need a per-row test; equal values, which share a sub-range, are still split by hash. A
-    partition is never cut finer than its non-empty slots, and rows identical in every column
-    share a slot.
-
-    >>> rows = [(0, s, 100, float(s // 8), float(s // 8)) for s in range(64)]  # 6,400 rows
-    >>> [(u.count, u.lo, u.hi) for u in units_from_slots(rows, 6_400, 2)]  # MaxSize 3,200
-    [(3200, 0.0, 3.0), (3200, 4.0, 7.0)]
-    """
-    by_pid: dict[int, list[tuple[int, int, float, float]]] = {}
-    for pid, slot, count, lo, hi in rows:
-        by_pid.setdefault(pid, []).append((slot, count, lo, hi))
-    units: list[Unit] = []
-    for pid in sorted(by_pid):
-        slots = sorted(by_pid[pid])
-        total = sum(t[1] for t in slots)
-        flag = min(len(skew_split(total, window_size, partitions)), len(slots))
-        if flag == 1:
-            units.append(Unit(pid, 0, total, min(t[2] for t in slots), max(t[3] for t in slots)))
-            continue
-        groups: list[list[tuple[int, int, float, float]]] = [[]]
-        seen = 0
-        for k, t in enumerate(slots):
-            left = len(slots) - k  # every remaining group needs at least one slot
-            if groups[-1] and (seen >= total * len(groups) / flag or left <= flag - len(groups)):
-                groups.append([])
-            groups[-1].append(t)
-            seen += t[1]
-        for sub, g in enumerate(groups):
-            lo, hi = min(x[2] for x in g), max(x[3] for x in g)
-            units.append(Unit(pid, sub, sum(x[1] for x in g), lo, hi, tuple(x[0] for x in g)))
-    return units
+def side_units(cuts: Cuts, lo: float, hi: float) -> list[Unit]:
+    """One side's units: the partitions whose range meets the side's filtered range ``[lo, hi]``."""
+    return [Unit(p, a, b) for p, (a, b) in enumerate(cuts.ranges(lo, hi)) if a <= b]
 
 
 @dataclass
 class JoinStats:
-    """Counters of one θ-join run (the benchmark's cost measures)."""
+    """Counters of one θ-join run (the benchmark's cost measures).
 
-    rows_compared: int = 0  # per-row θ tests (partial partition pairs)
+    ``r_filtered``/``s_filtered`` are None where a method does not count them (FastThetaJoin on
+    Spark drops those rows while routing, in the same pass as the join).
+    """
+
+    rows_compared: int = 0  # θ tests on pairs of rows
     partition_pairs: int = 0  # pairs joined (full + partial)
     full_pairs: int = 0
     output_rows: int = 0
-    r_filtered: int = 0  # rows dropped by the cross filter
-    s_filtered: int = 0
+    r_filtered: int | None = 0  # rows dropped by the cross filter
+    s_filtered: int | None = 0
     null_rows: int = 0  # NaN join values, excluded
     replicated_rows: int = 0  # rows sent to partition-pair tasks (a row once per pair it is in)
-    sub_partitions: list[int] = field(default_factory=list)
+    partitions: int = 0  # range partitions used (FastThetaJoin)
+    partitioning: str = ""  # range, quantile or single (FastThetaJoin)
 
 
 @dataclass(frozen=True)
@@ -242,14 +314,6 @@ def brute_force(r: FloatArray, s: FloatArray, theta: Theta) -> PairArray:
     return np.stack([i, j], axis=1).astype(np.int64) if i.size else np.zeros((0, 2), dtype=np.int64)
 
 
-def skew_split(size: int, window_size: int, partitions: int) -> list[int]:
-    """Sub-partition sizes of a partition of ``size`` rows (one part when it is not oversized)."""
-    max_size = max(math.ceil(window_size / max(partitions, 1)), 1)
-    flag = max(math.ceil(size / max_size), 1)
-    base, extra = divmod(size, flag)
-    return [base + (1 if k >= flag - extra else 0) for k in range(flag)]
-
-
 def one_bucket_shape(regions: int, n_r: int, n_s: int) -> tuple[int, int]:
     """1-Bucket-Theta's grid: ``rows × cols <= regions`` minimizing a region's input ``n_r/rows + n_s/cols``.
 
@@ -267,79 +331,3 @@ def one_bucket_shape(regions: int, n_r: int, n_s: int) -> tuple[int, int]:
         key=lambda rc: (max(n_r, 1) / rc[0] + max(n_s, 1) / rc[1], -rc[0] * rc[1]),
     )
     return best
-
-
-def range_partition(values: FloatArray, lo: float, hi: float, partitions: int) -> IntArray:
-    """Partition index of every value on ``partitions`` equal ranges of [lo, hi] (last closed)."""
-    if partitions < 1:
-        msg = f"need at least one partition, got {partitions}"
-        raise ConfigError(msg)
-    with np.errstate(over="ignore", invalid="ignore"):
-        span = (hi - lo) / partitions
-    if not (np.isfinite(span) and span > 0):  # one value, or infinite/overflowing extremes
-        return np.zeros(values.size, dtype=np.int64)
-    return np.clip(np.floor((values - lo) / span), 0, partitions - 1).astype(np.int64)
-
-
-def fast_theta_join(
-    r: FloatArray, s: FloatArray, theta: Theta, partitions: int, window_size: int | None = None
-) -> ThetaRun:
-    """FastThetaJoin, set at a time in numpy: the plan of the module docstring, with counters."""
-    r = np.asarray(r, dtype=np.float64)
-    s = np.asarray(s, dtype=np.float64)
-    stats = JoinStats()
-    r_ok, s_ok = ~np.isnan(r), ~np.isnan(s)
-    stats.null_rows = int((~r_ok).sum() + (~s_ok).sum())
-    ri, si = np.nonzero(r_ok)[0], np.nonzero(s_ok)[0]
-    if ri.size == 0 or si.size == 0:
-        return ThetaRun(np.zeros((0, 2), dtype=np.int64), stats)
-    (r_lo, r_hi), (s_lo, s_hi) = theta.bounds(r[ri], s[si])
-    keep_r = (r[ri] >= r_lo) & (r[ri] <= r_hi)
-    keep_s = (s[si] >= s_lo) & (s[si] <= s_hi)
-    stats.r_filtered, stats.s_filtered = int((~keep_r).sum()), int((~keep_s).sum())
-    ri, si = ri[keep_r], si[keep_s]
-    if ri.size == 0 or si.size == 0:
-        return ThetaRun(np.zeros((0, 2), dtype=np.int64), stats)
-    lo = float(min(r[ri].min(), s[si].min()))
-    hi = float(max(r[ri].max(), s[si].max()))
-    rp, sp = range_partition(r[ri], lo, hi, partitions), range_partition(s[si], lo, hi, partitions)
-    cap = window_size if window_size is not None else max(ri.size, si.size)
-    r_parts = _split(ri, r, rp, partitions, cap, stats)
-    s_parts = _split(si, s, sp, partitions, cap, stats)
-    r_units = [Unit(0, k, a.size, float(r[a].min()), float(r[a].max())) for k, a in enumerate(r_parts)]
-    s_units = [Unit(0, k, b.size, float(s[b].min()), float(s[b].max())) for k, b in enumerate(s_parts)]
-    plan = plan_pairs(r_units, s_units, theta)
-    stats.partition_pairs = len(plan.pairs)
-    stats.full_pairs = sum(full for _, _, full in plan.pairs)
-    stats.rows_compared = plan.rows_compared
-    out: list[PairArray] = []
-    for x, y, full in plan.pairs:
-        a, b = r_parts[x], s_parts[y]
-        if full:
-            ii, jj = np.meshgrid(a, b, indexing="ij")
-        else:
-            ok = theta.holds(r[a][:, None], s[b][None, :])
-            u, v = np.nonzero(ok)
-            ii, jj = a[u], b[v]
-        out.append(np.stack([ii.ravel(), jj.ravel()], axis=1).astype(np.int64))
-    pairs = np.concatenate(out) if out else np.zeros((0, 2), dtype=np.int64)
-    pairs = pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))] if pairs.size else pairs
-    stats.output_rows = int(pairs.shape[0])
-    return ThetaRun(pairs, stats)
-
-
-def _split(
-    idx: IntArray, values: FloatArray, part: IntArray, partitions: int, window_size: int, stats: JoinStats
-) -> list[IntArray]:
-    """Row indices per non-empty partition, oversized ones split by value order (skew)."""
-    out: list[IntArray] = []
-    for p in range(partitions):
-        members = idx[part == p]
-        if not members.size:
-            continue
-        sizes = skew_split(members.size, window_size, partitions)
-        stats.sub_partitions.append(len(sizes))
-        ordered = members[np.argsort(values[members], kind="stable")]
-        cuts = np.cumsum(sizes)[:-1]
-        out.extend(np.split(ordered, cuts))
-    return out
