@@ -97,7 +97,7 @@ def test_a_disordered_topic_is_ingested_in_batches_exactly_once_and_joined(spark
     assert (s2.batch, s2.records, s2.accepted, s2.quarantined) == (1, 400, 400, 0)
     covered = stage.covered_until(spark, mine, "yard")
     nothing = stage.ingest_topic(spark, mine, "yard")  # nothing new
-    assert nothing.records == 0 and nothing.line() == "[ingest-kafka] yard <- yard: no new records"
+    assert nothing.records == 0 and nothing.line() == f"[ingest-kafka] yard <- {topic}: no new records"
     # ... adds no empty batch, and moves the coverage on to its own listing time
     offsets = table(spark, settings, KAFKA_OFFSETS).select("batch").distinct().collect()
     assert sorted(r["batch"] for r in offsets) == [0, 1]
