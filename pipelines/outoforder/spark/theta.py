@@ -169,33 +169,6 @@ def _condition(r: DataFrame, s: DataFrame, on: tuple[str, str], theta: Theta) ->
     return theta_column(theta, r[on[0]].cast("double"), s[on[1]].cast("double"))
 
 
-def _side_stats(r: DataFrame, s: DataFrame, on: tuple[str, str]) -> list[tuple[int, int, float, float]]:
-    """Per side (R, S): valid rows, null/NaN rows, min, max, in one job."""
-    both = r.select(F.lit(0).alias("_side"), F.col(on[0]).cast("double").alias("_v")).unionByName(
-        s.select(F.lit(1).alias("_side"), F.col(on[1]).cast("double").alias("_v"))
-    )
-    ok = _valid("_v")
-    got = {
-        row["_side"]: row
-        for row in both.groupBy("_side")
-        .agg(
-            F.count(F.when(ok, 1)).alias("n"),
-            F.count(F.when(~ok, 1)).alias("nulls"),
-            F.min(F.when(ok, F.col("_v"))).alias("lo"),
-            F.max(F.when(ok, F.col("_v"))).alias("hi"),
-        )
-        .collect()
-    }
-    out = []
-    for side in (0, 1):
-        row = got.get(side)
-        if row is None:
-            out.append((0, 0, math.nan, math.nan))
-        else:
-            out.append((int(row["n"]), int(row["nulls"]), row["lo"], row["hi"]))
-    return out
-
-
 def _empty(r: DataFrame, s: DataFrame, stats: JoinStats, method: str) -> ThetaResult:
     return ThetaResult(r.crossJoin(s).limit(0), stats, method)
 
@@ -204,17 +177,16 @@ def _fast(
     r: DataFrame, s: DataFrame, on: tuple[str, str], theta: Theta, partitions: int, rows_per_partition: int
 ) -> ThetaResult:
     most = min(partitions, PARTITION_CAP)
-    sides = _sampled_stats(r, s, on, sample_fractions(most))
-    (n_r, nul_r, r_lo, r_hi, r_q), (n_s, nul_s, s_lo, s_hi, s_q) = sides
+    fractions = sample_fractions(most)
+    (n_r, nul_r, r_lo, r_hi, r_q), (n_s, nul_s, s_lo, s_hi, s_q) = _side_stats(r, s, on, fractions)
     # the cross filter drops its rows while they are routed, in the join's own pass: not counted
     stats = JoinStats(null_rows=nul_r + nul_s, r_filtered=None, s_filtered=None)
     if n_r == 0 or n_s == 0:
         return _empty(r, s, stats, "fast")
-    (rb_lo, rb_hi), (sb_lo, sb_hi) = theta.cross_bounds(r_lo, r_hi, s_lo, s_hi)
-    r_rng, s_rng = (max(r_lo, rb_lo), min(r_hi, rb_hi)), (max(s_lo, sb_lo), min(s_hi, sb_hi))
+    r_rng, s_rng = theta.matching_ranges(r_lo, r_hi, s_lo, s_hi)
     if r_rng[0] > r_rng[1] or s_rng[0] > s_rng[1]:
         return _empty(r, s, stats, "fast")
-    sample = merge_samples([(r_q, n_r), (s_q, n_s)], len(sample_fractions(most)) + 1)
+    sample = merge_samples([(r_q, n_r), (s_q, n_s)], len(fractions) + 1)
     lo, hi = min(r_rng[0], s_rng[0]), max(r_rng[1], s_rng[1])
     cuts = choose_cuts(sample, lo, hi, partitions_for(theta, n_r, n_s, most, rows_per_partition))
     plan = plan_pairs(side_units(cuts, *r_rng), side_units(cuts, *s_rng), theta)
@@ -228,8 +200,7 @@ def _fast(
     tally = _Tally(r)
     schema = StructType(r.schema.fields + s.schema.fields)
     join = _pair_joiner([full for _, _, full in plan.pairs], theta, on, (r.columns, s.columns), schema, tally)
-    # one shuffle partition per pair, up to a few per core: Spark's adaptive coalescing would
-    # otherwise merge a few large pairs into one task and leave cores idle
+    # one shuffle partition per pair, up to a few per core, so that the pairs spread over the cores
     tasks = min(len(plan.pairs), _TASKS_PER_CORE * r.sparkSession.sparkContext.defaultParallelism)
     ra, sa = ra.repartition(tasks, "_pair"), sa.repartition(tasks, "_pair")
     out = ra.groupBy("_pair").cogroup(sa.groupBy("_pair")).applyInArrow(join, schema)
@@ -241,25 +212,24 @@ _TASKS_PER_CORE = 4
 _ACCURACY = 10_000  # percentile_approx's: rank error about 1/10,000 of the rows
 
 
-def _sampled_stats(r: DataFrame, s: DataFrame, on: tuple[str, str], fractions: list[float]) -> list[_Side]:
-    """Per side (R, S), in one job: valid rows, null/NaN rows, min, max, and quantiles at ``fractions``."""
+def _side_stats(
+    r: DataFrame, s: DataFrame, on: tuple[str, str], fractions: Sequence[float] = ()
+) -> list[_Side]:
+    """Per side (R, S), in one job: valid rows, null/NaN rows, min, max, quantiles at ``fractions``."""
     both = r.select(F.lit(0).alias("_side"), F.col(on[0]).cast("double").alias("_v")).unionByName(
         s.select(F.lit(1).alias("_side"), F.col(on[1]).cast("double").alias("_v"))
     )
     ok = _valid("_v")
     v = F.when(ok, F.col("_v"))
-    got = {
-        row["_side"]: row
-        for row in both.groupBy("_side")
-        .agg(
-            F.count(v).alias("n"),
-            F.count(F.when(~ok, 1)).alias("nulls"),
-            F.min(v).alias("lo"),
-            F.max(v).alias("hi"),
-            F.percentile_approx(v, fractions, _ACCURACY).alias("q"),
-        )
-        .collect()
-    }
+    aggs = [
+        F.count(v).alias("n"),
+        F.count(F.when(~ok, 1)).alias("nulls"),
+        F.min(v).alias("lo"),
+        F.max(v).alias("hi"),
+    ]
+    if fractions:
+        aggs.append(F.percentile_approx(v, list(fractions), _ACCURACY).alias("q"))
+    got = {row["_side"]: row for row in both.groupBy("_side").agg(*aggs).collect()}
     out: list[_Side] = []
     for side in (0, 1):
         row = got.get(side)
@@ -267,7 +237,7 @@ def _sampled_stats(r: DataFrame, s: DataFrame, on: tuple[str, str], fractions: l
             nulls = int(row["nulls"]) if row is not None else 0
             out.append((0, nulls, math.nan, math.nan, np.zeros(0)))
         else:
-            q = np.array(row["q"] or [], dtype=np.float64)
+            q = np.array((row["q"] if fractions else None) or [], dtype=np.float64)
             out.append((int(row["n"]), int(row["nulls"]), row["lo"], row["hi"], q))
     return out
 
@@ -424,7 +394,7 @@ def _cfs(r: DataFrame, s: DataFrame, on: tuple[str, str], theta: Theta, partitio
     r_sorted = r.where(_valid(on[0])).orderBy(on[0]).persist(StorageLevel.MEMORY_AND_DISK)
     s_sorted = s.where(_valid(on[1])).orderBy(on[1]).persist(StorageLevel.MEMORY_AND_DISK)
     cached = [r_sorted, s_sorted]
-    (n_r, _, r_lo, r_hi), (n_s, _, s_lo, s_hi) = _side_stats(r_sorted, s_sorted, on)
+    (n_r, _, r_lo, r_hi, _), (n_s, _, s_lo, s_hi, _) = _side_stats(r_sorted, s_sorted, on)
     stats = JoinStats()
     if n_r == 0 or n_s == 0:
         res = _empty(r, s, stats, "cfs")

@@ -50,9 +50,9 @@ def fast_theta_join(r: FloatArray, s: FloatArray, theta: Theta, partitions: int)
     ri, si = np.nonzero(~np.isnan(r))[0], np.nonzero(~np.isnan(s))[0]
     if ri.size == 0 or si.size == 0:
         return ThetaRun(_NONE, stats)
-    r_rng, s_rng = theta.bounds(r[ri], s[si])
-    r_rng = (max(r_rng[0], float(r[ri].min())), min(r_rng[1], float(r[ri].max())))
-    s_rng = (max(s_rng[0], float(s[si].min())), min(s_rng[1], float(s[si].max())))
+    r_rng, s_rng = theta.matching_ranges(
+        float(r[ri].min()), float(r[ri].max()), float(s[si].min()), float(s[si].max())
+    )
     sample = np.quantile(np.concatenate([r[ri], s[si]]), sample_fractions(partitions), method="inverted_cdf")
     keep_r = (r[ri] >= r_rng[0]) & (r[ri] <= r_rng[1])
     keep_s = (s[si] >= s_rng[0]) & (s[si] <= s_rng[1])

@@ -84,14 +84,21 @@ class Theta:
             full = max(abs(r_hi - s_lo), abs(s_hi - r_lo)) <= c
         return "none" if none else "full" if full else "partial"
 
-    def bounds(self, r: FloatArray, s: FloatArray) -> tuple[tuple[float, float], tuple[float, float]]:
-        """The cross filter: the closed value ranges of R and of S that can still match."""
-        return self.cross_bounds(float(r.min()), float(r.max()), float(s.min()), float(s.max()))
+    def matching_ranges(
+        self, r_lo: float, r_hi: float, s_lo: float, s_hi: float
+    ) -> tuple[tuple[float, float], tuple[float, float]]:
+        """The cross filter's ranges within each side's own ``[lo, hi]`` (empty when lo > hi).
+
+        >>> Theta(">").matching_ranges(0.0, 10.0, 5.0, 20.0)
+        ((5.000000000000001, 10.0), (5.0, 9.999999999999998))
+        """
+        (rb_lo, rb_hi), (sb_lo, sb_hi) = self.cross_bounds(r_lo, r_hi, s_lo, s_hi)
+        return (max(r_lo, rb_lo), min(r_hi, rb_hi)), (max(s_lo, sb_lo), min(s_hi, sb_hi))
 
     def cross_bounds(
         self, r_lo: float, r_hi: float, s_lo: float, s_hi: float
     ) -> tuple[tuple[float, float], tuple[float, float]]:
-        """:meth:`bounds` from the two sides' min and max only (all a distributed engine collects)."""
+        """The cross filter from the two sides' min and max: the closed ranges of R and S that can match."""
         op, c = self.op, self.band
         nxt = math.nextafter
         if op == ">":  # r > s_min, s < r_max
@@ -244,12 +251,11 @@ def choose_cuts(sample: FloatArray, lo: float, hi: float, partitions: int) -> Cu
 
 @dataclass(frozen=True)
 class Unit:
-    """One range partition of one side: its closed value range and (where known) its rows."""
+    """One range partition of one side: its closed value range."""
 
     pid: int
     lo: float
     hi: float
-    count: int = 0
 
 
 @dataclass(frozen=True)
