@@ -39,14 +39,15 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from outoforder.core.theta.fast import sample_fractions
 from outoforder.core.theta.plan import (
     PARTITION_CAP,
     ROWS_PER_PARTITION,
+    SAMPLE_PER_PARTITION,
     Cuts,
     JoinStats,
     PairPlan,
     Theta,
+    ValueSummary,
     choose_cuts,
     merge_samples,
     one_bucket_shape,
@@ -177,18 +178,18 @@ def _fast(
     r: DataFrame, s: DataFrame, on: tuple[str, str], theta: Theta, partitions: int, rows_per_partition: int
 ) -> ThetaResult:
     most = min(partitions, PARTITION_CAP)
-    fractions = sample_fractions(most)
-    (n_r, nul_r, r_lo, r_hi, r_q), (n_s, nul_s, s_lo, s_hi, s_q) = _side_stats(r, s, on, fractions)
+    points = SAMPLE_PER_PARTITION * most
+    rs, ss = _side_stats(r, s, on, points)
     # the cross filter drops its rows while they are routed, in the join's own pass: not counted
-    stats = JoinStats(null_rows=nul_r + nul_s, r_filtered=None, s_filtered=None)
-    if n_r == 0 or n_s == 0:
+    stats = JoinStats(null_rows=rs.nulls + ss.nulls, r_filtered=None, s_filtered=None)
+    if rs.n == 0 or ss.n == 0:
         return _empty(r, s, stats, "fast")
-    r_rng, s_rng = theta.matching_ranges(r_lo, r_hi, s_lo, s_hi)
+    r_rng, s_rng = theta.matching_ranges(rs.lo, rs.hi, ss.lo, ss.hi)
     if r_rng[0] > r_rng[1] or s_rng[0] > s_rng[1]:
         return _empty(r, s, stats, "fast")
-    sample = merge_samples([(r_q, n_r), (s_q, n_s)], len(fractions) + 1)
+    sample = merge_samples([(rs.sample, rs.n), (ss.sample, ss.n)], points)
     lo, hi = min(r_rng[0], s_rng[0]), max(r_rng[1], s_rng[1])
-    cuts = choose_cuts(sample, lo, hi, partitions_for(theta, n_r, n_s, most, rows_per_partition))
+    cuts = choose_cuts(sample, lo, hi, partitions_for(theta, rs.n, ss.n, most, rows_per_partition))
     plan = plan_pairs(side_units(cuts, *r_rng), side_units(cuts, *s_rng), theta)
     stats.partitions, stats.partitioning = cuts.partitions, cuts.kind
     stats.partition_pairs = len(plan.pairs)
@@ -207,39 +208,63 @@ def _fast(
     return ThetaResult(out, stats, "fast", tally=tally)
 
 
-_Side = tuple[int, int, float, float, "np.ndarray[Any, np.dtype[np.float64]]"]
 _TASKS_PER_CORE = 4
-_ACCURACY = 10_000  # percentile_approx's: rank error about 1/10,000 of the rows
+_SUMMARY = "_side int, n long, nulls long, lo double, hi double, sample array<double>"
 
 
-def _side_stats(
-    r: DataFrame, s: DataFrame, on: tuple[str, str], fractions: Sequence[float] = ()
-) -> list[_Side]:
-    """Per side (R, S), in one job: valid rows, null/NaN rows, min, max, quantiles at ``fractions``."""
+def _side_stats(r: DataFrame, s: DataFrame, on: tuple[str, str], points: int = 0) -> list[ValueSummary]:
+    """Per side (R, S), in one stage without a shuffle: rows, null/NaN rows, min, max, quantiles.
+
+    Each task summarizes its batches (:class:`ValueSummary`, at most ``points`` quantiles) and
+    sends the driver one row per side; the driver merges them. No value is collected.
+    """
     both = r.select(F.lit(0).alias("_side"), F.col(on[0]).cast("double").alias("_v")).unionByName(
         s.select(F.lit(1).alias("_side"), F.col(on[1]).cast("double").alias("_v"))
     )
-    ok = _valid("_v")
-    v = F.when(ok, F.col("_v"))
-    aggs = [
-        F.count(v).alias("n"),
-        F.count(F.when(~ok, 1)).alias("nulls"),
-        F.min(v).alias("lo"),
-        F.max(v).alias("hi"),
-    ]
-    if fractions:
-        aggs.append(F.percentile_approx(v, list(fractions), _ACCURACY).alias("q"))
-    got = {row["_side"]: row for row in both.groupBy("_side").agg(*aggs).collect()}
-    out: list[_Side] = []
-    for side in (0, 1):
-        row = got.get(side)
-        if row is None or not row["n"]:
-            nulls = int(row["nulls"]) if row is not None else 0
-            out.append((0, nulls, math.nan, math.nan, np.zeros(0)))
-        else:
-            q = np.array((row["q"] if fractions else None) or [], dtype=np.float64)
-            out.append((int(row["n"]), int(row["nulls"]), row["lo"], row["hi"], q))
-    return out
+    parts: list[list[ValueSummary]] = [[], []]
+    for row in both.mapInArrow(_summarizer(points), _SUMMARY).collect():
+        sample = np.array(row["sample"], dtype=np.float64)
+        parts[row["_side"]].append(ValueSummary(row["n"], row["nulls"], row["lo"], row["hi"], sample))
+    return [ValueSummary.merge(p, points) for p in parts]
+
+
+def _summarizer(points: int) -> Callable[[Any], Any]:
+    """The executors' side of :func:`_side_stats`: one :class:`ValueSummary` per side and task."""
+
+    def summarize(batches: Any) -> Any:
+        import pyarrow as pa
+
+        parts: list[list[ValueSummary]] = [[], []]
+        for batch in batches:
+            side = batch.column(0).to_numpy(zero_copy_only=False)
+            v = batch.column(1).to_numpy(zero_copy_only=False)  # nulls become NaN
+            for k in (0, 1):
+                mine = v[side == k]
+                if mine.size:
+                    parts[k].append(ValueSummary.of(mine, points))
+        got = [(k, ValueSummary.merge(p, points)) for k, p in enumerate(parts) if p]
+        yield pa.RecordBatch.from_pydict(
+            {
+                "_side": [k for k, _ in got],
+                "n": [m.n for _, m in got],
+                "nulls": [m.nulls for _, m in got],
+                "lo": [m.lo for _, m in got],
+                "hi": [m.hi for _, m in got],
+                "sample": [m.sample.tolist() for _, m in got],
+            },
+            schema=pa.schema(
+                [
+                    ("_side", pa.int32()),
+                    ("n", pa.int64()),
+                    ("nulls", pa.int64()),
+                    ("lo", pa.float64()),
+                    ("hi", pa.float64()),
+                    ("sample", pa.list_(pa.float64())),
+                ]
+            ),
+        )
+
+    return summarize
 
 
 def _partition_of(v: Column, cuts: Cuts, row_hash: Callable[[], Column]) -> Column:
@@ -394,13 +419,14 @@ def _cfs(r: DataFrame, s: DataFrame, on: tuple[str, str], theta: Theta, partitio
     r_sorted = r.where(_valid(on[0])).orderBy(on[0]).persist(StorageLevel.MEMORY_AND_DISK)
     s_sorted = s.where(_valid(on[1])).orderBy(on[1]).persist(StorageLevel.MEMORY_AND_DISK)
     cached = [r_sorted, s_sorted]
-    (n_r, _, r_lo, r_hi, _), (n_s, _, s_lo, s_hi, _) = _side_stats(r_sorted, s_sorted, on)
+    rs, ss = _side_stats(r_sorted, s_sorted, on)
+    n_r, n_s = rs.n, ss.n
     stats = JoinStats()
     if n_r == 0 or n_s == 0:
         res = _empty(r, s, stats, "cfs")
         res.cached = cached
         return res
-    (rb_lo, rb_hi), (sb_lo, sb_hi) = theta.cross_bounds(r_lo, r_hi, s_lo, s_hi)
+    (rb_lo, rb_hi), (sb_lo, sb_hi) = theta.cross_bounds(rs.lo, rs.hi, ss.lo, ss.hi)
     rv, sv = F.col(on[0]).cast("double"), F.col(on[1]).cast("double")
     r_kept = r_sorted.where((rv >= rb_lo) & (rv <= rb_hi))
     s_kept = s_sorted.where((sv >= sb_lo) & (sv <= sb_hi))

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from outoforder.core.theta.fast import fast_theta_join
-from outoforder.core.theta.plan import Cuts, Theta, brute_force, choose_cuts
+from outoforder.core.theta.plan import Cuts, Theta, ValueSummary, brute_force, choose_cuts
 from outoforder.errors import ConfigError
 
 PREDICATES = ["<", "<=", ">=", ">", "=", "band:0", "band:2.5"]
@@ -77,3 +77,26 @@ def test_cuts_cover_the_line_and_bad_input_fails():
             Theta.parse(bad)
     with pytest.raises(ConfigError):
         fast_theta_join(np.array([1.0]), np.array([2.0]), Theta("<"), partitions=0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    parts=st.lists(st.lists(values, max_size=30), min_size=1, max_size=6),
+    points=st.integers(0, 12),
+)
+def test_merged_summaries_count_every_row_and_keep_exact_ends(parts, points):
+    """Summaries merged in any grouping: exact rows, nulls, min and max; quantiles sorted, within them."""
+    arrays = [np.array(p, dtype=np.float64) for p in parts]
+    every = np.concatenate(arrays)
+    valid = every[~np.isnan(every)]
+    halves = [ValueSummary.merge([ValueSummary.of(a, points) for a in arrays[:1]], points),
+              ValueSummary.merge([ValueSummary.of(a, points) for a in arrays[1:]], points)]  # fmt: skip
+    got = ValueSummary.merge(halves, points)
+    assert (got.n, got.nulls) == (valid.size, every.size - valid.size)
+    if valid.size:
+        assert (got.lo, got.hi) == (valid.min(), valid.max())
+        assert got.sample.size == min(points, valid.size)
+        assert np.all(got.sample[:-1] <= got.sample[1:])
+        assert np.all((got.sample >= got.lo) & (got.sample <= got.hi))
+    else:
+        assert got.sample.size == 0

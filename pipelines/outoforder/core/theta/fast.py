@@ -23,6 +23,7 @@ from outoforder.core.theta.plan import (
     PairArray,
     Theta,
     ThetaRun,
+    ValueSummary,
     choose_cuts,
     plan_pairs,
     side_units,
@@ -31,12 +32,6 @@ from outoforder.core.theta.sortjoin import sorted_join
 from outoforder.errors import ConfigError
 
 _NONE = np.zeros((0, 2), dtype=np.int64)
-
-
-def sample_fractions(partitions: int) -> list[float]:
-    """The quantile fractions sampled to choose the cuts (evenly spaced, ends excluded)."""
-    q = SAMPLE_PER_PARTITION * partitions
-    return [j / q for j in range(1, q)]
 
 
 def fast_theta_join(r: FloatArray, s: FloatArray, theta: Theta, partitions: int) -> ThetaRun:
@@ -53,7 +48,7 @@ def fast_theta_join(r: FloatArray, s: FloatArray, theta: Theta, partitions: int)
     r_rng, s_rng = theta.matching_ranges(
         float(r[ri].min()), float(r[ri].max()), float(s[si].min()), float(s[si].max())
     )
-    sample = np.quantile(np.concatenate([r[ri], s[si]]), sample_fractions(partitions), method="inverted_cdf")
+    sample = ValueSummary.of(np.concatenate([r[ri], s[si]]), SAMPLE_PER_PARTITION * partitions).sample
     keep_r = (r[ri] >= r_rng[0]) & (r[ri] <= r_rng[1])
     keep_s = (s[si] >= s_rng[0]) & (s[si] <= s_rng[1])
     stats.r_filtered, stats.s_filtered = int((~keep_r).sum()), int((~keep_s).sum())

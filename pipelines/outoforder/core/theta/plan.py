@@ -165,6 +165,53 @@ def merge_samples(samples: list[tuple[FloatArray, int]], points: int) -> FloatAr
 
 
 @dataclass(frozen=True)
+class ValueSummary:
+    """One side's join values in brief: valid rows, null/NaN rows, min, max, evenly spaced quantiles.
+
+    Built per batch of rows where the rows are (:meth:`of`) and merged (:meth:`merge`): the plan
+    needs nothing else, so no value has to travel to one place. The quantiles of a merge are those
+    of the weighted union (:func:`merge_samples`), approximate once merged; they only balance the
+    partitions, results never depend on them.
+
+    >>> a = ValueSummary.of(np.array([3.0, np.nan, 1.0, 2.0]), 2)
+    >>> a.n, a.nulls, a.lo, a.hi, a.sample.tolist()
+    (3, 1, 1.0, 3.0, [1.0, 3.0])
+    >>> m = ValueSummary.merge([a, ValueSummary.of(np.array([10.0, 20.0, 30.0]), 3)], 3)
+    >>> m.n, m.nulls, m.lo, m.hi, m.sample.tolist()
+    (6, 1, 1.0, 30.0, [1.0, 3.0, 20.0])
+    """
+
+    n: int
+    nulls: int
+    lo: float
+    hi: float
+    sample: FloatArray
+
+    @classmethod
+    def of(cls, values: FloatArray, points: int) -> ValueSummary:
+        """The summary of ``values`` with at most ``points`` quantiles (the midpoints of equal ranks)."""
+        v = np.asarray(values, dtype=np.float64)
+        valid = np.sort(v[~np.isnan(v)])
+        nulls = int(v.size - valid.size)
+        if valid.size == 0:
+            return cls(0, nulls, math.nan, math.nan, np.zeros(0))
+        k = min(points, valid.size)
+        at = ((np.arange(k) + 0.5) * valid.size / k).astype(np.int64)
+        return cls(int(valid.size), nulls, float(valid[0]), float(valid[-1]), valid[at])
+
+    @classmethod
+    def merge(cls, parts: list[ValueSummary], points: int) -> ValueSummary:
+        """One summary of the union of ``parts`` (at most ``points`` quantiles)."""
+        nulls = sum(p.nulls for p in parts)
+        full = [p for p in parts if p.n > 0]
+        if not full:
+            return cls(0, nulls, math.nan, math.nan, np.zeros(0))
+        n = sum(p.n for p in full)
+        sample = merge_samples([(p.sample, p.n) for p in full], min(points, n))
+        return cls(n, nulls, min(p.lo for p in full), max(p.hi for p in full), sample)
+
+
+@dataclass(frozen=True)
 class Cuts:
     """Range partitions of the join values: partition ``p`` holds ``[cuts[p-1], cuts[p])``.
 
