@@ -1,11 +1,13 @@
 """The sort-based θ-join returns exactly the brute-force pairs and tests few more than it returns."""
 
+import itertools
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from outoforder.core.theta.plan import Theta, brute_force
-from outoforder.core.theta.sortjoin import sorted_join, sorted_join_chunks
+from outoforder.core.theta.sortjoin import chain_join, sorted_join, sorted_join_chunks
 
 values = st.one_of(
     st.integers(-20, 20).map(float),  # many duplicates
@@ -68,3 +70,24 @@ def brute_force_count(r: np.ndarray, s: np.ndarray, theta: Theta) -> int:
     for k in range(0, r.size, 2_000):  # blocks of the matrix, to bound memory
         total += int(theta.holds(r[k : k + 2_000, None], s_sorted[None, :]).sum())
     return total
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    inputs=st.lists(st.lists(st.integers(-6, 6).map(float) | st.just(float("nan")), max_size=9), min_size=2,
+                    max_size=4),
+    ops=st.lists(st.sampled_from(["<", "<=", ">=", ">", "=", "band:0", "band:1.5"]), min_size=3, max_size=3),
+)  # fmt: skip
+def test_a_chain_equals_the_brute_force_product(inputs, ops):
+    values = [np.array(v, dtype=np.float64) for v in inputs]
+    thetas = [Theta.parse(op) for op in ops[: len(values) - 1]]
+    got = sorted(map(tuple, chain_join(values, thetas).rows.tolist()))
+    want = sorted(
+        idx
+        for idx in itertools.product(*[range(v.size) for v in values])
+        if all(
+            th.holds(values[k][idx[k] : idx[k] + 1], values[k + 1][idx[k + 1] : idx[k + 1] + 1])[0]
+            for k, th in enumerate(thetas)
+        )
+    )
+    assert got == want

@@ -219,3 +219,44 @@ def present_in_range(
         if not alive.any():
             break
     return alive
+
+
+def keep_shared(
+    keys: Sequence[IntArray], method: str, bucket_size: int = 4, fingerprint_bits: int = 16
+) -> list[BoolArray]:
+    """Per input, True where its key may be held by every *other* input (a multi-way pre-filter).
+
+    ``mcf``: one cuckoo filter per input over its distinct keys, asked in input order with an
+    early stop (false positives keep a row the join then drops); ``semi``: the exact key sets.
+    The backfill uses it per tumbling window: one window's filters, built where its rows are.
+
+    >>> keys = [np.array([1, 2, 3]), np.array([2, 3, 4]), np.array([3, 2])]
+    >>> [k.tolist() for k in keep_shared(keys, "semi")]
+    [[False, True, True], [True, True, False], [True, True]]
+    """
+    if method not in ("mcf", "semi"):
+        msg = f"unknown pre-filter {method!r}: use mcf or semi"
+        raise ConfigError(msg)
+    distinct = [np.unique(np.asarray(k, dtype=np.int64)) for k in keys]
+    tests: list[CuckooFilter | IntArray] = []
+    for d in distinct:
+        if method == "semi":
+            tests.append(d)
+        else:
+            cf = CuckooFilter(max(int(d.size), 1), bucket_size, fingerprint_bits)
+            cf.insert(d)
+            tests.append(cf)
+    out = []
+    for i, k in enumerate(keys):
+        k = np.asarray(k, dtype=np.int64)
+        alive = np.arange(k.size)
+        for j, test in enumerate(tests):
+            if j == i or alive.size == 0:
+                continue
+            probe = k[alive]
+            hit = test.contains(probe) if isinstance(test, CuckooFilter) else np.isin(probe, test)
+            alive = alive[np.asarray(hit, dtype=bool)]
+        mask = np.zeros(k.size, dtype=bool)
+        mask[alive] = True
+        out.append(mask)
+    return out

@@ -23,6 +23,8 @@ candidates, never the product of the sides.
 [1, 0, 2, 0, 2]
 >>> [len(c.r) for c in sorted_join_chunks(r, s, Theta.parse("<"), max_candidates=2)]
 [3, 2]
+>>> chain_join([r, s, np.array([7.0, np.nan])], [Theta.parse("band:1.0"), Theta.parse("<")]).rows.tolist()
+[[0, 1, 0], [1, 0, 0]]
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from outoforder.core.theta.plan import FloatArray, IntArray, Theta
+from outoforder.errors import ConfigError
 
 # a band's search bounds are widened by this many units of the operands' magnitude: |a − b| and
 # a − c are each rounded once, so two ulps cover them; four leave room for the widening's own rounding
@@ -126,3 +129,30 @@ def _matches(
     si = order[np.repeat(lo, counts) + offset]
     ok: npt.NDArray[np.bool_] = theta.holds(r[ri], s[si])
     return Matches(ri[ok], si[ok], total)
+
+
+@dataclass(frozen=True)
+class Chain:
+    """Results of a chained join: row ``k`` of ``rows`` holds one row index per input."""
+
+    rows: IntArray  # (results, inputs)
+    tested: int
+
+
+def chain_join(values: list[FloatArray], thetas: list[Theta]) -> Chain:
+    """Every ``(i0, i1, …)`` with ``values[0][i0] θ0 values[1][i1] θ1 values[2][i2] …``.
+
+    Left to right, one :func:`sorted_join` per link: the partial results' last values against the
+    next input. NaN values never match. ``tested`` adds up the links' θ tests.
+    """
+    if len(values) != len(thetas) + 1 or not thetas:
+        msg = f"a chain of n >= 2 inputs needs n - 1 predicates, got {len(values)} and {len(thetas)}"
+        raise ConfigError(msg)
+    vals = [np.asarray(v, dtype=np.float64) for v in values]
+    valid = [np.nonzero(~np.isnan(v))[0] for v in vals]
+    cols, tested = [valid[0]], 0
+    for k, theta in enumerate(thetas):
+        m = sorted_join(vals[k][cols[-1]], vals[k + 1][valid[k + 1]], theta)
+        cols = [c[m.r] for c in cols] + [valid[k + 1][m.s]]
+        tested += m.tested
+    return Chain(np.stack(cols, axis=1).astype(np.int64), tested)

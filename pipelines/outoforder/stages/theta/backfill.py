@@ -19,15 +19,18 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from pyspark.accumulators import AccumulatorParam
 
 from outoforder.errors import StateError
 from outoforder.io.conflicts import retry_on_conflict
 from outoforder.stages.theta.spec import ThetaJob
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
     from outoforder.config import Settings
 
@@ -103,14 +106,19 @@ def event_range(spark: SparkSession, settings: Settings, source: str) -> tuple[i
 def run_interval(
     spark: SparkSession, settings: Settings, source: str, job: ThetaJob, start_us: int, end_us: int
 ) -> BackfillSummary:
-    """θ-join every window of ``[start, end)`` and replace that slice of the two gold tables."""
+    """θ-join every window of ``[start, end)`` and replace that slice of the two gold tables.
+
+    With FastThetaJoin, every window whose streams fit one task (one range partition per link,
+    :func:`~outoforder.core.theta.plan.partitions_for`) is joined in a single Spark job: the window
+    is the key of a group, and each group's chain is joined by sorting in its task, after the
+    window's own pre-filters. Larger windows, and the other methods, are joined one window at a
+    time with :func:`outoforder.spark.theta.multiway_join`.
+    """
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     from outoforder.io import delta
     from outoforder.io.tables import BRONZE, THETA_RESULTS, THETA_WINDOWS
-    from outoforder.spark.mcf import prefilter
-    from outoforder.spark.theta import multiway_join
 
     starts = job.windows(start_us, end_us)
     jid, t0 = job.job_id(), time.monotonic()
@@ -127,42 +135,47 @@ def run_interval(
     result_frames: list[DataFrame] = []  # persisted until written
     try:
         counts = _counts(bronze, job)
-        stats_rows = []
-        for k, w0 in enumerate(starts):
-            tw = time.monotonic()
-            cols = [f"s{i}_v" for i in range(len(job.streams))]
-            frames, pre = prefilter(
-                window_frames(bronze, job, w0), cols, job.prefilter, count_rows=job.prefilter != "none"
-            )
-            res = multiway_join(frames, cols, job.thetas(), job.method, job.partitions)
-            rows = res.rows.select(
-                F.lit(source).alias("source"),
-                F.lit(jid).alias("job"),
-                F.lit(w0).cast("long").alias("window_start_us"),
-                F.array(*[F.col(f"s{i}_seq") for i in range(len(job.streams))]).alias("seqs"),
-                F.array(*[F.col(f"s{i}_v") for i in range(len(job.streams))]).alias("vals"),
-            ).persist(StorageLevel.MEMORY_AND_DISK)
+        grouped, alone = _split_windows(job, counts, starts)
+        per_window: dict[int, _WindowRow] = {}
+        if grouped:
+            rows, per_window = _join_grouped(spark, bronze, source, job, start_us, alone)
             result_frames.append(rows)
-            n_out = rows.count()
-            res.release()
-            every = [st for rnd in res.rounds for st in rnd]
+            log.info(
+                "[theta] %d windows in one job, a task each: %d results (%.1f s)",
+                len(grouped), sum(w.output for w in per_window.values()), time.monotonic() - t0,
+            )  # fmt: skip
+        for k, w0 in enumerate(alone):
+            rows, per_window[w0] = _join_window(bronze, source, job, w0)
+            result_frames.append(rows)
+            kept = (
+                f", kept by the {job.prefilter} pre-filter {per_window[w0].kept}"
+                if per_window[w0].kept
+                else ""
+            )
+            log.info(
+                "[theta] window %d/%d @ %d µs on its own: rows %s%s, %d results (%.1f s)",
+                k + 1, len(alone), w0, [counts.get((w0, n), (0, 0))[0] for n in job.streams], kept,
+                per_window[w0].output, per_window[w0].seconds,
+            )  # fmt: skip
+        stats_rows = []
+        for w0 in starts:
+            w = per_window.get(w0) or _WindowRow(
+                kept=[0] * len(job.streams) if job.prefilter != "none" else None
+            )
             per_stream = [counts.get((w0, name), (0, 0)) for name in job.streams]
             stats_rows.append(
                 (
                     source, jid, w0, w0 + job.window_us, job.method, job.partitions,
-                    [n for n, _ in per_stream], [z for _, z in per_stream], n_out,
-                    sum(st.rows_compared for st in every), sum(st.partition_pairs for st in every),
-                    round(time.monotonic() - tw, 3), end_us, job.prefilter, pre.rows_kept or None,
+                    [n for n, _ in per_stream], [z for _, z in per_stream], w.output, w.compared, w.pairs,
+                    round(w.seconds, 3), end_us, job.prefilter, w.kept,
                 )
             )  # fmt: skip
-            kept = f", kept by the {job.prefilter} pre-filter {pre.rows_kept}" if pre.rows_kept else ""
-            log.info(
-                "[theta] window %d/%d @ %d µs: rows %s%s, %d results (%.1f s)",
-                k + 1, len(starts), w0, [n for n, _ in per_stream], kept, n_out, time.monotonic() - tw,
-            )  # fmt: skip
-        out = result_frames[0]
-        for extra in result_frames[1:]:
-            out = out.unionByName(extra)
+        if result_frames:
+            out = result_frames[0]
+            for extra in result_frames[1:]:
+                out = out.unionByName(extra)
+        else:
+            out = spark.createDataFrame([], THETA_RESULTS.schema)
         between = ("window_start_us", start_us, end_us)
         match: dict[str, str | int] = {"source": source, "job": jid}
         delta.replace_where(out, THETA_RESULTS, settings.lake_root, match, between)
@@ -179,3 +192,155 @@ def run_interval(
         sum(r[9] for r in stats_rows),
         time.monotonic() - t0,
     )
+
+
+@dataclass
+class _WindowRow:
+    """One window's counters for ``gold/theta_windows``."""
+
+    output: int = 0
+    compared: int = 0
+    pairs: int = 0
+    seconds: float = 0.0
+    kept: list[int] | None = None  # rows kept by the pre-filter per stream (None: no pre-filter)
+
+
+def _split_windows(
+    job: ThetaJob, counts: dict[tuple[int, str], tuple[int, int]], starts: list[int]
+) -> tuple[list[int], list[int]]:
+    """Window starts joined in one job, a task each (those that fit one), and those joined alone."""
+    from outoforder.core.theta.plan import partitions_for
+
+    if job.method != "fast":
+        return [], starts
+    thetas = job.thetas()
+    grouped: list[int] = []
+    alone: list[int] = []
+    for w0 in starts:
+        valid = [n - z for n, z in (counts.get((w0, name), (0, 0)) for name in job.streams)]
+        fits = all(
+            partitions_for(th, valid[i], valid[i + 1], job.partitions) == 1 for i, th in enumerate(thetas)
+        )
+        (grouped if fits else alone).append(w0)
+    return grouped, alone
+
+
+def _result_columns(source: str, jid: str) -> list[Column]:
+    from pyspark.sql import functions as F
+
+    return [F.lit(source).alias("source"), F.lit(jid).alias("job")]
+
+
+def _join_window(bronze: DataFrame, source: str, job: ThetaJob, w0: int) -> tuple[DataFrame, _WindowRow]:
+    """One window on Spark: the pre-filter, then the multi-way θ-join; its rows persisted and counted."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    from outoforder.spark.mcf import prefilter
+    from outoforder.spark.theta import multiway_join
+
+    tw = time.monotonic()
+    cols = [f"s{i}_v" for i in range(len(job.streams))]
+    frames, pre = prefilter(
+        window_frames(bronze, job, w0), cols, job.prefilter, count_rows=job.prefilter != "none"
+    )
+    res = multiway_join(frames, cols, job.thetas(), job.method, job.partitions)
+    rows = res.rows.select(
+        *_result_columns(source, job.job_id()),
+        F.lit(w0).cast("long").alias("window_start_us"),
+        F.array(*[F.col(f"s{i}_seq") for i in range(len(job.streams))]).alias("seqs"),
+        F.array(*[F.col(f"s{i}_v") for i in range(len(job.streams))]).alias("vals"),
+    ).persist(StorageLevel.MEMORY_AND_DISK)
+    n_out = rows.count()
+    res.release()
+    every = [st for rnd in res.rounds for st in rnd]
+    row = _WindowRow(
+        n_out,
+        sum(st.rows_compared for st in every),
+        sum(st.partition_pairs for st in every),
+        time.monotonic() - tw,
+        pre.rows_kept or None,
+    )
+    return rows, row
+
+
+_GROUPED = "window_start_us long, seqs array<bigint>, vals array<double>"
+
+
+class _PerWindow(AccumulatorParam):  # type: ignore[type-arg]
+    """Per window start: the tasks' counters (θ tests, results, seconds, rows kept per stream), added."""
+
+    def zero(self, value: dict[int, list[float]]) -> dict[int, list[float]]:
+        return {}
+
+    def addInPlace(self, a: dict[int, list[float]], b: dict[int, list[float]]) -> dict[int, list[float]]:
+        for key, v in b.items():
+            a[key] = [x + y for x, y in zip(a[key], v, strict=True)] if key in a else list(v)
+        return a
+
+
+def _join_grouped(
+    spark: SparkSession, bronze: DataFrame, source: str, job: ThetaJob, start_us: int, alone: list[int]
+) -> tuple[DataFrame, dict[int, _WindowRow]]:
+    """Every window but ``alone`` in one job: grouped by window, each chain joined in its task."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    w = len(job.streams)
+    tally = spark.sparkContext.accumulator({}, _PerWindow())
+    index = F.expr(f"(event_ts - {start_us}) div {job.window_us}")
+    rows = bronze.select(
+        index.alias("_w"), "stream", "arrival_seq", F.col(job.column).cast("double").alias("_v")
+    )
+    if alone:
+        rows = rows.where(~F.col("_w").isin(*[(a - start_us) // job.window_us for a in alone]))
+    joined = rows.groupBy("_w").applyInArrow(_window_joiner(job, start_us, tally), _GROUPED)
+    out = joined.select(*_result_columns(source, job.job_id()), "window_start_us", "seqs", "vals").persist(
+        StorageLevel.MEMORY_AND_DISK
+    )
+    out.count()
+    per: dict[int, _WindowRow] = {}
+    for w0, v in tally.value.items():
+        kept = [int(x) for x in v[3:]] if job.prefilter != "none" else None
+        per[int(w0)] = _WindowRow(int(v[1]), int(v[0]), w - 1, float(v[2]), kept)
+    return out, per
+
+
+def _window_joiner(job: ThetaJob, start_us: int, tally: Any) -> Callable[[Any, Any], Any]:
+    """The executors' join of one window's rows (an Arrow table): pre-filter, then the chain."""
+    streams, thetas, pre, width = list(job.streams), job.thetas(), job.prefilter, job.window_us
+
+    def join(key: Any, table: Any) -> Any:
+        import numpy as np
+        import pyarrow as pa
+
+        from outoforder.core.mcf.windowed import keep_shared
+        from outoforder.core.theta.sortjoin import chain_join
+
+        t = time.perf_counter()
+        w0 = start_us + int(key[0].as_py()) * width
+        stream = np.asarray(table.column("stream").to_numpy(zero_copy_only=False), dtype=object)
+        seq = np.asarray(table.column("arrival_seq").to_numpy(zero_copy_only=False), dtype=np.int64)
+        v = np.asarray(table.column("_v").to_numpy(zero_copy_only=False), dtype=np.float64)
+        idx = [np.nonzero((stream == name) & ~np.isnan(v))[0] for name in streams]
+        kept: list[float] = []
+        if pre != "none":  # the window's own filters; -0.0 and 0.0 are one key
+            masks = keep_shared([(v[i] + 0.0).view(np.int64) for i in idx], pre)
+            idx = [i[m] for i, m in zip(idx, masks, strict=True)]
+            kept = [float(i.size) for i in idx]
+        chain = chain_join([v[i] for i in idx], thetas)
+        n, k = chain.rows.shape
+        picked = (
+            np.stack([idx[j][chain.rows[:, j]] for j in range(k)], axis=1) if n else np.zeros((0, k), int)
+        )
+        offsets = pa.array(np.arange(0, n * k + 1, k, dtype=np.int32))
+        tally.add({w0: [float(chain.tested), float(n), time.perf_counter() - t, *kept]})
+        return pa.table(
+            {
+                "window_start_us": pa.array(np.full(n, w0, dtype=np.int64)),
+                "seqs": pa.ListArray.from_arrays(offsets, pa.array(seq[picked].ravel(), pa.int64())),
+                "vals": pa.ListArray.from_arrays(offsets, pa.array(v[picked].ravel(), pa.float64())),
+            }
+        )
+
+    return join
