@@ -45,7 +45,7 @@ def test_prefilters_keep_every_joining_row_and_semi_keeps_only_those(spark, list
         for n, vals in enumerate(lists)
     ]
     for method in ("mcf", "semi", "none"):
-        out, stats = prefilter(frames, cols, method, fingerprint_bits=bits)
+        out, stats = prefilter(frames, cols, method, fingerprint_bits=bits, min_drop=0.0)  # always applied
         kept = [sorted(r[0] for r in f.collect()) for f in out]
         assert stats.rows_in == [len(v) for v in lists]
         assert stats.rows_kept == [len(k) for k in kept]
@@ -61,8 +61,22 @@ def test_mcf_drops_most_absent_keys_and_reports_its_filters(spark):
     a = spark.createDataFrame([(i, float(i)) for i in range(2_000)], "s0_seq long, s0_v double")
     b = spark.createDataFrame([(i, float(i * 10)) for i in range(2_000)], "s1_seq long, s1_v double")
     _, stats = prefilter([a, b], ["s0_v", "s1_v"], "mcf")
+    assert stats.applied and stats.shards == 2  # built by the executors, one shard per frame here
     assert stats.rows_kept[0] >= 200  # keys 0, 10, …, 1990 join
     assert stats.rows_kept[0] <= 200 + 0.01 * 1_800  # f = 16: ε ≈ 1.2e-4 per absent key
-    assert stats.distinct_keys == [2_000, 2_000] and stats.filter_bytes > 0
+    assert all(abs(d - 2_000) <= 40 for d in stats.distinct_keys) and stats.filter_bytes > 0  # HLL: ±2 %
+    assert abs(stats.estimated_kept - 0.1) < 0.02  # 200 of the 2,000 keys of each side are shared
+    assert "[prefilter] mcf: estimated to keep" in stats.line()
     with pytest.raises(ConfigError):
         prefilter([a, b], ["s0_v", "s1_v"], "bloom")
+
+
+def test_a_prefilter_that_would_not_pay_is_skipped_and_says_so(spark):
+    a = spark.createDataFrame([(i, float(i % 500)) for i in range(2_000)], "s0_seq long, s0_v double")
+    b = spark.createDataFrame([(i, float(i % 450)) for i in range(900)], "s1_seq long, s1_v double")
+    out, stats = prefilter([a, b], ["s0_v", "s1_v"], "mcf")  # 90 % of a's keys, all of b's, are shared
+    assert not stats.applied and stats.filter_bytes == 0
+    assert out[0] is a and out[1] is b
+    assert stats.rows_kept == stats.rows_in == [2_000, 900]
+    assert 0.85 < stats.estimated_kept < 0.97
+    assert "mcf skipped: estimated to keep" in stats.line()

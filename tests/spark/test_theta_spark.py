@@ -6,6 +6,7 @@ import math
 
 import duckdb
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -101,6 +102,29 @@ def test_every_method_equals_duckdb_and_brute_force(spark, r, s, op, partitions)
 )
 def test_edge_cases(spark, case, r, s, op):
     check_all_methods(spark, r, s, op, partitions=4)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    r=st.lists(values, max_size=25),
+    s=st.lists(values, max_size=25),
+    op=st.sampled_from(["=", "band:0", "band:2.5"]),
+)
+def test_small_band_and_equi_joins_run_in_one_task_without_statistics(spark, r, s, op):
+    # the default rows per partition: from pandas, Spark knows these inputs are one partition's worth
+    def local(name, vals):
+        v = np.array([math.nan if x is None else x for x in vals], dtype=float)
+        pdf = pd.DataFrame({f"{name}_id": np.arange(len(vals), dtype=np.int64), f"{name}_v": v})
+        return spark.createDataFrame(pdf, f"{name}_id long, {name}_v double")
+
+    res = theta_join(local("r", r), local("s", s), ("r_v", "s_v"), Theta.parse(op))
+    got = sorted((row.r_id, row.s_id) for row in res.rows.collect())
+    stats = res.refresh()
+    assert got == oracle(r, s, op)
+    if r and s:  # (an empty pandas frame reaches Spark without a size estimate)
+        assert (stats.partitioning, stats.partition_pairs) == ("single", 1)
+    assert stats.null_rows == sum(v is None or math.isnan(v) for v in r + s)
+    assert stats.rows_compared <= max(len(got), 1) * 2 + 10
 
 
 def test_fast_counters_partitions_and_few_comparisons(spark):

@@ -67,14 +67,17 @@ class _Tally:
     They cover every execution of the rows: an action run twice on an uncached result counts twice.
     """
 
-    def __init__(self, df: DataFrame) -> None:
+    def __init__(self, df: DataFrame, null_rows: int = 0) -> None:
         sc = df.sparkSession.sparkContext
         self.tested, self.routed, self.output = sc.accumulator(0), sc.accumulator(0), sc.accumulator(0)
+        self.nulls = sc.accumulator(0)  # null/NaN rows the pair tasks received (the one-task path)
+        self.null_rows = null_rows  # those the statistics counted before
 
-    def add(self, tested: int, routed: int, output: int) -> None:
+    def add(self, tested: int, routed: int, output: int, nulls: int = 0) -> None:
         self.tested.add(tested)
         self.routed.add(routed)
         self.output.add(output)
+        self.nulls.add(nulls)
 
 
 @dataclass
@@ -103,6 +106,7 @@ class ThetaResult:
             self.stats.rows_compared = int(self.tally.tested.value)
             self.stats.replicated_rows = int(self.tally.routed.value)
             self.stats.output_rows = int(self.tally.output.value)
+            self.stats.null_rows = self.tally.null_rows + int(self.tally.nulls.value)
         return self.stats
 
     def release(self) -> None:
@@ -177,6 +181,8 @@ def _empty(r: DataFrame, s: DataFrame, stats: JoinStats, method: str) -> ThetaRe
 def _fast(
     r: DataFrame, s: DataFrame, on: tuple[str, str], theta: Theta, partitions: int, rows_per_partition: int
 ) -> ThetaResult:
+    if theta.op in ("band", "=") and _plan_bytes(r) + _plan_bytes(s) <= _BYTES_PER_ROW * rows_per_partition:
+        return _fast_in_one_task(r, s, on, theta)
     most = min(partitions, PARTITION_CAP)
     points = SAMPLE_PER_PARTITION * most
     rs, ss = _side_stats(r, s, on, points)
@@ -198,7 +204,7 @@ def _fast(
         return _empty(r, s, stats, "fast")
     ra = _routed(r, on[0], r_rng, cuts, plan, theta, "r")
     sa = _routed(s, on[1], s_rng, cuts, plan, theta, "s")
-    tally = _Tally(r)
+    tally = _Tally(r, stats.null_rows)
     schema = StructType(r.schema.fields + s.schema.fields)
     join = _pair_joiner([full for _, _, full in plan.pairs], theta, on, (r.columns, s.columns), schema, tally)
     # one shuffle partition per pair, up to a few per core, so that the pairs spread over the cores
@@ -209,6 +215,35 @@ def _fast(
 
 
 _TASKS_PER_CORE = 4
+# the least a row of a side can take in Spark's size estimate (one double): under this many bytes
+# per row of rows_per_partition, both sides together are certainly one partition's worth
+_BYTES_PER_ROW = 8
+
+
+def _plan_bytes(df: DataFrame) -> int:
+    """Spark's estimate of a DataFrame's size (the optimizer's statistics: no job runs)."""
+    return int(str(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+
+
+def _fast_in_one_task(r: DataFrame, s: DataFrame, on: tuple[str, str], theta: Theta) -> ThetaResult:
+    """Inputs that are one partition's worth, by Spark's estimate, for ``=`` and bands: no statistics.
+
+    The plan would be a single partition (:func:`partitions_for`) whose pair needs no cross
+    filter: every row goes to one pair, joined by sorting in one task. One job instead of two;
+    the task drops and counts the null/NaN rows.
+    """
+    stats = JoinStats(
+        partitions=1, partitioning="single", partition_pairs=1, r_filtered=None, s_filtered=None
+    )
+    tally = _Tally(r)
+    schema = StructType(r.schema.fields + s.schema.fields)
+    join = _pair_joiner([False], theta, on, (r.columns, s.columns), schema, tally)
+    ra = r.withColumn("_pair", F.lit(0)).repartition(1, "_pair")
+    sa = s.withColumn("_pair", F.lit(0)).repartition(1, "_pair")
+    out = ra.groupBy("_pair").cogroup(sa.groupBy("_pair")).applyInArrow(join, schema)
+    return ThetaResult(out, stats, "fast", tally=tally)
+
+
 _SUMMARY = "_side int, n long, nulls long, lo double, hi double, sample array<double>"
 
 
@@ -366,20 +401,24 @@ def _pair_joiner(
 
         from outoforder.core.theta.sortjoin import sorted_join
 
-        if left.num_rows == 0 or right.num_rows == 0:
-            tally.add(0, left.num_rows + right.num_rows, 0)
-            return arrow_schema.empty_table()
         left, right = left.select(columns[0]), right.select(columns[1])
+        a = np.asarray(left.column(on[0]).to_numpy(zero_copy_only=False), dtype=np.float64)
+        b = np.asarray(right.column(on[1]).to_numpy(zero_copy_only=False), dtype=np.float64)
+        nulls = int(np.isnan(a).sum() + np.isnan(b).sum())  # only where no statistics dropped them
+        if nulls:
+            keep_a, keep_b = ~np.isnan(a), ~np.isnan(b)
+            left, right, a, b = left.filter(keep_a), right.filter(keep_b), a[keep_a], b[keep_b]
+        if left.num_rows == 0 or right.num_rows == 0:
+            tally.add(0, left.num_rows + right.num_rows, 0, nulls)
+            return arrow_schema.empty_table()
         if full[key[0].as_py()]:
             ri = np.repeat(np.arange(left.num_rows), right.num_rows)
             si = np.tile(np.arange(right.num_rows), left.num_rows)
             tested = 0
         else:
-            a = np.asarray(left.column(on[0]).to_numpy(), dtype=np.float64)
-            b = np.asarray(right.column(on[1]).to_numpy(), dtype=np.float64)
             m = sorted_join(a, b, theta)
             ri, si, tested = m.r, m.s, m.tested
-        tally.add(tested, left.num_rows + right.num_rows, int(ri.size))
+        tally.add(tested, left.num_rows + right.num_rows, int(ri.size), nulls)
         lt, rt = left.take(ri), right.take(si)
         return pa.Table.from_arrays([*lt.columns, *rt.columns], schema=arrow_schema)
 

@@ -288,3 +288,49 @@ class CuckooFilter:
         f.stash_fp, f.stash_bucket = stash[0].astype(np.uint64), stash[1].astype(np.uint64)
         f.count = count
         return f
+
+
+@dataclass
+class ShardedFilter:
+    """Cuckoo filters over disjoint shards of the key space: key ``h`` lives in shard ``h mod n``.
+
+    Each shard is built where its keys are (a task of the cluster), so no place ever holds every
+    key; only the filters travel. ``h mod n`` is the floor modulo (Spark's ``pmod``), so negative
+    hashes find the same shard on both sides.
+
+    >>> shards = [CuckooFilter(8, fingerprint_bits=16) for _ in range(2)]
+    >>> _ = shards[0].insert(np.array([4, -2])); _ = shards[1].insert(np.array([7]))
+    >>> f = ShardedFilter.from_bytes(ShardedFilter(shards).to_bytes())
+    >>> f.contains(np.array([4, -2, 7])).tolist()
+    [True, True, True]
+    """
+
+    shards: list[CuckooFilter]
+
+    def contains(self, keys: npt.ArrayLike) -> BoolArray:
+        """True where a key may be present (no false negatives)."""
+        k = np.asarray(keys, dtype=np.int64)
+        shard = np.mod(k, len(self.shards))
+        out = np.zeros(k.size, dtype=bool)
+        for s in np.unique(shard):
+            at = shard == s
+            out[at] = self.shards[int(s)].contains(k[at])
+        return out
+
+    def to_bytes(self) -> bytes:
+        """The shards' :meth:`CuckooFilter.to_bytes`, each after its length."""
+        parts = [f.to_bytes() for f in self.shards]
+        return b"".join(len(p).to_bytes(8, "little") + p for p in parts)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> ShardedFilter:
+        """The filter :meth:`to_bytes` wrote."""
+        shards, at = [], 0
+        while at < len(data):
+            n = int.from_bytes(data[at : at + 8], "little")
+            shards.append(CuckooFilter.from_bytes(data[at + 8 : at + 8 + n]))
+            at += 8 + n
+        if not shards:
+            msg = "not a sharded cuckoo filter: no shard"
+            raise StateError(msg)
+        return cls(shards)
