@@ -119,8 +119,10 @@ PARTITION_CAP = 256  # range partitions at most: the Spark plan assigns them wit
 SAMPLE_PER_PARTITION = 4  # quantile points per partition, to see skew and heavy values
 SKEWED = 2.0  # an equal-width partition expected to hold more than this many times its share
 # A partition pair is joined by one task in memory, at a cost in proportion to its rows: fewer,
-# larger partitions cost less than many small ones (each pair has a fixed cost), down to these.
-ROWS_PER_PARTITION = 50_000  # rows of both sides
+# larger partitions cost less than many small ones (each pair, and each Spark job, has a fixed
+# cost of a tenth of a second or more on a small machine: on 2 cores one task joined 200k × 200k
+# uniform band rows faster than 4 or 8 pairs did), down to these.
+ROWS_PER_PARTITION = 200_000  # rows of both sides
 OUTPUT_PER_ROW = 16  # a full pair of an inequality join may output this many rows per input row
 
 
@@ -134,10 +136,10 @@ def partitions_for(
     (up to ``OUTPUT_PER_ROW × rows_per_partition`` output rows per pair).
 
     >>> band, less = Theta("band", 0.1), Theta("<")
-    >>> partitions_for(band, 10_000, 10_000, 128), partitions_for(less, 20_000, 20_000, 128)
-    (1, 23)
-    >>> partitions_for(Theta("band", 0.1), 10_000_000, 10_000_000, 128)
-    128
+    >>> partitions_for(band, 100_000, 100_000, 128), partitions_for(less, 20_000, 20_000, 128)
+    (1, 12)
+    >>> partitions_for(Theta("band", 0.1), 10_000_000, 10_000_000, 64)
+    64
     """
     want = math.ceil((n_r + n_s) / rows_per_partition)
     if theta.op in ("<", "<=", ">", ">="):
