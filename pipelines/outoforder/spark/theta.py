@@ -10,8 +10,8 @@ value is null or NaN never match (Spark orders NaN above every number, so they a
   the range partitions (equal widths, or quantiles where values are skewed; as few as the size
   needs) and keeps the partition pairs whose ranges can satisfy θ
   (:mod:`outoforder.core.theta.plan`). In the second job every row is sent to the pairs its
-  partition is in, and the executors join each pair's two sides in Arrow: a *full* pair is every
-  combination without a test, a *partial* pair is joined by sorting
+  partition is in: a *full* pair's two sides are joined on the pair number in the JVM (every
+  combination, no test), a *partial* pair's in Arrow on the executors, by sorting
   (:mod:`outoforder.core.theta.sortjoin`), at a cost in proportion to its input and output.
 - ``cfs``: CFS (Liu et al. 2017): a global sort of both sides, the min/max cross filter, then
   1-Bucket-Theta on what is left.
@@ -67,11 +67,13 @@ class _Tally:
     They cover every execution of the rows: an action run twice on an uncached result counts twice.
     """
 
-    def __init__(self, df: DataFrame, null_rows: int = 0) -> None:
+    def __init__(self, df: DataFrame, null_rows: int = 0, complete_output: bool = True) -> None:
         sc = df.sparkSession.sparkContext
         self.tested, self.routed, self.output = sc.accumulator(0), sc.accumulator(0), sc.accumulator(0)
         self.nulls = sc.accumulator(0)  # null/NaN rows the pair tasks received (the one-task path)
         self.null_rows = null_rows  # those the statistics counted before
+        # whether every output row passes through the pair tasks (full pairs joined in the JVM do not)
+        self.complete_output = complete_output
 
     def add(self, tested: int, routed: int, output: int, nulls: int = 0) -> None:
         self.tested.add(tested)
@@ -84,8 +86,9 @@ class _Tally:
 class ThetaResult:
     """The joined rows (lazy) and the run's counters; :meth:`release` frees cached inputs.
 
-    FastThetaJoin's per-row counters (rows compared, rows routed) are known once the rows have
-    been computed: :meth:`count` fills them in, :meth:`refresh` after any other action.
+    FastThetaJoin's per-row counters (rows compared, rows routed to partial pairs, output) are
+    known once the rows have been computed: :meth:`count` fills them in, :meth:`refresh` after
+    any other action (the output only where no full pair was joined in the JVM: then count()).
     """
 
     rows: DataFrame
@@ -105,7 +108,8 @@ class ThetaResult:
         if self.tally is not None:
             self.stats.rows_compared = int(self.tally.tested.value)
             self.stats.replicated_rows = int(self.tally.routed.value)
-            self.stats.output_rows = int(self.tally.output.value)
+            if self.tally.complete_output:  # else count() sets it
+                self.stats.output_rows = int(self.tally.output.value)
             self.stats.null_rows = self.tally.null_rows + int(self.tally.nulls.value)
         return self.stats
 
@@ -204,13 +208,26 @@ def _fast(
         return _empty(r, s, stats, "fast")
     ra = _routed(r, on[0], r_rng, cuts, plan, theta, "r")
     sa = _routed(s, on[1], s_rng, cuts, plan, theta, "s")
-    tally = _Tally(r, stats.null_rows)
+    full = [f for _, _, f in plan.pairs]
+    tally = _Tally(r, stats.null_rows, complete_output=not any(full))
     schema = StructType(r.schema.fields + s.schema.fields)
-    join = _pair_joiner([full for _, _, full in plan.pairs], theta, on, (r.columns, s.columns), schema, tally)
-    # one shuffle partition per pair, up to a few per core, so that the pairs spread over the cores
-    tasks = min(len(plan.pairs), _TASKS_PER_CORE * r.sparkSession.sparkContext.defaultParallelism)
-    ra, sa = ra.repartition(tasks, "_pair"), sa.repartition(tasks, "_pair")
-    out = ra.groupBy("_pair").cogroup(sa.groupBy("_pair")).applyInArrow(join, schema)
+    in_full = F.element_at(_literal_array([int(f) for f in full], "array<int>"), F.col("_pair") + 1) == 1
+    parts = []
+    if not all(full):
+        join = _pair_joiner(full, theta, on, (r.columns, s.columns), schema, tally)
+        # one shuffle partition per pair, up to a few per core, so that the pairs spread over the cores
+        tasks = min(len(full) - sum(full), _TASKS_PER_CORE * r.sparkSession.sparkContext.defaultParallelism)
+        rp, sp = (
+            ra.where(~in_full).repartition(tasks, "_pair"),
+            sa.where(~in_full).repartition(tasks, "_pair"),
+        )
+        parts.append(rp.groupBy("_pair").cogroup(sp.groupBy("_pair")).applyInArrow(join, schema))
+    if any(full):
+        # every combination of a full pair's rows, with no θ test: an equi-join on the pair, in the
+        # JVM (an inequality's output is mostly full pairs: it never passes through Python)
+        rf, sf = ra.where(in_full), sa.where(in_full)
+        parts.append(rf.join(sf, "_pair").select(*r.columns, *s.columns))
+    out = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
     return ThetaResult(out, stats, "fast", tally=tally)
 
 
