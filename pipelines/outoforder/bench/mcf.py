@@ -9,7 +9,8 @@
    key, the false-positive rate on keys never inserted against the analytic bound, and false
    negatives (inserted keys a lookup misses), also at a capacity that is not a power of two.
 2. **Pre-filters** (Spark, ``local[2]``): a three-way equi-join of windowed streams whose keys
-   overlap only partly (key selectivity 10 %, 30 %, 100 %), without a pre-filter, with MCF, with
+   overlap only partly (key selectivity 10 %, 30 %, 100 %), without a pre-filter, with MCF (behind
+   its cost check, and applied whatever the check says: ``mcf-always``), with
    an exact semi-join, and with Spark's runtime Bloom filter (its thresholds lowered so it fires).
    Each records seconds, rows shuffled (Spark's shuffle-write records) and the join's output
    (identical for all, checked).
@@ -256,6 +257,8 @@ def markdown(records: list[dict[str, Any]], joins: list[dict[str, Any]], meta: d
                     ("case", "case", ""),
                     ("method", "pre-filter", ""),
                     ("seconds", "seconds", ".2f"),
+                    ("prefilter_applied", "applied", ""),
+                    ("estimated_kept", "kept (cost check's estimate)", ".4f"),
                     ("shuffled_rows", "rows shuffled by the join", ","),
                     ("build_shuffled_rows", "rows shuffled building filters", ","),
                     ("rows_in", "rows in", ","),

@@ -23,6 +23,7 @@ is repeated and the faster of the two kept; longer runs are measured once.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import time
 from dataclasses import dataclass
@@ -230,7 +231,11 @@ def _timed(
         if theta.op == "<":  # every output row produced, as a user writing them would need
             res.rows.write.format("noop").mode("overwrite").save()
             seconds = time.monotonic() - t
-            got = res.count()  # not timed: a second run, for the check against DuckDB
+            stats = copy.copy(res.refresh())  # the timed run's counters
+            got = res.rows.count()  # not timed: a second run, for the check against DuckDB
+            res.release()
+            stats.output_rows = got
+            return seconds, got, [[stats]]
         else:
             got = res.count()
             seconds = time.monotonic() - t

@@ -16,11 +16,12 @@ in the result, so it may be dropped before the join's shuffle. Three ways:
 - ``none``: nothing dropped.
 
 **The cost check.** A pre-filter costs a pass over every frame before the join; it pays only if
-it drops enough rows. One job first estimates, per frame, its rows and distinct keys, and the
-keys every frame shares, from HyperLogLog sketches (Spark's ``hll_sketch_agg``; the intersection
-by inclusion–exclusion over the unions). Where the estimated share of rows dropped is below
-``min_drop`` (:data:`MIN_DROP`), the pre-filter is skipped, and :meth:`PrefilterStats.line`
-says so with the estimate.
+it keeps enough bytes out of the join's shuffle. One job first estimates, per frame, its rows and
+distinct keys, and the keys every frame shares, from HyperLogLog sketches (Spark's
+``hll_sketch_agg``; the intersection by inclusion–exclusion over the unions). Where the estimated
+share of rows dropped is below ``min_drop`` (:data:`MIN_DROP`), or the bytes it would save per row
+(that share times Spark's size estimate per row) are below :data:`MIN_BYTES_SAVED_PER_ROW`, the
+pre-filter is skipped, and :meth:`PrefilterStats.line` says so with the estimate.
 
 Keys are hashed with Spark's ``xxhash64`` after normalising ``-0.0`` to ``0.0`` (the join treats
 them as equal); null and NaN keys never join (as in :mod:`outoforder.spark.theta`), so they are
@@ -48,6 +49,10 @@ log = logging.getLogger(__name__)
 
 METHODS = ("none", "mcf", "semi")
 MIN_DROP = 0.2  # the share of rows a pre-filter must be expected to drop to be worth its pass
+# ... and the bytes it must be expected to keep out of the join's shuffle per row it reads: building
+# the filters (hash, shuffle the hashes, build) and asking them (a pandas UDF) cost about three
+# times what the join's shuffle costs per row of 24 bytes (docs/benchmarks/mcf.md, 2 cores)
+MIN_BYTES_SAVED_PER_ROW = 64.0
 KEYS_PER_SHARD = 1 << 20  # distinct keys per filter shard (one task builds one shard)
 _LG_K = 14  # HyperLogLog sketches of 2^14 registers: about 0.8 % error per distinct count
 _H = "_mcf_key_hash"
@@ -64,6 +69,7 @@ class PrefilterStats:
     filter_bytes: int = 0
     fpr_bound: float = 0.0
     estimated_kept: float | None = None  # share of all rows the cost check expects to survive
+    row_bytes: float | None = None  # Spark's size estimate per row, over all frames
     applied: bool = False  # False: method none, or skipped by the cost check
     shards: int = 0
 
@@ -73,9 +79,11 @@ class PrefilterStats:
             return "[prefilter] none"
         est = f"estimated to keep {self.estimated_kept:.1%} of the rows (HyperLogLog)"
         if not self.applied:
+            saved = (1.0 - (self.estimated_kept or 0.0)) * (self.row_bytes or 0.0)
             return (
-                f"[prefilter] {self.method} skipped: {est}, it would drop less than "
-                f"{MIN_DROP:.0%} and not pay for its pass over every frame"
+                f"[prefilter] {self.method} skipped: {est} of about {self.row_bytes or 0:.0f} bytes: it "
+                f"would keep {saved:.0f} bytes per row out of the join's shuffle, under the "
+                f"{MIN_BYTES_SAVED_PER_ROW:.0f} (and {MIN_DROP:.0%} of the rows) that pay for its pass"
             )
         built = f"{len(self.distinct_keys)} filters of {self.filter_bytes:,} bytes in {self.shards} shards"
         kept = f"; kept {sum(self.rows_kept):,} of {sum(self.rows_in):,} rows" if self.rows_in else ""
@@ -152,8 +160,10 @@ def prefilter(
 ) -> tuple[list[DataFrame], PrefilterStats]:
     """Each frame without the rows whose key is absent from another frame (see the module doc).
 
-    ``count_rows`` counts rows in and kept (two more jobs per frame) for the statistics;
-    ``min_drop = 0`` applies the pre-filter whatever the cost check estimates.
+    ``count_rows`` counts rows in and kept (two more jobs per frame) for the statistics. The cost
+    check applies the pre-filter when it is expected to drop at least ``min_drop`` of the rows and,
+    where Spark can estimate the rows' size, to keep :data:`MIN_BYTES_SAVED_PER_ROW` bytes per row
+    out of the join's shuffle; ``min_drop = 0`` applies it whatever the estimate.
     """
     if method not in METHODS:
         msg = f"unknown pre-filter {method!r}: use one of {', '.join(METHODS)}"
@@ -165,7 +175,11 @@ def prefilter(
     out, rows = list(frames), None
     if method != "none":
         rows, stats.distinct_keys, stats.estimated_kept = estimate_overlap(frames, cols)
-        if 1.0 - stats.estimated_kept >= min_drop:
+        stats.row_bytes = _row_bytes(frames, rows)
+        dropped = 1.0 - stats.estimated_kept
+        # bytes kept out of the shuffle, where Spark can tell the rows' size
+        pays = not stats.row_bytes or dropped * stats.row_bytes >= MIN_BYTES_SAVED_PER_ROW
+        if min_drop <= 0 or (dropped >= min_drop and pays):
             out = _filtered(frames, cols, method, bucket_size, fingerprint_bits, stats)
             stats.applied = True
     if count_rows:
@@ -173,6 +187,16 @@ def prefilter(
         stats.rows_kept = [f.count() for f in out]
     log.info("%s", stats.line())
     return out, stats
+
+
+def _row_bytes(frames: Sequence[DataFrame], rows: list[int]) -> float:
+    """Bytes per row over all frames, from Spark's size estimates (0 when it cannot tell)."""
+    from outoforder.spark.theta import estimated_bytes
+
+    sizes = [estimated_bytes(f) for f in frames]
+    if not sum(rows) or any(b >= (1 << 62) for b in sizes):
+        return 0.0
+    return sum(sizes) / sum(rows)
 
 
 def _filtered(

@@ -99,9 +99,10 @@ class ThetaResult:
 
     def count(self) -> int:
         """Run the join and count its rows (sets ``stats.output_rows`` and the counters)."""
-        self.stats.output_rows = self.rows.count()
+        n = self.rows.count()
         self.refresh()
-        return self.stats.output_rows
+        self.stats.output_rows = n  # the count itself: the counters add up every action so far
+        return n
 
     def refresh(self) -> JoinStats:
         """The counters as the executors left them after the actions run so far."""
@@ -185,7 +186,10 @@ def _empty(r: DataFrame, s: DataFrame, stats: JoinStats, method: str) -> ThetaRe
 def _fast(
     r: DataFrame, s: DataFrame, on: tuple[str, str], theta: Theta, partitions: int, rows_per_partition: int
 ) -> ThetaResult:
-    if theta.op in ("band", "=") and _plan_bytes(r) + _plan_bytes(s) <= _BYTES_PER_ROW * rows_per_partition:
+    if (
+        theta.op in ("band", "=")
+        and estimated_bytes(r) + estimated_bytes(s) <= _BYTES_PER_ROW * rows_per_partition
+    ):
         return _fast_in_one_task(r, s, on, theta)
     most = min(partitions, PARTITION_CAP)
     points = SAMPLE_PER_PARTITION * most
@@ -237,8 +241,11 @@ _TASKS_PER_CORE = 4
 _BYTES_PER_ROW = 8
 
 
-def _plan_bytes(df: DataFrame) -> int:
-    """Spark's estimate of a DataFrame's size (the optimizer's statistics: no job runs)."""
+def estimated_bytes(df: DataFrame) -> int:
+    """Spark's estimate of a DataFrame's size (the optimizer's statistics: no job runs).
+
+    Long.MAX_VALUE where Spark cannot tell (an RDD, an empty local frame).
+    """
     return int(str(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
 
 
