@@ -112,7 +112,7 @@ def join_cases(quick: bool) -> list[dict[str, Any]]:
     spark.conf.set(f"{_BLOOM}.creationSideThreshold", str(1 << 40))
     spark.conf.set(f"{_BLOOM}.applicationSideScanSizeThreshold", "1")
     rows = 100_000 if quick else 1_000_000
-    out = []
+    out: list[dict[str, Any]] = []
     tmp = tempfile.TemporaryDirectory()
     for sel in (0.1, 0.3, 1.0):
         frames = _streams(spark, rows, sel, 7, Path(tmp.name))
