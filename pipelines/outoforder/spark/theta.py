@@ -214,18 +214,12 @@ def _fast(
     sa = _routed(s, on[1], s_rng, cuts, plan, theta, "s")
     full = [f for _, _, f in plan.pairs]
     tally = _Tally(r, stats.null_rows, complete_output=not any(full))
-    schema = StructType(r.schema.fields + s.schema.fields)
     in_full = F.element_at(_literal_array([int(f) for f in full], "array<int>"), F.col("_pair") + 1) == 1
     parts = []
     if not all(full):
-        join = _pair_joiner(full, theta, on, (r.columns, s.columns), schema, tally)
         # one shuffle partition per pair, up to a few per core, so that the pairs spread over the cores
         tasks = min(len(full) - sum(full), _TASKS_PER_CORE * r.sparkSession.sparkContext.defaultParallelism)
-        rp, sp = (
-            ra.where(~in_full).repartition(tasks, "_pair"),
-            sa.where(~in_full).repartition(tasks, "_pair"),
-        )
-        parts.append(rp.groupBy("_pair").cogroup(sp.groupBy("_pair")).applyInArrow(join, schema))
+        parts.append(_sorted_pairs(ra.where(~in_full), sa.where(~in_full), r, s, on, theta, tasks, tally))
     if any(full):
         # every combination of a full pair's rows, with no θ test: an equi-join on the pair, in the
         # JVM (an inequality's output is mostly full pairs: it never passes through Python)
@@ -260,12 +254,25 @@ def _fast_in_one_task(r: DataFrame, s: DataFrame, on: tuple[str, str], theta: Th
         partitions=1, partitioning="single", partition_pairs=1, r_filtered=None, s_filtered=None
     )
     tally = _Tally(r)
+    ra, sa = r.withColumn("_pair", F.lit(0)), s.withColumn("_pair", F.lit(0))
+    return ThetaResult(_sorted_pairs(ra, sa, r, s, on, theta, 1, tally), stats, "fast", tally=tally)
+
+
+def _sorted_pairs(
+    ra: DataFrame,
+    sa: DataFrame,
+    r: DataFrame,
+    s: DataFrame,
+    on: tuple[str, str],
+    theta: Theta,
+    tasks: int,
+    tally: _Tally,
+) -> DataFrame:
+    """The partial pairs of the routed sides (``_pair``), each joined by sorting in a task of its own."""
     schema = StructType(r.schema.fields + s.schema.fields)
-    join = _pair_joiner([False], theta, on, (r.columns, s.columns), schema, tally)
-    ra = r.withColumn("_pair", F.lit(0)).repartition(1, "_pair")
-    sa = s.withColumn("_pair", F.lit(0)).repartition(1, "_pair")
-    out = ra.groupBy("_pair").cogroup(sa.groupBy("_pair")).applyInArrow(join, schema)
-    return ThetaResult(out, stats, "fast", tally=tally)
+    join = _pair_joiner(theta, on, (r.columns, s.columns), schema, tally)
+    ra, sa = ra.repartition(tasks, "_pair"), sa.repartition(tasks, "_pair")
+    return ra.groupBy("_pair").cogroup(sa.groupBy("_pair")).applyInArrow(join, schema)
 
 
 _SUMMARY = "_side int, n long, nulls long, lo double, hi double, sample array<double>"
@@ -404,17 +411,15 @@ def _literal_doubles(values: Sequence[float]) -> Column:
 
 
 def _pair_joiner(
-    full: list[bool],
     theta: Theta,
     on: tuple[str, str],
     columns: tuple[list[str], list[str]],
     schema: StructType,
     tally: _Tally,
 ) -> Callable[[Any, Any, Any], Any]:
-    """The executors' join of one partition pair's two sides (Arrow tables), by sorting.
+    """The executors' join of one partial pair's two sides (Arrow tables), by sorting.
 
-    A full pair is every combination of its rows, with no test; a partial pair goes through
-    :func:`~outoforder.core.theta.sortjoin.sorted_join`.
+    :func:`~outoforder.core.theta.sortjoin.sorted_join`; full pairs never come here (the JVM joins them).
     """
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -435,15 +440,9 @@ def _pair_joiner(
         if left.num_rows == 0 or right.num_rows == 0:
             tally.add(0, left.num_rows + right.num_rows, 0, nulls)
             return arrow_schema.empty_table()
-        if full[key[0].as_py()]:
-            ri = np.repeat(np.arange(left.num_rows), right.num_rows)
-            si = np.tile(np.arange(right.num_rows), left.num_rows)
-            tested = 0
-        else:
-            m = sorted_join(a, b, theta)
-            ri, si, tested = m.r, m.s, m.tested
-        tally.add(tested, left.num_rows + right.num_rows, int(ri.size), nulls)
-        lt, rt = left.take(ri), right.take(si)
+        m = sorted_join(a, b, theta)
+        tally.add(m.tested, left.num_rows + right.num_rows, int(m.r.size), nulls)
+        lt, rt = left.take(m.r), right.take(m.s)
         return pa.Table.from_arrays([*lt.columns, *rt.columns], schema=arrow_schema)
 
     return join
