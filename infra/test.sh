@@ -26,8 +26,10 @@
 #
 # Every JVM the tests start (Spark drivers, spark-submit, the cluster) runs with the client JIT and
 # the serial collector: tests are many short JVMs on tiny data, where the optimising compiler's and
-# the parallel collector's threads cost a third of the CPU and pay back nothing. Results do not
-# depend on either; production and benchmarks keep the JVM's defaults.
+# the parallel collector's threads cost a third of the CPU and pay back nothing. The exception is
+# each pytest run's session-wide Spark driver, which lives for the whole run: it gets the
+# optimising compiler back (tests/sparkconf.py). Results do not depend on either; production and
+# benchmarks keep the JVM's defaults.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 tier=full

@@ -55,7 +55,12 @@ def base_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
 def spark(base_settings: Settings) -> Iterator[object]:
     from outoforder.spark.session import get_spark
 
-    session = get_spark(base_settings, app_name="outoforder-tests")
+    conf = {
+        **base_settings.spark.conf,
+        "spark.driver.extraJavaOptions": sparkconf.SESSION_DRIVER_JAVA_OPTIONS,
+    }
+    driver = dataclasses.replace(base_settings, spark=dataclasses.replace(base_settings.spark, conf=conf))
+    session = get_spark(driver, app_name="outoforder-tests")
     yield session
     session.stop()
 
