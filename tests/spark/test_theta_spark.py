@@ -142,6 +142,13 @@ def test_fast_counters_partitions_and_few_comparisons(spark):
         frame(spark, "r", r), frame(spark, "s", s), ("r_v", "s_v"), Theta("<"), "fast", 16, 1
     )
     assert counted.count() == counted.stats.output_rows == len(got)
+    # full pairs are an explode of the broadcast S partitions; with no broadcast, an equi-join on the pair
+    spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")
+    try:
+        unbroadcast, ustats = spark_pairs(spark, r, s, "<", "fast", partitions=16)
+    finally:
+        spark.conf.unset("spark.sql.autoBroadcastJoinThreshold")
+    assert unbroadcast == got and ustats.rows_compared == stats.rows_compared
     band, bs = spark_pairs(spark, r, s, "band:0.5", "fast", partitions=8)
     assert band == oracle(r, s, "band:0.5")
     assert len(band) <= bs.rows_compared <= 2 * len(band)  # the target: sorting, not all pairs

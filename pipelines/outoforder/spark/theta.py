@@ -74,12 +74,24 @@ class _Tally:
         self.null_rows = null_rows  # those the statistics counted before
         # whether every output row passes through the pair tasks (full pairs joined in the JVM do not)
         self.complete_output = complete_output
+        # where no pair task runs (inequalities): (rows compared, rows routed), by a job of its own
+        # when the counters are first read
+        self.counted: Callable[[], tuple[int, int]] | None = None
+        self._counts: tuple[int, int] | None = None
 
     def add(self, tested: int, routed: int, output: int, nulls: int = 0) -> None:
         self.tested.add(tested)
         self.routed.add(routed)
         self.output.add(output)
         self.nulls.add(nulls)
+
+    def compared_and_routed(self) -> tuple[int, int]:
+        """Rows compared and rows routed to partial pairs, over every action so far (or counted once)."""
+        if self.counted is None:
+            return int(self.tested.value), int(self.routed.value)
+        if self._counts is None:
+            self._counts = self.counted()
+        return self._counts
 
 
 @dataclass
@@ -107,8 +119,7 @@ class ThetaResult:
     def refresh(self) -> JoinStats:
         """The counters as the executors left them after the actions run so far."""
         if self.tally is not None:
-            self.stats.rows_compared = int(self.tally.tested.value)
-            self.stats.replicated_rows = int(self.tally.routed.value)
+            self.stats.rows_compared, self.stats.replicated_rows = self.tally.compared_and_routed()
             if self.tally.complete_output:  # else count() sets it
                 self.stats.output_rows = int(self.tally.output.value)
             self.stats.null_rows = self.tally.null_rows + int(self.tally.nulls.value)
@@ -213,22 +224,96 @@ def _fast(
     ra = _routed(r, on[0], r_rng, cuts, plan, theta, "r")
     sa = _routed(s, on[1], s_rng, cuts, plan, theta, "s")
     full = [f for _, _, f in plan.pairs]
-    tally = _Tally(r, stats.null_rows, complete_output=not any(full))
     in_full = F.element_at(_literal_array([int(f) for f in full], "array<int>"), F.col("_pair") + 1) == 1
+    in_jvm = theta.op in _INEQUALITIES
+    tally = _Tally(r, stats.null_rows, complete_output=not any(full) and not in_jvm)
     parts = []
     if not all(full):
-        # one shuffle partition per pair, up to a few per core, so that the pairs spread over the cores
-        tasks = min(len(full) - sum(full), _TASKS_PER_CORE * r.sparkSession.sparkContext.defaultParallelism)
-        parts.append(_sorted_pairs(ra.where(~in_full), sa.where(~in_full), r, s, on, theta, tasks, tally))
+        pra, psa = ra.where(~in_full), sa.where(~in_full)
+        if in_jvm:
+            parts.append(_tested_in_jvm(pra, psa, r, s, on, theta, tally))
+        else:
+            # one shuffle partition per pair, up to a few per core, so that the pairs spread over the cores
+            tasks = min(
+                len(full) - sum(full), _TASKS_PER_CORE * r.sparkSession.sparkContext.defaultParallelism
+            )
+            parts.append(_sorted_pairs(pra, psa, r, s, on, theta, tasks, tally))
     if any(full):
-        # every combination of a full pair's rows, with no θ test: an equi-join on the pair, in the
-        # JVM (an inequality's output is mostly full pairs: it never passes through Python)
-        rf, sf = ra.where(in_full), sa.where(in_full)
-        parts.append(rf.join(sf, "_pair").select(*r.columns, *s.columns))
+        rf = ra.where(in_full)
+        if estimated_bytes(s) <= _broadcast_bytes(r):
+            parts.append(_full_pairs(rf, r, s, on[1], s_rng, cuts, plan))
+        else:  # every combination by an equi-join on the pair, in the JVM
+            parts.append(rf.join(sa.where(in_full), "_pair").select(*r.columns, *s.columns))
     out = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
     return ThetaResult(out, stats, "fast", tally=tally)
 
 
+def _tested_in_jvm(
+    ra: DataFrame, sa: DataFrame, r: DataFrame, s: DataFrame, on: tuple[str, str], theta: Theta, tally: _Tally
+) -> DataFrame:
+    """An inequality's partial pairs: an equi-join on the pair number that tests θ, in the JVM.
+
+    They are the few pairs on the diagonal, where both partitions' ranges overlap, and about half
+    of their combinations match: testing each costs about two comparisons per output row, less
+    than sending the rows through Python to be sorted. The rows compared and routed are counted by
+    a small job of their own when the counters are first read (no pair task is there to count them).
+    """
+
+    def counted() -> tuple[int, int]:
+        rows = (
+            ra.groupBy("_pair").count().withColumn("_side", F.lit(0))
+            .unionByName(sa.groupBy("_pair").count().withColumn("_side", F.lit(1)))
+            .collect()
+        )  # fmt: skip
+        per: list[dict[int, int]] = [{}, {}]
+        for row in rows:
+            per[row["_side"]][row["_pair"]] = row["count"]
+        tested = sum(n * per[1].get(pair, 0) for pair, n in per[0].items())
+        return tested, sum(per[0].values()) + sum(per[1].values())
+
+    tally.counted = counted
+    right = sa.withColumnRenamed("_pair", "_spair")
+    test = (F.col("_pair") == F.col("_spair")) & theta_column(theta, F.col(on[0]), F.col(on[1]))
+    return ra.join(right, test).select(*r.columns, *s.columns)
+
+
+def _broadcast_bytes(df: DataFrame) -> int:
+    """Spark's broadcast join threshold of the session (``spark.sql.autoBroadcastJoinThreshold``)."""
+    text = (df.sparkSession.conf.get("spark.sql.autoBroadcastJoinThreshold", "10485760") or "-1").strip()
+    if text.startswith("-"):  # broadcasts turned off
+        return -1
+    jvm = df.sparkSession.sparkContext._jvm
+    assert jvm is not None  # a classic session's
+    return int(jvm.org.apache.spark.network.util.JavaUtils.byteStringAsBytes(text))
+
+
+def _full_pairs(
+    rf: DataFrame, r: DataFrame, s: DataFrame, col: str, rng: tuple[float, float], cuts: Cuts, plan: PairPlan
+) -> DataFrame:
+    """Every combination of the full pairs' rows (an S side small enough to broadcast), in the JVM.
+
+    Each S partition's rows become one array row, broadcast; each R row of a full pair (``rf``)
+    is joined with its S partition's array, which is exploded. The output rows come from the
+    explode: on ``<`` joins of 20k rows per side, 5.4 s instead of 7.8 s for an equi-join on the
+    pair (Spark's nested loop: 5.7 s). An inequality's output is mostly full pairs: it never
+    passes through Python.
+    """
+    s_pid = [plan.s_units[b].pid if is_full else -1 for _, b, is_full in plan.pairs]
+    v = F.col(col).cast("double")
+    keep = _valid(col) & (v >= F.lit(rng[0])) & (v <= F.lit(rng[1]))
+    pid = _partition_of(v, cuts, lambda: F.xxhash64(*[F.col(c) for c in s.columns]))
+    arrays = (
+        s.where(keep)
+        .withColumn("_spid", pid)
+        .where(F.col("_spid").isin(sorted({p for p in s_pid if p >= 0})))
+        .groupBy("_spid")
+        .agg(F.collect_list(F.struct(*s.columns)).alias("_rows"))
+    )
+    left = rf.withColumn("_spid", F.element_at(_literal_array(s_pid, "array<int>"), F.col("_pair") + 1))
+    return left.join(F.broadcast(arrays), "_spid").select(*r.columns, F.inline("_rows"))
+
+
+_INEQUALITIES = ("<", "<=", ">", ">=")
 _TASKS_PER_CORE = 4
 # the least a row of a side can take in Spark's size estimate (one double): under this many bytes
 # per row of rows_per_partition, both sides together are certainly one partition's worth

@@ -229,7 +229,7 @@ class Cuts:
     >>> cuts.assign(np.array([0.0, 1.0, 5.0, 5.0, 5.0, 7.0, 9.5]), np.array([0, 0, 0, 1, 2, 0, 0])).tolist()
     [0, 1, 2, 3, 4, 4, 5]
     >>> cuts.ranges(0.0, 10.0)[1:5]
-    [(1.0, 5.0), (5.0, 5.0), (5.0, 5.0), (5.0, 9.0)]
+    [(1.0, 4.999999999999999), (5.0, 5.0), (5.0, 5.0), (5.0, 8.999999999999998)]
     """
 
     values: tuple[float, ...]
@@ -261,9 +261,26 @@ class Cuts:
         return p
 
     def ranges(self, lo: float, hi: float) -> list[tuple[float, float]]:
-        """Each partition's closed value range within ``[lo, hi]`` (empty when lo > hi)."""
+        """Each partition's closed value range within ``[lo, hi]`` (empty when lo > hi).
+
+        A partition ends just below its upper cut (the cut's value goes to the next one), so
+        that neighbouring partitions do not overlap: under ``<`` the pair of a partition and the
+        next one is full, not partial. A partition of a heavy value holds that value only.
+        """
         bounds = [lo, *self.values, hi]
-        return [(max(bounds[p], lo), min(bounds[p + 1], hi)) for p in range(self.partitions)]
+        last = self.partitions - 1
+        return [
+            (
+                max(bounds[p], lo),
+                min(
+                    bounds[p + 1]
+                    if p == last or bounds[p] == bounds[p + 1]
+                    else math.nextafter(bounds[p + 1], -math.inf),
+                    hi,
+                ),
+            )
+            for p in range(self.partitions)
+        ]
 
 
 def choose_cuts(sample: FloatArray, lo: float, hi: float, partitions: int) -> Cuts:
