@@ -6,7 +6,10 @@ DuckDB's count (``agrees``). A run ends with ``count()``, except on ``<`` joins,
 to Spark's ``noop`` sink, and the count is a second, untimed run. Cases:
 
 - two-way band joins ``|a − b| <= c`` on uniform and Zipf-skewed values, 1k … 1M rows per side
-  (FastThetaJoin and DuckDB only above 50k: the others compare every pair);
+  for every method, and 10M × 10M (about 40M output rows) for FastThetaJoin, DuckDB and Polars
+  (``join_where``; both plan an IEJoin). A Spark run is cancelled after ``BOUND_S`` seconds and
+  recorded as over the bound (``over_bound``, no seconds); the method is then not run on the
+  larger sizes of the same values and predicate, and those are recorded as over the bound too;
 - two-way ``a < b`` on uniform values (the output is n²/2: the "rows compared / output" case);
 - a partition sweep (1 … 256) of FastThetaJoin (the only runs whose P is forced; elsewhere P is
   sized from the input, up to the case's P);
@@ -24,13 +27,16 @@ is repeated and the faster of the two kept; longer runs are measured once.
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import shutil
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -38,6 +44,9 @@ from outoforder.bench.harness import log, machine, markdown_table, write_json
 
 SEED = 7
 REPEAT_BELOW_S = 15.0  # runs shorter than this are repeated and the faster one kept
+BOUND_S = 60.0  # a Spark run still going after this many seconds is cancelled: "over the bound"
+SINGLE_MACHINE = ("duckdb", "polars")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -64,8 +73,7 @@ def values(distribution: str, n: int, rng: np.random.Generator) -> np.ndarray:
 
 def cases(quick: bool) -> list[Case]:
     """The benchmark's cases, small to large."""
-    every = ("fast", "cfs", "one-bucket", "spark-sql", "cross", "duckdb")
-    big = ("fast", "cfs", "one-bucket", "spark-sql", "duckdb")
+    every = ("fast", "cfs", "one-bucket", "spark-sql", "cross", "duckdb", "polars")
     if quick:
         return [
             Case(2, 2_000, "uniform", "band", every, 16),
@@ -74,17 +82,10 @@ def cases(quick: bool) -> list[Case]:
         ]
     out = []
     for dist in ("uniform", "zipf"):
-        out += [
-            Case(2, 1_000, dist, "band", every, 8),
-            Case(2, 10_000, dist, "band", every, 32),
-            Case(2, 50_000, dist, "band", big, 128),
-        ]
-    out += [
-        Case(2, n, dist, "band", ("fast", "duckdb"), 256)
-        for dist in ("uniform", "zipf")
-        for n in (200_000, 1_000_000)
-    ]
-    out += [Case(2, n, "uniform", "<", every if n <= 10_000 else big, 32) for n in (1_000, 10_000, 20_000)]
+        out += [Case(2, n, dist, "band", every, p) for n, p in ((1_000, 8), (10_000, 32), (50_000, 128))]
+        out += [Case(2, n, dist, "band", every, 256) for n in (200_000, 1_000_000)]
+        out.append(Case(2, 10_000_000, dist, "band", ("fast", "duckdb", "polars"), 256))
+    out += [Case(2, n, "uniform", "<", every, 32) for n in (1_000, 10_000, 20_000)]
     out += [Case(2, 10_000, "uniform", "band", ("fast",), p, sweep=True) for p in (1, 4, 16, 64, 256)]
     out += [Case(4, n, "uniform", "band", ("fast", "cfs", "spark-sql", "duckdb"), 16) for n in (1_000, 5_000)]
     return out
@@ -104,10 +105,11 @@ def main(out: Path, data_dir: Path | None, quick: bool, spark_on: bool = True) -
     records: list[dict[str, Any]] = []
     t0 = time.monotonic()
     _warm_up(spark)
+    over: set[tuple[Any, ...]] = set()  # (ways, values, predicate, method) over the bound at a smaller size
     for k, case in enumerate(cases(quick)):
         what = f"{case.ways}-way {case.distribution} {case.predicate} n={case.n:,} P={case.partitions}"
         log("theta", f"case {k + 1}: {what}")
-        records += _run_case(spark, case, spark_on)
+        records += _run_case(spark, case, spark_on, over)
     meta = {
         **machine(),
         "seconds_total": round(time.monotonic() - t0, 1),
@@ -134,7 +136,7 @@ def _warm_up(spark: Any) -> None:
         res.release()
 
 
-def _run_case(spark: Any, case: Case, spark_on: bool) -> list[dict[str, Any]]:
+def _run_case(spark: Any, case: Case, spark_on: bool, over: set[tuple[Any, ...]]) -> list[dict[str, Any]]:
     import pandas as pd
     from pyspark import StorageLevel
 
@@ -158,6 +160,11 @@ def _run_case(spark: Any, case: Case, spark_on: bool) -> list[dict[str, Any]]:
     if "duckdb" in case.methods:
         out.append({**base, "method": "duckdb", "partitions": None, "seconds": duck_s, "output_rows": truth,
                     "rows_compared": None, "agrees": True})  # fmt: skip
+    if "polars" in case.methods:
+        got, polars_s = _polars(data, theta)
+        out.append({**base, "method": "polars", "partitions": None, "seconds": polars_s, "output_rows": got,
+                    "rows_compared": None, "agrees": got == truth})  # fmt: skip
+        log("theta", f"  {'polars':<10} {polars_s:7.2f} s  out {got:,}  agrees {got == truth}")
     if not spark_on:
         return out
     # inputs read from Parquet, as from the lake: a frame made from pandas keeps its rows in the
@@ -174,10 +181,25 @@ def _run_case(spark: Any, case: Case, spark_on: bool) -> list[dict[str, Any]]:
     meter = _ShuffleMeter(spark)
     try:
         for method in case.methods:
-            if method == "duckdb":
+            if method in SINGLE_MACHINE:
+                continue
+            key = (case.ways, case.distribution, case.predicate, method)
+            if key in over:
+                out.append(
+                    {**base, "method": method, "over_bound": True, "note": "over the bound at a smaller size"}
+                )
+                log("theta", f"  {method:<10} not run: over the bound at a smaller size")
                 continue
             b = meter.read()
-            seconds, got, rounds = _timed(frames, names, theta, method, case)
+            first = _bounded(spark, functools.partial(_timed, frames, names, theta, method, case))
+            if first is None:
+                over.add(key)
+                out.append(
+                    {**base, "method": method, "over_bound": True, "note": f"cancelled after {BOUND_S:.0f} s"}
+                )
+                log("theta", f"  {method:<10} over the bound: cancelled after {BOUND_S:.0f} s")
+                continue
+            seconds, got, rounds = first
             shuffled = meter.read() - b  # of the first run
             if seconds < REPEAT_BELOW_S:  # noisy on 2 cores: the best of two runs
                 seconds = min(seconds, _timed(frames, names, theta, method, case)[0])
@@ -210,6 +232,23 @@ def _run_case(spark: Any, case: Case, spark_on: bool) -> list[dict[str, Any]]:
             f.unpersist()
         shutil.rmtree(folder, ignore_errors=True)
     return out
+
+
+def _bounded(spark: Any, run: Callable[[], T]) -> T | None:
+    """``run()``, or None if its Spark jobs were still going after :data:`BOUND_S` seconds (cancelled)."""
+    sc = spark.sparkContext
+    group = f"theta-bench-{time.monotonic_ns()}"
+    sc.setJobGroup(group, "θ benchmark run", interruptOnCancel=True)
+    timer = threading.Timer(BOUND_S, sc.cancelJobGroup, args=(group,))
+    timer.start()
+    try:
+        return run()
+    except Exception:
+        if timer.is_alive():  # a failure, not the bound
+            raise
+        return None
+    finally:
+        timer.cancel()
 
 
 def _all_pairs(rounds: list[list[Any]], n: int, ways: int) -> int:
@@ -267,6 +306,25 @@ class _ShuffleMeter:
         return int(sum(execs.apply(i).totalShuffleWrite() for i in range(execs.size())))
 
 
+def _polars(data: dict[str, np.ndarray], theta: Any) -> tuple[int, float]:
+    """Polars' count of the two-way join (``join_where``: an IEJoin for a band's two inequalities)."""
+    import operator
+
+    import polars as pl
+
+    a, b = (data[n] for n in data)
+    t = time.monotonic()
+    r, s = pl.LazyFrame({"a": a}), pl.LazyFrame({"b": b})
+    if theta.op == "band":  # the same bounds as DuckDB's condition: b - c <= a <= b + c
+        s = s.with_columns(lo=pl.col("b") - theta.band, hi=pl.col("b") + theta.band)
+        preds = [pl.col("a") >= pl.col("lo"), pl.col("a") <= pl.col("hi")]
+    else:
+        ops = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "=": operator.eq}
+        preds = [ops[theta.op](pl.col("a"), pl.col("b"))]
+    got = int(r.join_where(s, *preds).select(pl.len()).collect().item())
+    return got, round(time.monotonic() - t, 3)
+
+
 def _duckdb(data: dict[str, np.ndarray], theta: Any) -> tuple[int, float]:
     """DuckDB's count of the same chained join (IEJoin for bands) and its seconds."""
     import duckdb
@@ -301,13 +359,15 @@ def _ratios(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for (ways, n, dist, pred), m in by_case.items():
         if "fast" not in m or len(m) < 2:
             continue
-        f = m["fast"]["seconds"]
+        f = m["fast"].get("seconds")
         row = {"ways": ways, "n_per_side": n, "distribution": dist, "predicate": pred, "fast_s": f}
         for other in ("cfs", "one-bucket", "spark-sql", "cross"):
-            if other in m and f:
+            if other in m and f and m[other].get("seconds"):
                 row[f"vs_{other}"] = round(m[other]["seconds"] / f, 2)
-        if "duckdb" in m and m["duckdb"]["seconds"]:
-            row["over_duckdb"] = round(f / m["duckdb"]["seconds"], 1)
+        for other in SINGLE_MACHINE:
+            if other in m and f and m[other]["seconds"]:
+                row[f"over_{other}"] = round(f / m[other]["seconds"], 1)
+        row["over_bound"] = ", ".join(k for k, v in m.items() if v.get("over_bound")) or None
         rows.append(row)
     return rows
 
@@ -320,13 +380,14 @@ def _markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         ("output_rows_per_s", "output rows/s", ","),
         ("rows_compared", "rows compared", ","), ("compared_per_output", "compared / output", ".3f"),
         ("partition_pairs", "pairs joined", ","), ("shuffle_bytes", "shuffle bytes", ","),
-        ("agrees", "= DuckDB", ""),
+        ("agrees", "= DuckDB", ""), ("note", "over the bound", ""),
     ]  # fmt: skip
     rcols = [
         ("ways", "ways", ""), ("n_per_side", "n per side", ","), ("distribution", "values", ""),
         ("predicate", "θ", ""), ("fast_s", "FastThetaJoin s", ".2f"), ("vs_cfs", "× vs CFS", ".2f"),
         ("vs_one-bucket", "× vs 1-Bucket", ".2f"), ("vs_spark-sql", "× vs Spark SQL", ".2f"),
         ("vs_cross", "× vs cross product", ".2f"), ("over_duckdb", "Fast s / DuckDB s", ".1f"),
+        ("over_polars", "Fast s / Polars s", ".1f"), ("over_bound", f"over the bound ({BOUND_S:.0f} s)", ""),
     ]  # fmt: skip
     return "\n".join(
         [
@@ -359,11 +420,11 @@ def _plot(records: list[dict[str, Any]], path: Path) -> None:
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
     for ax, (dist, pred) in zip(axes[:2], (("uniform", "band"), ("zipf", "band")), strict=True):
-        for method in ("fast", "cfs", "one-bucket", "spark-sql", "cross", "duckdb"):
+        for method in ("fast", "cfs", "one-bucket", "spark-sql", "cross", "duckdb", "polars"):
             pts = sorted(
                 (r["n_per_side"], r["seconds"]) for r in records
                 if not r["sweep"] and r["ways"] == 2 and r["distribution"] == dist
-                and r["predicate"] == pred and r["method"] == method
+                and r["predicate"] == pred and r["method"] == method and r.get("seconds")
             )  # fmt: skip
             if pts:
                 ax.plot(*zip(*pts, strict=True), marker="o", label=method)
