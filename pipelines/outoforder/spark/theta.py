@@ -10,8 +10,10 @@ value is null or NaN never match (Spark orders NaN above every number, so they a
   the range partitions (equal widths, or quantiles where values are skewed; as few as the size
   needs) and keeps the partition pairs whose ranges can satisfy θ
   (:mod:`outoforder.core.theta.plan`). In the second job every row is sent to the pairs its
-  partition is in: a *full* pair's two sides are joined on the pair number in the JVM (every
-  combination, no test), a *partial* pair's in Arrow on the executors, by sorting
+  partition is in. A *full* pair is every combination, with no test, in the JVM (an explode of
+  the broadcast S partitions, or an equi-join on the pair number); a *partial* pair of an
+  inequality is an equi-join on the pair number that tests θ, in the JVM; a *partial* pair of
+  ``=`` or a band is joined in Arrow on the executors, by sorting
   (:mod:`outoforder.core.theta.sortjoin`), at a cost in proportion to its input and output.
 - ``cfs``: CFS (Liu et al. 2017): a global sort of both sides, the min/max cross filter, then
   1-Bucket-Theta on what is left.
@@ -299,9 +301,7 @@ def _full_pairs(
     full pairs: it never passes through Python.
     """
     s_pid = [plan.s_units[b].pid if is_full else -1 for _, b, is_full in plan.pairs]
-    v = F.col(col).cast("double")
-    keep = _valid(col) & (v >= F.lit(rng[0])) & (v <= F.lit(rng[1]))
-    pid = _partition_of(v, cuts, lambda: F.xxhash64(*[F.col(c) for c in s.columns]))
+    keep, pid = _kept_and_partition(s, col, rng, cuts)
     arrays = (
         s.where(keep)
         .withColumn("_spid", pid)
@@ -437,6 +437,15 @@ def _partition_of(v: Column, cuts: Cuts, row_hash: Callable[[], Column]) -> Colu
     return pid.cast("int")
 
 
+def _kept_and_partition(
+    df: DataFrame, col: str, rng: tuple[float, float], cuts: Cuts
+) -> tuple[Column, Column]:
+    """Whether a row of a side is in its filtered range, and its range partition (as the plan's)."""
+    v = F.col(col).cast("double")
+    keep = _valid(col) & (v >= F.lit(rng[0])) & (v <= F.lit(rng[1]))
+    return keep, _partition_of(v, cuts, lambda: F.xxhash64(*[F.col(c) for c in df.columns]))
+
+
 def _routed(
     df: DataFrame, col: str, rng: tuple[float, float], cuts: Cuts, plan: PairPlan, theta: Theta, side: str
 ) -> DataFrame:
@@ -447,7 +456,7 @@ def _routed(
     routing is constant arrays in the projection: no lookup join, no broadcast job.
     """
     v = F.col(col).cast("double")
-    keep = _valid(col) & (v >= F.lit(rng[0])) & (v <= F.lit(rng[1]))
+    keep, pid = _kept_and_partition(df, col, rng, cuts)
     units = plan.r_units if side == "r" else plan.s_units
     of_pid: list[list[int]] = [[] for _ in range(cuts.partitions)]
     lows, highs = [], []
@@ -466,7 +475,6 @@ def _routed(
     for ids in of_pid:
         starts.append(len(flat) + 1)
         flat.extend(ids)
-    pid = _partition_of(v, cuts, lambda: F.xxhash64(*[F.col(c) for c in df.columns]))
     mine = F.slice(
         _literal_array(flat, "array<int>"),
         F.element_at(_literal_array(starts, "array<int>"), pid + 1),

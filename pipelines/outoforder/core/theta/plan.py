@@ -268,19 +268,13 @@ class Cuts:
         next one is full, not partial. A partition of a heavy value holds that value only.
         """
         bounds = [lo, *self.values, hi]
-        last = self.partitions - 1
-        return [
-            (
-                max(bounds[p], lo),
-                min(
-                    bounds[p + 1]
-                    if p == last or bounds[p] == bounds[p + 1]
-                    else math.nextafter(bounds[p + 1], -math.inf),
-                    hi,
-                ),
-            )
-            for p in range(self.partitions)
-        ]
+        out = []
+        for p in range(self.partitions):
+            top = bounds[p + 1]
+            if p < self.partitions - 1 and bounds[p] != top:  # not the last, nor a heavy value's
+                top = math.nextafter(top, -math.inf)
+            out.append((max(bounds[p], lo), min(top, hi)))
+        return out
 
 
 def choose_cuts(sample: FloatArray, lo: float, hi: float, partitions: int) -> Cuts:
