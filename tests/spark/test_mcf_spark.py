@@ -3,12 +3,13 @@
 import math
 from collections import Counter
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from outoforder.errors import ConfigError
-from outoforder.spark.mcf import prefilter
+from outoforder.spark.mcf import SAMPLE_KEYS, estimate_kept, prefilter
 
 pytestmark = [pytest.mark.spark]
 
@@ -57,26 +58,59 @@ def test_prefilters_keep_every_joining_row_and_semi_keeps_only_those(spark, list
         assert join_size(kept_vals) == join_size(lists)
 
 
+def wide(spark, n, rows):
+    """A frame whose rows are wide enough for the cost check (Spark's estimate: 8 + 16 + 3 × 20 bytes)."""
+    return spark.createDataFrame(
+        [(i, v, "a", "b", "c") for i, v in rows],
+        f"s{n}_seq long, s{n}_v double, p1 string, p2 string, p3 string",
+    )
+
+
 def test_mcf_drops_most_absent_keys_and_reports_its_filters(spark):
-    a = spark.createDataFrame([(i, float(i)) for i in range(2_000)], "s0_seq long, s0_v double")
-    b = spark.createDataFrame([(i, float(i * 10)) for i in range(2_000)], "s1_seq long, s1_v double")
+    a = wide(spark, 0, [(i, float(i)) for i in range(2_000)])
+    b = wide(spark, 1, [(i, float(i * 10)) for i in range(2_000)])
     _, stats = prefilter([a, b], ["s0_v", "s1_v"], "mcf")
-    assert stats.applied and stats.shards == 2  # built by the executors, one shard per frame here
+    # built by the executors: Spark cannot size these frames, so a shard per core each
+    assert stats.applied and stats.shards == 2 * spark.sparkContext.defaultParallelism
     assert stats.rows_kept[0] >= 200  # keys 0, 10, …, 1990 join
     assert stats.rows_kept[0] <= 200 + 0.01 * 1_800  # f = 16: ε ≈ 1.2e-4 per absent key
-    assert all(abs(d - 2_000) <= 40 for d in stats.distinct_keys) and stats.filter_bytes > 0  # HLL: ±2 %
-    assert abs(stats.estimated_kept - 0.1) < 0.02  # 200 of the 2,000 keys of each side are shared
-    assert "[prefilter] mcf: estimated to keep" in stats.line()
+    assert stats.distinct_keys == [2_000, 2_000] and stats.filter_bytes > 0  # counted by the build
+    assert stats.estimated_kept == pytest.approx(0.1)  # 200 of each side's 2,000 keys: samples complete
+    assert stats.row_bytes == 8 + 16 + 60
+    assert "[prefilter] mcf: estimated to keep 10.0%" in stats.line()
     with pytest.raises(ConfigError):
         prefilter([a, b], ["s0_v", "s1_v"], "bloom")
 
 
 def test_a_prefilter_that_would_not_pay_is_skipped_and_says_so(spark):
-    a = spark.createDataFrame([(i, float(i % 500)) for i in range(2_000)], "s0_seq long, s0_v double")
-    b = spark.createDataFrame([(i, float(i % 450)) for i in range(900)], "s1_seq long, s1_v double")
+    rows_a = [(i, float(i % 500)) for i in range(2_000)]
+    rows_b = [(i, float(i % 450)) for i in range(900)]
+    a, b = wide(spark, 0, rows_a), wide(spark, 1, rows_b)
     out, stats = prefilter([a, b], ["s0_v", "s1_v"], "mcf")  # 90 % of a's keys, all of b's, are shared
-    assert not stats.applied and stats.filter_bytes == 0
-    assert out[0] is a and out[1] is b
+    assert not stats.applied and out[0] is a and out[1] is b
     assert stats.rows_kept == stats.rows_in == [2_000, 900]
-    assert 0.85 < stats.estimated_kept < 0.97
-    assert "mcf skipped: estimated to keep" in stats.line()
+    assert stats.estimated_kept == pytest.approx((450 * 4 + 900) / 2_900)  # key multiplicities counted
+    assert "mcf skipped: estimated to keep 93.1%" in stats.line()
+    # rows of 24 bytes: whatever is dropped cannot save 64 bytes a row, so no pass is made
+    narrow = [
+        spark.createDataFrame(r, f"s{n}_seq long, s{n}_v double") for n, r in enumerate([rows_a, rows_b])
+    ]
+    out, stats = prefilter(narrow, ["s0_v", "s1_v"], "semi")
+    assert not stats.applied and out == narrow and stats.estimated_kept is None and stats.filter_bytes == 0
+    assert "semi skipped before its pass: rows of about 24 bytes" in stats.line()
+
+
+def test_the_cost_check_estimates_from_bottom_k_samples():
+    rng = np.random.default_rng(3)
+    keys = [rng.choice(1 << 40, 50_000, replace=False) for _ in range(2)]
+    keys[1][:10_000] = keys[0][:10_000]  # 20 % of each frame's keys shared
+    counts = [rng.integers(1, 5, k.size) for k in keys]
+    counts[0][:10_000] = 10  # and the shared keys of frame 0 carry more rows
+    samples = []
+    for k, c in zip(keys, counts, strict=True):
+        order = np.argsort(k)[:SAMPLE_KEYS]
+        samples.append((k[order], c[order]))
+    rows = [int(c.sum()) for c in counts]
+    truth = (100_000 + int(counts[1][:10_000].sum())) / sum(rows)
+    assert estimate_kept(rows, samples) == pytest.approx(truth, rel=0.1)
+    assert estimate_kept(rows, [samples[0], (np.zeros(0), np.zeros(0))]) == 0.0  # a frame without keys

@@ -3,25 +3,33 @@
 Before ``F0.k0 = F1.k1 = … = Fn.kn`` a row whose key is absent from *another* frame can never be
 in the result, so it may be dropped before the join's shuffle. Three ways:
 
-- ``mcf``: each frame's cuckoo filter is built on the executors: its key hashes are shuffled
-  into shards (``hash mod shards``) and each task builds the filter of its shard
-  (:class:`~outoforder.core.mcf.cuckoo.ShardedFilter`); only the filters reach the driver, which
-  broadcasts them. Each frame keeps the rows whose key may be in every other frame's filter
-  (asked in frame order, stopping at the first "absent", as MCF does). False positives only keep
-  a row that the join then drops, so the join's output is unchanged;
-- ``semi``: exact, a broadcast semi-join: the same with each frame's sorted distinct key hashes
-  (no false positives; 64 bits per distinct key, which pass through the driver: the exact
-  baseline, for small key sets). A semi-join written as DataFrame joins would put each frame
-  into the others' plans, which the θ-join's later self-joins of those frames cannot tell apart;
+- ``mcf``: every frame's cuckoo filter is built on the executors in one job: key hashes are
+  shuffled into shards (``hash mod shards``) and each task builds the filters of its shards;
+  only the filters reach the driver, which turns each into a small DataFrame (a row per shard:
+  its bucket count and its table of fingerprints). Each frame keeps the rows whose key may be in
+  every other frame's filter, asked in frame order so that later filters see only the survivors,
+  as MCF does. The asking is a broadcast semi-join whose condition is the filter's lookup in
+  Spark SQL (the filters hash with Spark's XXH64, :func:`~outoforder.core.mcf.cuckoo.xxh64`), so
+  the frames' rows never pass through Python. False positives only keep a row that the join
+  then drops, so the join's output is unchanged;
+- ``semi``: exact, the same with each frame's distinct key hashes as the table (no false
+  positives; 64 bits per distinct key, which pass through the driver: the exact baseline, for
+  small key sets). A semi-join on the frames themselves would put each frame into the others'
+  plans, which the θ-join's later self-joins of those frames cannot tell apart;
 - ``none``: nothing dropped.
 
-**The cost check.** A pre-filter costs a pass over every frame before the join; it pays only if
-it keeps enough bytes out of the join's shuffle. One job first estimates, per frame, its rows and
-distinct keys, and the keys every frame shares, from HyperLogLog sketches (Spark's
-``hll_sketch_agg``; the intersection by inclusion–exclusion over the unions). Where the estimated
-share of rows dropped is below ``min_drop`` (:data:`MIN_DROP`), or the bytes it would save per row
-(that share times Spark's size estimate per row) are below :data:`MIN_BYTES_SAVED_PER_ROW`, the
-pre-filter is skipped, and :meth:`PrefilterStats.line` says so with the estimate.
+**The cost check.** A pre-filter costs a pass over every frame's keys before the join; it pays
+only if it keeps enough bytes out of the join's shuffle. Two gates, said by
+:meth:`PrefilterStats.line` when they skip:
+
+1. before any pass, Spark's size estimate of a row (from the frames' schemas): rows narrower than
+   :data:`MIN_BYTES_SAVED_PER_ROW` cannot save that much per row even if every row is dropped;
+2. the pass that builds the tables also counts each frame's rows and keys and keeps a bottom-k
+   sample (the :data:`SAMPLE_KEYS` smallest key hashes with their row counts). All frames'
+   samples are complete below the smallest of their k-th hashes, so the rows kept are estimated
+   on that common slice of the key space, multiplicities included. Below ``min_drop``
+   (:data:`MIN_DROP`) of the rows dropped, or :data:`MIN_BYTES_SAVED_PER_ROW` bytes saved per
+   row, the tables are not used.
 
 Keys are hashed with Spark's ``xxhash64`` after normalising ``-0.0`` to ``0.0`` (the join treats
 them as equal); null and NaN keys never join (as in :mod:`outoforder.spark.theta`), so they are
@@ -30,7 +38,6 @@ dropped by every pre-filter.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
 from collections.abc import Iterator, Sequence
@@ -38,23 +45,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from outoforder.core.mcf.cuckoo import CuckooFilter, ShardedFilter
+from outoforder.core.mcf.cuckoo import CuckooFilter
 from outoforder.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 METHODS = ("none", "mcf", "semi")
 MIN_DROP = 0.2  # the share of rows a pre-filter must be expected to drop to be worth its pass
-# ... and the bytes it must be expected to keep out of the join's shuffle per row it reads: building
-# the filters (hash, shuffle the hashes, build) and asking them (a pandas UDF) cost about three
-# times what the join's shuffle costs per row of 24 bytes (docs/benchmarks/mcf.md, 2 cores)
+# ... and the bytes it must be expected to keep out of the join's shuffle per row: the pass that
+# builds the filters reads only the keys, the join's shuffle writes whole rows; on 2 cores the
+# filters paid on rows of ~140 bytes and did not on rows of 24 (docs/benchmarks/mcf.md)
 MIN_BYTES_SAVED_PER_ROW = 64.0
 KEYS_PER_SHARD = 1 << 20  # distinct keys per filter shard (one task builds one shard)
-_LG_K = 14  # HyperLogLog sketches of 2^14 registers: about 0.8 % error per distinct count
+SAMPLE_KEYS = 4096  # bottom-k sample per frame for the cost check
 _H = "_mcf_key_hash"
 
 
@@ -65,11 +73,11 @@ class PrefilterStats:
     method: str
     rows_in: list[int] = field(default_factory=list)
     rows_kept: list[int] = field(default_factory=list)
-    distinct_keys: list[int] = field(default_factory=list)  # estimated (HLL); exact for semi
+    distinct_keys: list[int] = field(default_factory=list)  # counted by the pass that builds the tables
     filter_bytes: int = 0
     fpr_bound: float = 0.0
     estimated_kept: float | None = None  # share of all rows the cost check expects to survive
-    row_bytes: float | None = None  # Spark's size estimate per row, over all frames
+    row_bytes: float | None = None  # Spark's size estimate per row (from the schemas), over all frames
     applied: bool = False  # False: method none, or skipped by the cost check
     shards: int = 0
 
@@ -77,16 +85,22 @@ class PrefilterStats:
         """One line for the run's summary: what was done and why."""
         if self.method == "none":
             return "[prefilter] none"
-        est = f"estimated to keep {self.estimated_kept:.1%} of the rows (HyperLogLog)"
-        if not self.applied:
-            saved = (1.0 - (self.estimated_kept or 0.0)) * (self.row_bytes or 0.0)
+        width = f"rows of about {self.row_bytes or 0:.0f} bytes (Spark's estimate)"
+        if self.estimated_kept is None:
             return (
-                f"[prefilter] {self.method} skipped: {est} of about {self.row_bytes or 0:.0f} bytes: it "
-                f"would keep {saved:.0f} bytes per row out of the join's shuffle, under the "
-                f"{MIN_BYTES_SAVED_PER_ROW:.0f} (and {MIN_DROP:.0%} of the rows) that pay for its pass"
+                f"[prefilter] {self.method} skipped before its pass: {width} cannot keep the "
+                f"{MIN_BYTES_SAVED_PER_ROW:.0f} bytes per row out of the join's shuffle that pay for it"
+            )
+        est = f"estimated to keep {self.estimated_kept:.1%} of the rows (a bottom-{SAMPLE_KEYS} key sample)"
+        if not self.applied:
+            saved = (1.0 - self.estimated_kept) * (self.row_bytes or 0.0)
+            return (
+                f"[prefilter] {self.method} skipped: {est}, {width}: it would keep {saved:.0f} bytes "
+                f"per row out of the join's shuffle, under the {MIN_BYTES_SAVED_PER_ROW:.0f} (and "
+                f"{MIN_DROP:.0%} of the rows) that pay for it"
             )
         built = f"{len(self.distinct_keys)} filters of {self.filter_bytes:,} bytes in {self.shards} shards"
-        kept = f"; kept {sum(self.rows_kept):,} of {sum(self.rows_in):,} rows" if self.rows_in else ""
+        kept = f"; kept {sum(self.rows_kept):,} of {sum(self.rows_in):,} rows" if self.rows_kept else ""
         return f"[prefilter] {self.method}: {est}; {built}{kept}"
 
 
@@ -101,52 +115,39 @@ def _hashed(df: DataFrame, col: str) -> DataFrame:
     return df.select(key_hash(col).alias(_H)).where(F.col(_H).isNotNull())
 
 
-def _distinct_hashes(df: DataFrame, col: str) -> np.ndarray[Any, np.dtype[np.int64]]:
-    rows = _hashed(df, col).distinct().toPandas()
-    return rows[_H].to_numpy(dtype=np.int64)
+def estimate_kept(
+    rows: Sequence[int],
+    samples: Sequence[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]],
+    complete: bool = False,
+) -> float:
+    """The share of the rows (with a key) whose key is in every frame, from bottom-k samples.
 
+    ``samples[i]`` holds frame i's smallest key hashes (sorted, at most :data:`SAMPLE_KEYS`) and
+    each one's row count. Below the smallest of the frames' largest sampled hashes every sample is
+    complete, so on that slice the shared keys, and the rows they carry in each frame, are exact;
+    each frame's share kept is the share of its sampled rows there. ``complete``: the samples are
+    the frames' whole key sets (the estimate is exact).
 
-def estimate_overlap(frames: Sequence[DataFrame], cols: Sequence[str]) -> tuple[list[int], list[int], float]:
-    """Per frame its rows and (estimated) distinct keys, and the share of all rows expected to survive.
-
-    One job builds a HyperLogLog sketch of every frame's keys; the keys all frames share are
-    ``Σ (−1)^(|U|+1) |∪U|`` over the non-empty sets U of frames (inclusion–exclusion), each union
-    estimated from the merged sketches. A frame's rows are assumed spread evenly over its keys.
+    >>> a = (np.array([1, 2, 3]), np.array([5, 1, 1]))
+    >>> b = (np.array([1, 3, 9]), np.array([1, 1, 1]))
+    >>> round(estimate_kept([7, 3], [a, b]), 3)  # a keeps 6 of its 7 rows (keys 1, 3); b 2 of 3
+    0.8
     """
-    tagged = None
-    for i, (f, c) in enumerate(zip(frames, cols, strict=True)):
-        one = f.select(F.lit(i).alias("_frame"), key_hash(c).alias(_H))
-        tagged = one if tagged is None else tagged.unionByName(one)
-    assert tagged is not None
-    got = {
-        r["_frame"]: r
-        for r in tagged.groupBy("_frame")
-        .agg(F.count(F.lit(1)).alias("rows"), F.hll_sketch_agg(_H, _LG_K).alias("sk"))
-        .collect()
-    }
-    rows = [int(got[i]["rows"]) if i in got else 0 for i in range(len(frames))]
-    sketches = [got[i]["sk"] if i in got and got[i]["sk"] is not None else None for i in range(len(frames))]
-    if any(sk is None for sk in sketches):  # a frame without a valid key: nothing can join
-        return rows, [0] * len(frames), 0.0
-    spark = frames[0].sparkSession
-    lit = [F.lit(bytearray(sk or b"")) for sk in sketches]
-    subsets = [u for k in range(1, len(frames) + 1) for u in itertools.combinations(range(len(frames)), k)]
-    exprs = []
-    for u in subsets:
-        merged = lit[u[0]]
-        for j in u[1:]:
-            merged = F.hll_union(merged, lit[j])
-        exprs.append(F.hll_sketch_estimate(merged))
-    est = spark.range(1).select(*exprs).first()
-    assert est is not None
-    union = {u: float(est[k]) for k, u in enumerate(subsets)}
-    shared = max(0.0, sum((-1) ** (len(u) + 1) * n for u, n in union.items()))
-    distinct = [max(1, round(union[(i,)])) for i in range(len(frames))]
     total = sum(rows)
-    kept = (
-        sum(r * min(1.0, shared / d) for r, d in zip(rows, distinct, strict=True)) / total if total else 0.0
-    )
-    return rows, distinct, kept
+    if not total or any(k.size == 0 for k, _ in samples):
+        return 0.0
+    # a sample smaller than k is the frame's whole key set: complete everywhere
+    whole = np.iinfo(np.int64).max
+    top = min(int(k[-1]) if k.size >= SAMPLE_KEYS and not complete else whole for k, _ in samples)
+    cut = [(k[k <= top], c[k <= top]) for k, c in samples]
+    shared = cut[0][0]
+    for k, _ in cut[1:]:
+        shared = np.intersect1d(shared, k, assume_unique=True)
+    kept = 0.0
+    for n, (k, c) in zip(rows, cut, strict=True):
+        seen = float(c.sum())
+        kept += n * float(c[np.isin(k, shared, assume_unique=True)].sum()) / seen if seen else 0.0
+    return kept / total
 
 
 def prefilter(
@@ -160,10 +161,10 @@ def prefilter(
 ) -> tuple[list[DataFrame], PrefilterStats]:
     """Each frame without the rows whose key is absent from another frame (see the module doc).
 
-    ``count_rows`` counts rows in and kept (two more jobs per frame) for the statistics. The cost
-    check applies the pre-filter when it is expected to drop at least ``min_drop`` of the rows and,
-    where Spark can estimate the rows' size, to keep :data:`MIN_BYTES_SAVED_PER_ROW` bytes per row
-    out of the join's shuffle; ``min_drop = 0`` applies it whatever the estimate.
+    ``count_rows`` counts the rows in and kept (two jobs per frame) for the statistics. The cost
+    check (module doc) applies the pre-filter when it is expected to drop at least
+    ``min_drop`` of the rows and keep :data:`MIN_BYTES_SAVED_PER_ROW` bytes per row out of the
+    join's shuffle; ``min_drop = 0`` applies it whatever the estimate.
     """
     if method not in METHODS:
         msg = f"unknown pre-filter {method!r}: use one of {', '.join(METHODS)}"
@@ -171,130 +172,242 @@ def prefilter(
     if len(frames) != len(cols) or len(frames) < 2:
         msg = f"need two or more frames and one key column each, got {len(frames)} and {len(cols)}"
         raise ConfigError(msg)
+    if method == "mcf" and not 2 <= fingerprint_bits <= 32:
+        msg = f"fingerprint_bits must be 2..32, got {fingerprint_bits}"
+        raise ConfigError(msg)
     stats = PrefilterStats(method)
-    out, rows = list(frames), None
+    out = list(frames)
     if method != "none":
-        rows, stats.distinct_keys, stats.estimated_kept = estimate_overlap(frames, cols)
-        stats.row_bytes = _row_bytes(frames, rows)
-        dropped = 1.0 - stats.estimated_kept
-        # bytes kept out of the shuffle, where Spark can tell the rows' size
-        pays = not stats.row_bytes or dropped * stats.row_bytes >= MIN_BYTES_SAVED_PER_ROW
-        if min_drop <= 0 or (dropped >= min_drop and pays):
-            out = _filtered(frames, cols, method, bucket_size, fingerprint_bits, stats)
-            stats.applied = True
+        stats.row_bytes = _row_bytes(frames)
+        if min_drop <= 0 or stats.row_bytes >= MIN_BYTES_SAVED_PER_ROW:
+            tables = _tables(frames, cols, method, bucket_size, fingerprint_bits, stats)
+            dropped = 1.0 - (stats.estimated_kept or 0.0)
+            if min_drop <= 0 or (
+                dropped >= min_drop and dropped * stats.row_bytes >= MIN_BYTES_SAVED_PER_ROW
+            ):
+                out = _filtered(frames, cols, tables, method, bucket_size, fingerprint_bits)
+                stats.applied = True
     if count_rows:
-        stats.rows_in = rows or [f.count() for f in frames]
+        stats.rows_in = [f.count() for f in frames]
         stats.rows_kept = [f.count() for f in out]
     log.info("%s", stats.line())
     return out, stats
 
 
-def _row_bytes(frames: Sequence[DataFrame], rows: list[int]) -> float:
-    """Bytes per row over all frames, from Spark's size estimates (0 when it cannot tell)."""
-    from outoforder.spark.theta import estimated_bytes
+def _row_bytes(frames: Sequence[DataFrame]) -> float:
+    """Spark's size estimate of a row (8 bytes of header and each column's default size), averaged."""
+    return sum(_row_size(f) for f in frames) / len(frames)
 
-    sizes = [estimated_bytes(f) for f in frames]
-    if not sum(rows) or any(b >= (1 << 62) for b in sizes):
-        return 0.0
-    return sum(sizes) / sum(rows)
+
+def _row_size(df: DataFrame) -> int:
+    """Spark's own estimate of a row's bytes: a header of 8 and each column's default size."""
+    return 8 + int(df._jdf.schema().defaultSize())
 
 
 def _filtered(
-    frames: Sequence[DataFrame], cols: Sequence[str], method: str, b: int, fbits: int, stats: PrefilterStats
+    frames: Sequence[DataFrame], cols: Sequence[str], tables: list[Table], method: str, b: int, fbits: int
 ) -> list[DataFrame]:
-    """Broadcast one membership structure per frame and keep rows every *other* frame may hold."""
-    from pyspark.sql.pandas.functions import pandas_udf
-    from pyspark.sql.types import BooleanType
+    """Each frame semi-joined with every *other* frame's membership table, broadcast.
 
-    blobs = []
-    for f, c, distinct in zip(frames, cols, stats.distinct_keys, strict=True):
-        if method == "mcf":
-            shards = max(1, math.ceil(distinct / KEYS_PER_SHARD))
-            blobs.append(_sharded_filter(f, c, shards, b, fbits))
-            stats.shards += shards
-            stats.fpr_bound = CuckooFilter(1, b, fbits).fpr_bound
-        else:  # the exact key set, sorted (a broadcast semi-join)
-            keys = _distinct_hashes(f, c)
-            blobs.append(np.sort(keys).astype("<i8").tobytes())
-    if method == "semi":
-        stats.distinct_keys = [len(x) // 8 for x in blobs]
-    stats.filter_bytes = sum(len(x) for x in blobs)
-    shared = frames[0].sparkSession.sparkContext.broadcast(blobs)
+    The probe is Spark's own broadcast join and expressions, so no row of a frame meets Python.
+    """
     out = []
     for i, (f, c) in enumerate(zip(frames, cols, strict=True)):
-        keep = _keeper(shared, method, [j for j in range(len(frames)) if j != i])
-        udf = pandas_udf(keep, BooleanType())  # type: ignore[call-overload]
-        hashed = key_hash(c)
-        # a null in a long column reaches pandas as float64 and would round the hashes: the UDF
-        # sees only non-null values, and the null keys (which never join) are dropped beside it
-        out.append(f.where(hashed.isNotNull() & udf(F.coalesce(hashed, F.lit(0).cast("long")))))
+        kept = _probe_columns(f, c, method, fbits)
+        for j in range(len(frames)):  # MCF's early stop: later tables see only the survivors
+            if j != i:
+                kept = _semi(kept, tables[j], method, b)
+        out.append(kept.drop(*_PROBE))
     return out
 
 
-def _sharded_filter(df: DataFrame, col: str, shards: int, b: int, fbits: int) -> bytes:
-    """One frame's filter, built by the executors shard by shard; the driver joins the shards' bytes."""
-    shard = F.pmod(F.col(_H), F.lit(shards)).cast("int")
-    keyed = _hashed(df, col).withColumn("_shard", shard).repartition(shards, "_shard")
-    got = keyed.mapInArrow(_shard_builder(shards, b, fbits), "_shard int, filter binary").collect()
-    parts = {int(r["_shard"]): bytes(r["filter"]) for r in got}
-    empty = CuckooFilter(1, b, fbits).to_bytes()
-    return ShardedFilter([CuckooFilter.from_bytes(parts.get(k, empty)) for k in range(shards)]).to_bytes()
+@dataclass
+class Table:
+    """One frame's membership table as a small DataFrame, and the shards its keys are spread over."""
+
+    rows: DataFrame
+    shards: int = 1
 
 
-def _shard_builder(shards: int, b: int, fbits: int) -> Any:
-    """The executors' side of :func:`_sharded_filter`: a cuckoo filter per shard a task holds."""
+_BUILT = (
+    "_frame int, _shard int, rows long, distinct long, buckets long, table array<int>, "
+    "sample array<long>, counts array<long>"
+)
+_TABLE = "_shard int, buckets long, table array<int>"
+
+
+def _tables(
+    frames: Sequence[DataFrame], cols: Sequence[str], method: str, b: int, fbits: int, stats: PrefilterStats
+) -> list[Table]:
+    """Every frame's membership table, from one job; ``stats`` gets the counts and the estimate.
+
+    ``mcf``: a frame's key hashes are spread over shards (``hash(key) mod shards``, about
+    :data:`KEYS_PER_SHARD` keys each, from Spark's size estimate; a frame of one shard is read by
+    one task, without a shuffle) and the task of a shard builds its cuckoo filter, counts its
+    rows and keys and keeps its bottom-k sample. Only those reach the driver, which turns the
+    filters into one small DataFrame per frame (a row per shard). ``semi``: each frame's distinct
+    key hashes with their row counts, on the driver (the exact baseline, for small key sets).
+    """
+    spark = frames[0].sparkSession
+    if method == "semi":
+        tagged = None
+        for i, (f, c) in enumerate(zip(frames, cols, strict=True)):
+            one = _hashed(f, c).groupBy(_H).count().select(F.lit(i).alias("_frame"), _H, "count")
+            tagged = one if tagged is None else tagged.unionByName(one)
+        assert tagged is not None
+        got = tagged.toArrow()
+        frame, every = got.column("_frame").to_numpy(), []
+        for i in range(len(frames)):
+            mine = got.filter(pa.array(frame == i))
+            order = np.argsort(mine.column(_H).to_numpy())
+            every.append((mine.column(_H).to_numpy()[order], mine.column("count").to_numpy()[order]))
+        stats.distinct_keys = [k.size for k, _ in every]
+        stats.filter_bytes = 8 * sum(stats.distinct_keys)
+        stats.estimated_kept = estimate_kept([int(c.sum()) for _, c in every], every, complete=True)
+        return [Table(_local(spark, pa.table({_H: pa.array(k, pa.int64())}), f"{_H} long")) for k, _ in every]
+    shards = [_shards(f) for f in frames]
+    tagged = None
+    for i, (f, c, n) in enumerate(zip(frames, cols, shards, strict=True)):
+        one = _hashed(f, c).select(
+            F.lit(i).alias("_frame"), F.pmod(F.hash(F.col(_H)), F.lit(n)).cast("int").alias("_shard"), _H
+        )
+        one = one.coalesce(1) if n == 1 else one.repartition(n, _H)  # a task per shard: hash(key) mod n
+        tagged = one if tagged is None else tagged.unionByName(one)
+    assert tagged is not None
+    built = tagged.mapInArrow(_shard_builder(b, fbits), _BUILT).toArrow()
+    frame = built.column("_frame").to_numpy()
+    samples, per_frame = [], []
+    for i in range(len(frames)):
+        mine = built.filter(pa.array(frame == i))
+        per_frame.append(mine)
+        keys, counts = _flat(mine.column("sample")), _flat(mine.column("counts"))
+        order = np.argsort(keys)[:SAMPLE_KEYS]
+        samples.append((keys[order], counts[order]))
+    keyed = [int(pc.sum(t.column("rows")).as_py() or 0) for t in per_frame]
+    stats.distinct_keys = [int(pc.sum(t.column("distinct")).as_py() or 0) for t in per_frame]
+    stats.estimated_kept = estimate_kept(keyed, samples)
+    stats.shards = sum(shards)
+    stats.filter_bytes = 4 * sum(
+        int(pc.sum(pc.list_value_length(t.column("table"))).as_py() or 0) for t in per_frame
+    )
+    stats.fpr_bound = CuckooFilter(1, b, fbits).fpr_bound
+    return [
+        Table(_local(spark, t.select(["_shard", "buckets", "table"]), _TABLE), n)
+        for t, n in zip(per_frame, shards, strict=True)
+    ]
+
+
+def _flat(lists: Any) -> np.ndarray[Any, np.dtype[np.int64]]:
+    """The values of an Arrow list<long> column, every row's after the other."""
+    return np.asarray(pc.list_flatten(lists).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _shards(df: DataFrame) -> int:
+    """Filter shards for a frame: about :data:`KEYS_PER_SHARD` rows each, from Spark's size estimate."""
+    from outoforder.spark.theta import estimated_bytes
+
+    size = estimated_bytes(df)
+    if size >= (1 << 62):  # Spark cannot tell: one shard per core
+        return max(1, df.sparkSession.sparkContext.defaultParallelism)
+    return max(1, math.ceil(size / _row_size(df) / KEYS_PER_SHARD))
+
+
+def _local(spark: Any, rows: pa.Table, schema: str) -> DataFrame:
+    """A small DataFrame of driver-side rows (Arrow cannot build one from zero rows)."""
+    if rows.num_rows == 0:
+        return spark.createDataFrame([], schema)  # type: ignore[no-any-return]
+    return spark.createDataFrame(rows.combine_chunks(), schema)  # type: ignore[no-any-return]
+
+
+def _shard_builder(b: int, fbits: int) -> Any:
+    """The executors' side of :func:`_tables`: per (frame, shard) a task holds, its filter and counts.
+
+    A filter that needed its stash is rebuilt twice as large, so the probe (Spark expressions over
+    the table) never has a stash to look at.
+    """
 
     def build(batches: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa
-
-        keys = [
-            np.asarray(batch.column(0).to_numpy(zero_copy_only=False), dtype=np.int64) for batch in batches
-        ]
-        every = np.unique(np.concatenate(keys)) if keys else np.zeros(0, dtype=np.int64)
-        owner = np.mod(every, shards)
-        ids, blobs = [], []
-        for s in np.unique(owner):
-            mine = every[owner == s]
-            cf = CuckooFilter(max(int(mine.size), 1), b, fbits)
-            cf.insert(mine)
-            ids.append(int(s))
-            blobs.append(cf.to_bytes())
-        yield pa.RecordBatch.from_pydict(
-            {"_shard": ids, "filter": blobs},
-            schema=pa.schema([("_shard", pa.int32()), ("filter", pa.binary())]),
-        )
+        got = [pa.Table.from_batches([x]) for x in batches]
+        if not got:
+            return
+        t = pa.concat_tables(got)
+        frame, shard = t.column("_frame").to_numpy(), t.column("_shard").to_numpy()
+        h = t.column(_H).to_numpy()
+        group = frame.astype(np.int64) << 32 | shard.astype(np.int64)
+        for g in np.unique(group):
+            keys, counts = np.unique(h[group == g], return_counts=True)
+            cap = max(int(keys.size), 1)
+            while True:
+                cf = CuckooFilter(cap, b, fbits)
+                cf.insert(keys)
+                if not cf.full:
+                    break
+                cap *= 2
+            table = cf.table.ravel().view(np.int32)  # the probe compares fingerprints as ints
+            yield pa.RecordBatch.from_pydict(
+                {
+                    "_frame": pa.array([g >> 32], pa.int32()),
+                    "_shard": pa.array([g & 0xFFFFFFFF], pa.int32()),
+                    "rows": pa.array([int(counts.sum())], pa.int64()),
+                    "distinct": pa.array([keys.size], pa.int64()),
+                    "buckets": pa.array([cf.buckets], pa.int64()),
+                    "table": _one_list(table, pa.int32()),
+                    "sample": _one_list(keys[:SAMPLE_KEYS], pa.int64()),  # np.unique sorts: the smallest
+                    "counts": _one_list(counts[:SAMPLE_KEYS].astype(np.int64), pa.int64()),
+                }
+            )
 
     return build
 
 
-def _member(method: str, blob: bytes) -> Any:
-    """A vectorised ``keys -> may be present`` test from a broadcast blob."""
-    if method == "mcf":
-        return ShardedFilter.from_bytes(blob).contains
-    known = np.frombuffer(blob, dtype="<i8")
-
-    def exact(keys: np.ndarray[Any, np.dtype[np.int64]]) -> np.ndarray[Any, np.dtype[np.bool_]]:
-        at = np.searchsorted(known, keys).clip(0, max(known.size - 1, 0))
-        return np.asarray((known[at] == keys) if known.size else np.zeros(keys.size, dtype=bool))
-
-    return exact
+def _one_list(values: np.ndarray[Any, Any], kind: Any) -> Any:
+    """A one-row Arrow list column holding ``values`` (no copy through Python lists)."""
+    return pa.ListArray.from_arrays(pa.array([0, values.size], pa.int32()), pa.array(values, kind))
 
 
-def _keeper(shared: Any, method: str, others: list[int]) -> Any:
-    """The pandas UDF body for one frame: True where the key may be in every other frame."""
+_H0, _FP, _FPH = "_mcf_key", "_mcf_fp", "_mcf_fp_hash"
+_PROBE = (_H0, _H, _FP, _FPH)
 
-    def keep(batches: Iterator[pd.Series]) -> Iterator[pd.Series]:
-        # one deserialisation per task, then vectorised lookups batch by batch
-        tests = [_member(method, shared.value[j]) for j in others]
-        for h in batches:
-            keys = h.to_numpy(dtype=np.int64)
-            alive = np.arange(keys.size)
-            for test in tests:  # MCF's early stop: later frames see only the survivors
-                if alive.size == 0:
-                    break
-                alive = alive[test(keys[alive])]
-            mask = np.zeros(h.size, dtype=bool)
-            mask[alive] = True
-            yield pd.Series(mask)
 
-    return keep
+def _probe_columns(df: DataFrame, col: str, method: str, fbits: int) -> DataFrame:
+    """``df`` without null keys, with what a lookup needs per row as columns (dropped afterwards).
+
+    ``mcf``: :meth:`CuckooFilter.contains` in Spark SQL: the filter hashes the key hash with the
+    same XXH64 (seed 0: nothing XORed in); the fingerprint is the high 32 bits modulo ``2^f − 1``,
+    plus 1, compared as the table's int; the buckets come from :func:`_found`. Each value is a
+    column of its own, referenced by name: as one nested expression Spark would compute the shared
+    parts several times, and the join's generated code would outgrow what the JIT compiles.
+    """
+    keyed = df.withColumn(_H0, key_hash(col)).where(F.col(_H0).isNotNull())
+    if method != "mcf":
+        return keyed
+    fp = F.pmod(F.shiftrightunsigned(F.col(_H), 32), F.lit(2**fbits - 1)) + 1
+    as_int = (
+        F.col(_FP) if fbits < 32 else F.when(F.col(_FP) >= 2**31, F.col(_FP) - 2**32).otherwise(F.col(_FP))
+    )
+    return (
+        keyed.withColumn(_H, F.xxhash64(F.col(_H0)))
+        .withColumn(_FP, fp)
+        .withColumn(_FPH, F.xxhash64(F.col(_FP)))
+        .withColumn(_FP, as_int.cast("int"))
+    )
+
+
+def _semi(df: DataFrame, table: Table, method: str, b: int) -> DataFrame:
+    """The rows of ``df`` (with :func:`_probe_columns`) whose key may be in ``table``.
+
+    ``mcf``: an inner broadcast join on the shard (one table row per shard), then the lookup as a
+    filter, then ``df``'s columns: the same rows as a semi-join with the lookup as its condition,
+    which Spark 4.2 runs about twice as slowly.
+    """
+    t = table.rows
+    if method != "mcf":
+        return df.join(F.broadcast(t), F.col(_H0) == t[_H], "left_semi")
+    on = F.pmod(F.hash(F.col(_H0)), F.lit(table.shards)).cast("int") == t["_shard"]
+    mask = t["buckets"] - 1
+    first = F.col(_H).bitwiseAND(mask)
+    second = first.bitwiseXOR(F.col(_FPH).bitwiseAND(mask))
+    hit = F.array_contains(F.slice(t["table"], first * b + 1, b), F.col(_FP)) | F.array_contains(
+        F.slice(t["table"], second * b + 1, b), F.col(_FP)
+    )
+    return df.join(F.broadcast(t), on).where(hit).select(*[df[c] for c in df.columns])

@@ -1,6 +1,6 @@
 """A cuckoo filter with vectorised batch insert, lookup and delete (Fan et al., CoNEXT 2014).
 
-Each key is hashed once (64 bits, splitmix64 of the key's integer form) into a fingerprint of
+Each key is hashed once (64 bits, :func:`xxh64` of the key's integer form) into a fingerprint of
 ``f`` bits (never 0: 0 marks an empty slot) and a first bucket ``i1``; its other bucket is
 ``i2 = i1 XOR (hash(fingerprint) mod B)``. Partial-key cuckoo hashing needs that alternate index
 to be an *involution* (``alt(alt(i)) = i``), so a fingerprint moved by a kick can always find its
@@ -46,18 +46,44 @@ U64 = npt.NDArray[np.uint64]
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
-_MAGIC = b"OOOCF1\x00\x00"
+_MAGIC = b"OOOCF2\x00\x00"  # 2: xxh64 hashing (1 was splitmix64)
 # magic, bucket size, fingerprint bits, max kicks, buckets, count, seed, stash entries
 _HEADER = struct.Struct("<8sIIIQQIQ")
 
 
-def mix64(x: U64) -> U64:
-    """splitmix64's finaliser: a fast, well-mixed 64-bit hash of 64-bit integers (vectorised)."""
+_P1, _P2, _P3 = np.uint64(0x9E3779B185EBCA87), np.uint64(0xC2B2AE3D27D4EB4F), np.uint64(0x165667B19E3779F9)
+_P4, _P5 = np.uint64(0x85EBCA77C2B2AE63), np.uint64(0x27D4EB2F165667C5)
+SPARK_SEED = 42  # the seed of Spark SQL's ``xxhash64``
+
+
+def _rotl(x: U64, r: int) -> U64:
+    return np.asarray((x << np.uint64(r)) | (x >> np.uint64(64 - r)), dtype=np.uint64)
+
+
+def xxh64(x: npt.ArrayLike, seed: int = SPARK_SEED) -> U64:
+    """XXH64 of each 64-bit integer's 8 bytes (vectorised), as Spark SQL's ``xxhash64`` of a long.
+
+    The filters hash with it so that a Spark plan can locate a key in a filter with its own
+    expressions (``xxhash64``, shifts, masks): no Python on the side that probes.
+
+    >>> xxh64(np.array([0, 42])).view(np.int64).tolist()  # Spark: SELECT xxhash64(0L), xxhash64(42L)
+    [-5252525462095825812, -6876166290308861218]
+    """
+    v = np.asarray(x).astype(np.int64).view(np.uint64)
     with np.errstate(over="ignore"):
-        z = x + np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return z ^ (z >> np.uint64(31))
+        h: U64 = np.full(v.shape, np.uint64(seed) + _P5 + np.uint64(8), dtype=np.uint64)
+        h = h ^ (_rotl(v * _P2, 31) * _P1)
+        h = _rotl(h, 27) * _P1 + _P4
+        h = h ^ (h >> np.uint64(33))
+        h = h * _P2
+        h = h ^ (h >> np.uint64(29))
+        h = h * _P3
+        return np.asarray(h ^ (h >> np.uint64(32)), dtype=np.uint64)
+
+
+def seed_mask(seed: int) -> np.uint64:
+    """What a filter's seed XORs into a key before hashing (0 for seed 0)."""
+    return np.uint64((seed * 0x2545F4914F6CDD1D) % (1 << 64))
 
 
 def key_hashes(keys: npt.ArrayLike, seed: int = 0) -> U64:
@@ -67,7 +93,7 @@ def key_hashes(keys: npt.ArrayLike, seed: int = 0) -> U64:
         msg = f"keys must be integers (got {arr.dtype}); hash other values to integers first"
         raise ConfigError(msg)
     with np.errstate(over="ignore"):
-        return mix64(arr.astype(np.int64).view(np.uint64).ravel() ^ np.uint64(seed * 0x2545F4914F6CDD1D))
+        return xxh64(arr.astype(np.int64).view(np.uint64).ravel() ^ seed_mask(seed))
 
 
 def buckets_for(capacity: int, bucket_size: int, load: float = 0.95) -> int:
@@ -131,7 +157,7 @@ class CuckooFilter:
         return fp, i1, self._alt(i1, fp)
 
     def _alt(self, i: U64, fp: U64) -> U64:
-        return i ^ (mix64(fp) & np.uint64(self.buckets - 1))
+        return i ^ (xxh64(fp) & np.uint64(self.buckets - 1))
 
     def _place(self, bucket: U64, fp: U64) -> tuple[BoolArray, IntArray, IntArray]:
         """Put as many fingerprints as fit into their bucket's free slots.
