@@ -3,8 +3,8 @@
 Each stream holds ``rows`` tuples over two windows (the join takes one); a share ``selectivity``
 of each stream's keys comes from a pool the three streams share, the rest from a range only that
 stream uses, so about that share of each stream's rows can join. Rows are narrow (a sequence
-number and the key: 24 bytes by Spark's estimate) or, in one case, carry four 32-character text
-columns as event rows do (about 150 bytes). The joined rows are written to Spark's ``noop`` sink,
+number and the key: 24 bytes by Spark's estimate) or, at 10 %, carry 4 or 16 text columns of 32
+characters as event rows do (about 150 or 560 bytes). The joined rows are written to Spark's ``noop`` sink,
 so every column is read and shuffled as when the result is used (a ``count`` would let Spark
 prune the columns). Broadcast joins are off, so both sides of each join are shuffled: what a
 pre-filter removes is not shuffled. Each method runs twice and keeps its faster time. Spark's runtime Bloom
@@ -44,11 +44,8 @@ class _ShuffleRecords:
         return int(sum(stages.apply(i).shuffleWriteRecords() for i in range(stages.size())))
 
 
-PAYLOAD = 4  # text columns of a wide row
-
-
 def _streams(
-    spark: Any, rows: int, selectivity: float, seed: int, where: Path, wide: bool = False
+    spark: Any, rows: int, selectivity: float, seed: int, where: Path, payload: int = 0
 ) -> list[Any]:
     """Three Parquet streams over two 1-minute windows, read back for the first window.
 
@@ -65,10 +62,10 @@ def _streams(
         keys = np.where(shared, rng.integers(0, rows, rows), own).astype(np.float64)
         ts = rng.integers(0, 120_000_000, rows)  # two windows; the query takes the first
         pdf = pd.DataFrame({"seq": np.arange(rows, dtype=np.int64), "ts": ts, "v": keys})
-        extra = [f"p{j}" for j in range(PAYLOAD)] if wide else []
+        extra = [f"p{j}" for j in range(payload)]
         for c in extra:
             pdf[c] = [f"{x:032x}" for x in rng.integers(0, 1 << 62, rows)]
-        path = str(where / f"s{i}-{selectivity}-{wide}")
+        path = str(where / f"s{i}-{selectivity}-{payload}")
         spark.createDataFrame(pdf).write.mode("overwrite").parquet(path)
         df = spark.read.parquet(path).where("ts >= 0 AND ts < 60000000")
         named = [F.col("seq").alias(f"s{i}_seq"), F.col("v").alias(f"s{i}_v")]
@@ -136,16 +133,17 @@ def join_cases(quick: bool) -> list[dict[str, Any]]:
     rows = 100_000 if quick else 1_000_000
     out: list[dict[str, Any]] = []
     tmp = tempfile.TemporaryDirectory()
-    for sel, wide in ((0.1, False), (0.3, False), (1.0, False), (0.1, True)):
-        frames = _streams(spark, rows, sel, 7, Path(tmp.name), wide)
+    for sel, payload in ((0.1, 0), (0.3, 0), (1.0, 0), (0.1, 4), (0.1, 16)):
+        frames = _streams(spark, rows, sel, 7, Path(tmp.name), payload)
         if not out:  # class loading and the JIT, outside the first measured run
             _join(frames).count()
         recs = []
         for m in METHODS:
             rec = {
-                "case": f"{rows:,} rows/stream, selectivity {sel:.0%}" + (", wide rows" if wide else ""),
+                "case": f"{rows:,} rows/stream, selectivity {sel:.0%}"
+                + (f", {payload} text columns" if payload else ""),
                 "selectivity": sel,
-                "wide": wide,
+                "payload": payload,
                 **run_case(spark, frames, m),
             }
             recs.append(rec)

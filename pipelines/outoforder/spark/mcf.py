@@ -12,10 +12,11 @@ in the result, so it may be dropped before the join's shuffle. Three ways:
   Spark SQL (the filters hash with Spark's XXH64, :func:`~outoforder.core.mcf.cuckoo.xxh64`), so
   the frames' rows never pass through Python. False positives only keep a row that the join
   then drops, so the join's output is unchanged;
-- ``semi``: exact, the same with each frame's distinct key hashes as the table (no false
-  positives; 64 bits per distinct key, which pass through the driver: the exact baseline, for
-  small key sets). A semi-join on the frames themselves would put each frame into the others'
-  plans, which the θ-join's later self-joins of those frames cannot tell apart;
+- ``semi``: exact, each frame's distinct key hashes (aggregated and checkpointed on the executors)
+  broadcast into a hash semi-join of the others (no false positives; 64 bits per distinct key:
+  the exact baseline, for key sets a broadcast can hold). The checkpoint gives the key sets a
+  lineage of their own: a semi-join on the frames themselves would put each frame into the
+  others' plans, which the θ-join's later self-joins of those frames cannot tell apart;
 - ``none``: nothing dropped.
 
 **The cost check.** A pre-filter costs a pass over every frame's keys before the join; it pays
@@ -41,6 +42,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,10 +59,12 @@ log = logging.getLogger(__name__)
 
 METHODS = ("none", "mcf", "semi")
 MIN_DROP = 0.2  # the share of rows a pre-filter must be expected to drop to be worth its pass
-# ... and the bytes it must be expected to keep out of the join's shuffle per row: the pass that
-# builds the filters reads only the keys, the join's shuffle writes whole rows; on 2 cores the
-# filters paid on rows of ~140 bytes and did not on rows of 24 (docs/benchmarks/mcf.md)
-MIN_BYTES_SAVED_PER_ROW = 64.0
+# ... and the bytes it must be expected to keep out of the join's shuffle per row, by Spark's
+# estimate of a row: its pass reads the keys and the probe still decodes every row, so on 2 local
+# cores MCF lost at rows Spark puts at 104 bytes (1.57× the join) and paid at 344 (0.73×);
+# the break-even interpolates to about 270 (docs/benchmarks/mcf.md). A cluster, whose shuffle
+# crosses the network, gains sooner: lower it there.
+MIN_BYTES_SAVED_PER_ROW = 256.0
 KEYS_PER_SHARD = 1 << 20  # distinct keys per filter shard (one task builds one shard)
 SAMPLE_KEYS = 4096  # bottom-k sample per frame for the cost check
 _H = "_mcf_key_hash"
@@ -116,17 +120,14 @@ def _hashed(df: DataFrame, col: str) -> DataFrame:
 
 
 def estimate_kept(
-    rows: Sequence[int],
-    samples: Sequence[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]],
-    complete: bool = False,
+    rows: Sequence[int], samples: Sequence[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]]
 ) -> float:
     """The share of the rows (with a key) whose key is in every frame, from bottom-k samples.
 
     ``samples[i]`` holds frame i's smallest key hashes (sorted, at most :data:`SAMPLE_KEYS`) and
     each one's row count. Below the smallest of the frames' largest sampled hashes every sample is
     complete, so on that slice the shared keys, and the rows they carry in each frame, are exact;
-    each frame's share kept is the share of its sampled rows there. ``complete``: the samples are
-    the frames' whole key sets (the estimate is exact).
+    each frame's share kept is the share of its sampled rows there.
 
     >>> a = (np.array([1, 2, 3]), np.array([5, 1, 1]))
     >>> b = (np.array([1, 3, 9]), np.array([1, 1, 1]))
@@ -138,7 +139,7 @@ def estimate_kept(
         return 0.0
     # a sample smaller than k is the frame's whole key set: complete everywhere
     whole = np.iinfo(np.int64).max
-    top = min(int(k[-1]) if k.size >= SAMPLE_KEYS and not complete else whole for k, _ in samples)
+    top = min(int(k[-1]) if k.size >= SAMPLE_KEYS else whole for k, _ in samples)
     cut = [(k[k <= top], c[k <= top]) for k, c in samples]
     shared = cut[0][0]
     for k, _ in cut[1:]:
@@ -246,40 +247,42 @@ def _tables(
     one task, without a shuffle) and the task of a shard builds its cuckoo filter, counts its
     rows and keys and keeps its bottom-k sample. Only those reach the driver, which turns the
     filters into one small DataFrame per frame (a row per shard). ``semi``: each frame's distinct
-    key hashes with their row counts, on the driver (the exact baseline, for small key sets).
+    key hashes with their row counts, checkpointed on the executors, and their bottom-k sample.
     """
     spark = frames[0].sparkSession
     if method == "semi":
-        tagged = None
-        for i, (f, c) in enumerate(zip(frames, cols, strict=True)):
-            one = _hashed(f, c).groupBy(_H).count().select(F.lit(i).alias("_frame"), _H, "count")
-            tagged = one if tagged is None else tagged.unionByName(one)
-        assert tagged is not None
-        got = tagged.toArrow()
-        frame, every = got.column("_frame").to_numpy(), []
-        for i in range(len(frames)):
-            mine = got.filter(pa.array(frame == i))
-            order = np.argsort(mine.column(_H).to_numpy())
-            every.append((mine.column(_H).to_numpy()[order], mine.column("count").to_numpy()[order]))
-        stats.distinct_keys = [k.size for k, _ in every]
+
+        def exact(i: int) -> tuple[DataFrame, Any, Any]:
+            # kept on the executors, with a lineage of its own (Spark's self-join check, module doc)
+            keys = _hashed(frames[i], cols[i]).groupBy(_H).count().localCheckpoint()
+            sample = keys.orderBy(_H).limit(SAMPLE_KEYS).toArrow()
+            return keys, sample, keys.agg(F.count(F.lit(1)), F.sum("count")).first()
+
+        with ThreadPoolExecutor(len(frames)) as pool:
+            got = list(pool.map(exact, range(len(frames))))
+        stats.distinct_keys = [int(n[0]) for _, _, n in got]
         stats.filter_bytes = 8 * sum(stats.distinct_keys)
-        stats.estimated_kept = estimate_kept([int(c.sum()) for _, c in every], every, complete=True)
-        return [Table(_local(spark, pa.table({_H: pa.array(k, pa.int64())}), f"{_H} long")) for k, _ in every]
+        samples = [(t.column(_H).to_numpy(), t.column("count").to_numpy()) for _, t, _ in got]
+        stats.estimated_kept = estimate_kept([int(n[1] or 0) for _, _, n in got], samples)
+        return [Table(keys.select(_H)) for keys, _, _ in got]
     shards = [_shards(f) for f in frames]
-    tagged = None
-    for i, (f, c, n) in enumerate(zip(frames, cols, shards, strict=True)):
-        one = _hashed(f, c).select(
-            F.lit(i).alias("_frame"), F.pmod(F.hash(F.col(_H)), F.lit(n)).cast("int").alias("_shard"), _H
+
+    def build(i: int) -> Any:
+        keyed = _hashed(frames[i], cols[i]).select(
+            F.lit(i).alias("_frame"),
+            F.pmod(F.hash(F.col(_H)), F.lit(shards[i])).cast("int").alias("_shard"),
+            _H,
         )
-        one = one.coalesce(1) if n == 1 else one.repartition(n, _H)  # a task per shard: hash(key) mod n
-        tagged = one if tagged is None else tagged.unionByName(one)
-    assert tagged is not None
-    built = tagged.mapInArrow(_shard_builder(b, fbits), _BUILT).toArrow()
-    frame = built.column("_frame").to_numpy()
-    samples, per_frame = [], []
-    for i in range(len(frames)):
-        mine = built.filter(pa.array(frame == i))
-        per_frame.append(mine)
+        # a task per shard (hash(key) mod n, as Spark's hash partitioning); one shard: no shuffle
+        keyed = keyed.coalesce(1) if shards[i] == 1 else keyed.repartition(shards[i], _H)
+        return keyed.mapInArrow(_shard_builder(b, fbits), _BUILT).toArrow()
+
+    # a job per frame, submitted together: a union of single-partition inputs would be run as
+    # one partition by Spark 4 (it keeps the children's common partitioning), in one task
+    with ThreadPoolExecutor(len(frames)) as pool:
+        per_frame = list(pool.map(build, range(len(frames))))
+    samples = []
+    for mine in per_frame:
         keys, counts = _flat(mine.column("sample")), _flat(mine.column("counts"))
         order = np.argsort(keys)[:SAMPLE_KEYS]
         samples.append((keys[order], counts[order]))
