@@ -68,3 +68,13 @@ def test_a_rerun_part_removes_what_its_adaptation_and_repair_wrote():
     assert {T.JOIN_STATE, T.JOIN_RESULTS, T.JOIN_PARAMS} <= set(part_tables("join"))
     assert {T.AGG_RESULTS, T.AGG_LEDGER, T.AGG_REPAIRS} <= set(part_tables("aggregate"))
     assert T.TOPK_RESULTS in part_tables("topk")
+
+
+def test_theta_parts_cover_the_event_time_they_ran():
+    # the DAG's slices: 60 s of play each; the day's run: the whole replay in one record
+    slices = [dict(_iv(i, 5.0, 1.0), covered_s=60.0) for i in range(2)]
+    day = [dict(_iv(0, 40.0, 10.0, full=False), covered_s=100.0)]
+    (s, d) = summarize([_part("theta", 99.0, slices), _part("theta-day", 99.0, day)], RUNS)
+    assert (s["seconds"], s["x_real_time"]) == (12.0, 10.0)
+    assert (d["seconds"], d["x_real_time"], d["first_tenth_s"]) == (50.0, 2.0, None)
+    assert d["tuples_per_s"] == round(1_080_000 / 50)

@@ -16,7 +16,9 @@ the pipeline in a process of its own, as Airflow starts a stage:
    and ``validate-aggregate`` over each interval;
 5. ``topk``: the continuous top-k with ``validate-topk`` over each interval;
 6. ``theta``: the θ-join backfill (the main job's job) in 60 s event-time slices, each checked,
-   over the first ``THETA_SPAN_S`` seconds of play;
+   over the first ``THETA_SPAN_S`` seconds of play (the ``theta_backfill`` DAG's runs); and
+   ``theta-day``: the same backfill over the whole replay in one run (a day's interval of the
+   backfill CLI), checked on ``THETA_DAY_SAMPLE`` windows against DuckDB;
 7. ``report``: the data-quality report;
 8. ``sss-join`` and ``sss-aggregate``: Spark Structured Streaming's own stream-stream join and
    windowed aggregation of the same queries over bronze, one part per micro-batch, as the
@@ -74,9 +76,13 @@ SEED = 7
 INTERVAL_S = 60.0  # the stream DAGs' schedule
 ADAPT_EVERY_S = 600.0  # the join_adapt DAG's schedule
 THETA_SPAN_S = 600.0
+THETA_DAY_SAMPLE = 3  # windows of the day's run recounted by DuckDB in its check
 MAX_RESULT = "64m"
 SSS_WATERMARK_S = 1.0  # the anchor's watermark delay: late tuples' mean delay in the replay is 34 ms
-PARTS = ("ingest", "stats", "join", "aggregate", "topk", "theta", "report", "sss-join", "sss-aggregate")
+PARTS = (
+    "ingest", "stats", "join", "aggregate", "topk", "theta", "theta-day", "report",
+    "sss-join", "sss-aggregate",
+)  # fmt: skip
 STREAM_PARTS = ("join", "aggregate", "topk")
 SSS_PARTS = ("sss-join", "sss-aggregate")  # Structured Streaming's own operators: the throughput anchor
 
@@ -243,9 +249,12 @@ def _interval_loop(
 
 
 def _theta(
-    spark: SparkSession, settings: Settings, source: str, sampler: MemorySampler
+    spark: SparkSession, settings: Settings, source: str, sampler: MemorySampler, day: bool = False
 ) -> list[dict[str, Any]]:
-    """The θ backfill in the DAG's 60 s event-time slices over the first ``THETA_SPAN_S`` of play."""
+    """The θ backfill in the DAG's 60 s event-time slices over the first ``THETA_SPAN_S`` of play.
+
+    With ``day``: over the whole replay in one run, the interval a daily backfill would cover.
+    """
     from outoforder.stages.theta import validate as theta_check
     from outoforder.stages.theta.backfill import event_range, run_interval
     from outoforder.stages.theta.spec import DEMO_JOB as job
@@ -253,25 +262,31 @@ def _theta(
     lo_ts, hi_ts = event_range(spark, settings, source)
     step = round(INTERVAL_S * 1e6)
     first = lo_ts // step * step
+    if day:  # whole minutes up to the last event: windows divide a minute
+        slices = [(first, (hi_ts // step + 1) * step)]
+    else:
+        end = min(first + round(THETA_SPAN_S * 1e6), hi_ts + 1)
+        slices = [(lo, lo + step) for lo in range(first, end, step)]
     records = []
-    end = min(first + round(THETA_SPAN_S * 1e6), hi_ts + 1)
-    for i, lo in enumerate(range(first, end, step)):
+    for i, (lo, hi) in enumerate(slices):
         sampler.reset()
         t0 = time.monotonic()
-        s = run_interval(spark, settings, source, job, lo, lo + step)
+        s = run_interval(spark, settings, source, job, lo, hi)
         t1 = time.monotonic()
-        theta_check.validate(spark, settings, source, job, lo, lo + step, sample=1, fail=False)
+        sample = THETA_DAY_SAMPLE if day else 1
+        theta_check.validate(spark, settings, source, job, lo, hi, sample=sample, fail=False)
         t2 = time.monotonic()
         rec = {
-            "part": "theta",
+            "part": "theta-day" if day else "theta",
             "interval": i,
+            "covered_s": (hi - lo) / 1e6,
             "windows": s.windows,
             "pairs": s.output_rows,
             "rows_compared": s.rows_compared,
             "stage_s": round(t1 - t0, 2),
             "check_s": round(t2 - t1, 2),
             "seconds": round(t2 - t0, 2),
-            "full_interval": True,
+            "full_interval": not day,
             **_peak(sampler),
         }
         records.append(rec)
@@ -395,8 +410,8 @@ def _run_part(part: str, work: Path) -> int:
             extra["stats"] = source_stats(spark, settings, source)
         elif part in STREAM_PARTS:
             records = _interval_loop(spark, settings, part, source, sampler)
-        elif part == "theta":
-            records = _theta(spark, settings, source, sampler)
+        elif part in ("theta", "theta-day"):
+            records = _theta(spark, settings, source, sampler, day=part == "theta-day")
         elif part in SSS_PARTS:
             records = _sss(spark, settings, part, source, work)
         else:
@@ -545,8 +560,8 @@ def summarize(records: list[dict[str, Any]], runs: dict[str, Any]) -> list[dict[
                 row["check_share"] = round(sum(i["check_s"] for i in r["intervals"]) / seconds, 2)
                 stage_s = sum(i["stage_s"] for i in r["intervals"])
                 row["x_real_time_stage"] = round(covered / stage_s, 2) if stage_s else None
-            elif r["part"] == "theta":
-                covered = len(r["intervals"]) * INTERVAL_S
+            elif r["part"] in ("theta", "theta-day"):
+                covered = sum(i.get("covered_s", INTERVAL_S) for i in r["intervals"])
             tenth = max(1, len(ivs) // 10)
             first = sum(i["seconds"] for i in ivs[:tenth]) / tenth if ivs else None
             last = sum(i["seconds"] for i in ivs[-tenth:]) / tenth if ivs else None
@@ -697,7 +712,8 @@ def render(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         f"{MAX_RESULT}: the stream parts over {INTERVAL_S:g} s arrival intervals, each interval followed "
         "by the check of what closed in it (the DAGs' `--since/--until`); the join adapts its retention "
         f"every {ADAPT_EVERY_S:g} s, the aggregates repair by the Γ rule after each interval; the θ "
-        f"backfill runs in {INTERVAL_S:g} s event-time slices over the first {THETA_SPAN_S:g} s of play.\n\n"
+        f"backfill runs in {INTERVAL_S:g} s event-time slices over the first {THETA_SPAN_S:g} s of play "
+        "(`theta`), and over the whole replay in one run (`theta-day`).\n\n"
         f"Runs:\n{runs}\n\n{table}\n\n"
         "× real time: seconds of play processed per second (the θ backfill: of the slices it ran); "
         "stage alone: the same without the checks; `sss-join` and `sss-aggregate`: Spark Structured "
