@@ -103,26 +103,38 @@ def event_range(spark: SparkSession, settings: Settings, source: str) -> tuple[i
     return int(row[0]), int(row[1])
 
 
+ROWS_PER_PART = 2_000_000  # bronze rows a part of a long backfill holds at once (persisted)
+
+
 def run_interval(
-    spark: SparkSession, settings: Settings, source: str, job: ThetaJob, start_us: int, end_us: int
+    spark: SparkSession,
+    settings: Settings,
+    source: str,
+    job: ThetaJob,
+    start_us: int,
+    end_us: int,
+    rows_per_part: int = ROWS_PER_PART,
 ) -> BackfillSummary:
     """θ-join every window of ``[start, end)`` and replace that slice of the two gold tables.
 
-    With FastThetaJoin, every window whose streams fit one task (one range partition per link,
+    One job counts the rows of every window (the interval is never held at once). Consecutive
+    windows are then taken in parts of at most ``rows_per_part`` bronze rows (at least one window
+    each), so a day-long backfill holds one part at a time: each part's rows are persisted, joined
+    and written (replacing exactly its slice), then released. Within a part, with FastThetaJoin,
+    every window whose streams fit one task (one range partition per link,
     :func:`~outoforder.core.theta.plan.partitions_for`) is joined in a single Spark job: the window
     is the key of a group, and each group's chain is joined by sorting in its task, after the
     window's own pre-filters. Larger windows, and the other methods, are joined one window at a
     time with :func:`outoforder.spark.theta.multiway_join`.
     """
-    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     from outoforder.io import delta
-    from outoforder.io.tables import BRONZE, THETA_RESULTS, THETA_WINDOWS
+    from outoforder.io.tables import BRONZE
 
     starts = job.windows(start_us, end_us)
-    jid, t0 = job.job_id(), time.monotonic()
-    bronze = (
+    t0 = time.monotonic()
+    scope = (
         delta.read(spark, BRONZE, settings.lake_root)
         .where(
             (F.col("source") == source)
@@ -130,11 +142,69 @@ def run_interval(
             & (F.col("event_ts") >= start_us)
             & (F.col("event_ts") < end_us)
         )
-        .persist(StorageLevel.MEMORY_AND_DISK)
+        .select("event_ts", "stream", "arrival_seq", job.column)
+    )
+    counts = _counts(scope, job)
+    parts = _parts(starts, counts, job, rows_per_part)
+    output = compared = 0
+    for k, windows in enumerate(parts):
+        out, tested = _run_part(spark, settings, source, job, scope, counts, windows, end_us)
+        output, compared = output + out, compared + tested
+        if len(parts) > 1:
+            log.info(
+                "[theta] part %d/%d: %d windows from %d µs, %d results (%.0f s so far)",
+                k + 1, len(parts), len(windows), windows[0], out, time.monotonic() - t0,
+            )  # fmt: skip
+    return BackfillSummary(job.job_id(), len(starts), output, compared, time.monotonic() - t0)
+
+
+def _parts(
+    starts: list[int], counts: dict[tuple[int, str], tuple[int, int]], job: ThetaJob, rows_per_part: int
+) -> list[list[int]]:
+    """Consecutive window starts in parts of at most ``rows_per_part`` rows (at least one window).
+
+    >>> from outoforder.stages.theta.spec import ThetaJob
+    >>> job = ThetaJob(column="x", predicates=("<",), window_us=10)
+    >>> counts = {(0, "ball"): (5, 0), (10, "team_a"): (5, 0), (20, "ball"): (20, 0)}
+    >>> _parts([0, 10, 20, 30], counts, job, 10)
+    [[0, 10], [20], [30]]
+    """
+    parts: list[list[int]] = []
+    held = rows_per_part  # a new part begins at the first window
+    for w0 in starts:
+        rows = sum(counts.get((w0, name), (0, 0))[0] for name in set(job.streams))
+        if held + rows > rows_per_part or not parts:
+            parts.append([])
+            held = 0
+        parts[-1].append(w0)
+        held += rows
+    return parts
+
+
+def _run_part(
+    spark: SparkSession,
+    settings: Settings,
+    source: str,
+    job: ThetaJob,
+    scope: DataFrame,
+    counts: dict[tuple[int, str], tuple[int, int]],
+    starts: list[int],
+    written_at: int,
+) -> tuple[int, int]:
+    """Join the windows ``starts`` (consecutive) and replace their slice; (results, rows compared)."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    from outoforder.io import delta
+    from outoforder.io.tables import THETA_RESULTS, THETA_WINDOWS
+
+    start_us, end_us = starts[0], starts[-1] + job.window_us
+    jid, t0 = job.job_id(), time.monotonic()
+    bronze = scope.where((F.col("event_ts") >= start_us) & (F.col("event_ts") < end_us)).persist(
+        StorageLevel.MEMORY_AND_DISK
     )
     result_frames: list[DataFrame] = []  # persisted until written
     try:
-        counts = _counts(bronze, job)
         grouped, alone = _split_windows(job, counts, starts)
         per_window: dict[int, _WindowRow] = {}
         if grouped:
@@ -167,7 +237,7 @@ def run_interval(
                 (
                     source, jid, w0, w0 + job.window_us, job.method, job.partitions,
                     [n for n, _ in per_stream], [z for _, z in per_stream], w.output, w.compared, w.pairs,
-                    round(w.seconds, 3), end_us, job.prefilter, w.kept,
+                    round(w.seconds, 3), written_at, job.prefilter, w.kept,
                 )
             )  # fmt: skip
         if result_frames:
@@ -185,13 +255,7 @@ def run_interval(
         for df in result_frames:
             df.unpersist()
         bronze.unpersist()
-    return BackfillSummary(
-        jid,
-        len(starts),
-        sum(r[8] for r in stats_rows),
-        sum(r[9] for r in stats_rows),
-        time.monotonic() - t0,
-    )
+    return sum(r[8] for r in stats_rows), sum(r[9] for r in stats_rows)
 
 
 @dataclass
