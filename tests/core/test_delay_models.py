@@ -69,3 +69,39 @@ def test_trace_driven_model_resamples_the_trace_and_refuses_bad_ones():
     for bad in ((), (0.1, -1.0), (0.1, float("nan"))):
         with pytest.raises(ConfigError, match="delay trace"):
             Empirical(bad)
+
+
+def test_regime_schedules_keep_their_durations_never_repeat_and_share_time_as_stated():
+    from outoforder.core.delay_models import Regime, RegimeShift
+
+    a = Regime("a", Exponential(0.01, 0.0), 10, 30, weight=1.0)
+    b = Regime("b", Exponential(1.0, 1.0), 1, 3, weight=1.0)
+    c = Regime("c", Exponential(0.1, 1.0), 5, 5, weight=3.0, hold=True)
+    m = RegimeShift((a, b, c))
+    starts, which = m.schedule(np.random.default_rng(2), 0.0, 200_000.0)
+    lengths = np.diff(starts)
+    for i, r in enumerate(m.regimes):
+        mine = lengths[which[:-1] == i]
+        assert r.min_s - 1e-6 <= mine.min() and mine.max() <= r.max_s + 1e-6
+    assert (which[1:] != which[:-1]).all() and which[0] == 0
+    spent = [lengths[which[:-1] == i].sum() / lengths.sum() for i in range(3)]
+    assert spent == pytest.approx(m.time_shares(), abs=0.02)
+    # a held regime's delayed tuples leave when it ends, in order of their own jitter
+    event_s = np.arange(0, 600, 0.01)
+    d = m.sample_at(np.random.default_rng(5), event_s)
+    starts, which = m.schedule(np.random.default_rng(5), 0.0, event_s[-1])
+    slot = m.regime_at(starts, event_s)
+    ends = np.append(starts[1:], np.inf)[slot]
+    held = (which[slot] == 2) & (d > 0) & np.isfinite(ends)
+    assert held.any() and (event_s[held] + d[held] >= ends[held] - 1e-9).all()
+
+
+def test_regime_shifts_refuse_bad_regimes():
+    from outoforder.core.delay_models import Regime, RegimeShift
+
+    with pytest.raises(ConfigError, match="min_s"):
+        Regime("x", Exponential(0.1), 5, 1)
+    with pytest.raises(ConfigError, match="at least two"):
+        RegimeShift((Regime("x", Exponential(0.1), 1, 2),))
+    with pytest.raises(ConfigError, match="repeat"):
+        RegimeShift((Regime("x", Exponential(0.1), 1, 2), Regime("x", Exponential(0.1), 1, 2)))

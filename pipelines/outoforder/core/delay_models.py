@@ -16,7 +16,10 @@ Models (all delays in seconds):
 - :class:`Bursty` -- regime switching: calm and burst periods alternate (geometric run lengths in
   tuples) with different late probabilities, so late tuples cluster in time as on a congested link;
 - :class:`Empirical` -- trace-driven: delays drawn from measured ones (e.g. the OoO-Dataset's real
-  UMTS transmission delays, :func:`outoforder.sources.disorder.ooo_trace_delays`).
+  UMTS transmission delays, :func:`outoforder.sources.disorder.ooo_trace_delays`);
+- :class:`RegimeShift` -- regimes of the link in *event time* (seconds, not tuples): calm,
+  congested and outage periods of random lengths, each with its own delays; an outage holds what
+  is sent during it until it ends. The abrupt changes the adaptive operators must follow.
 
 >>> import numpy as np
 >>> m = Exponential(mean_s=0.5, late_prob=1.0)
@@ -323,4 +326,151 @@ class Empirical:
         )
 
 
-AnyDelayModel = Exponential | LogNormal | Pareto | Bursty | BodyTail | Empirical
+@dataclass(frozen=True)
+class Regime:
+    """One state of a link: its delays, how long it lasts, and how often it follows another.
+
+    A regime lasts a uniform ``[min_s, max_s]`` seconds of event time. When one ends, the next is
+    drawn among the *other* regimes in proportion to their ``weight``. With ``hold``, the link is
+    down: a delayed tuple sent during the regime leaves when it ends, plus its own draw of
+    ``delay`` (the queue drains), so the tuples of an outage arrive together and late.
+    """
+
+    name: str
+    delay: Exponential | LogNormal | Pareto | BodyTail
+    min_s: float
+    max_s: float
+    weight: float = 1.0
+    hold: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0 < self.min_s <= self.max_s or not math.isfinite(self.max_s):
+            msg = f"regime {self.name!r}: need 0 < min_s ({self.min_s}) <= max_s ({self.max_s})"
+            raise ConfigError(msg)
+        if not self.weight > 0:
+            msg = f"regime {self.name!r}: weight must be > 0, got {self.weight}"
+            raise ConfigError(msg)
+
+    @property
+    def mean_s(self) -> float:
+        """Mean duration."""
+        return (self.min_s + self.max_s) / 2
+
+
+@dataclass(frozen=True)
+class RegimeShift:
+    """Delays from the regime the link is in at each tuple's event time (:class:`Regime`).
+
+    The schedule starts in the first regime at the first event time and is drawn from the same
+    ``rng`` as the delays, so a seed fixes both. :meth:`sample` (tuple counts only) places the
+    tuples ``rate_per_s`` apart; :meth:`sample_at` uses the real event times, as the injector does.
+
+    >>> calm = Regime("calm", Exponential(0.01, 0.5), 20, 90)
+    >>> down = Regime("outage", Exponential(0.05, 0.9), 2, 5, hold=True)
+    >>> m = RegimeShift((calm, down))
+    >>> rng = np.random.default_rng(0)
+    >>> starts, which = m.schedule(rng, 0.0, 600.0)
+    >>> [m.regimes[i].name for i in which[:4]]
+    ['calm', 'outage', 'calm', 'outage']
+    >>> d = m.sample_at(np.random.default_rng(1), np.arange(0, 600, 0.01))
+    >>> bool(d.max() > 1.0 > np.median(d))  # outages hold tuples for seconds; most are fast
+    True
+    """
+
+    regimes: tuple[Regime, ...]
+    rate_per_s: float = 10_800.0
+
+    def __post_init__(self) -> None:
+        if len(self.regimes) < 2:
+            msg = "a regime shift needs at least two regimes"
+            raise ConfigError(msg)
+        if len({r.name for r in self.regimes}) < len(self.regimes):
+            msg = f"regime names repeat: {[r.name for r in self.regimes]}"
+            raise ConfigError(msg)
+        if not self.rate_per_s > 0:
+            msg = f"rate_per_s must be > 0, got {self.rate_per_s}"
+            raise ConfigError(msg)
+
+    def time_shares(self) -> list[float]:
+        """Long-run share of time in each regime (a two-regime chain alternates: mean durations)."""
+        # Jumps go to another regime by weight: the embedded chain's stationary law is solved,
+        # then weighted by the mean durations.
+        k = len(self.regimes)
+        w = np.array([r.weight for r in self.regimes])
+        jump = np.array([[0.0 if i == j else w[j] for j in range(k)] for i in range(k)])
+        jump /= jump.sum(axis=1, keepdims=True)
+        vals, vecs = np.linalg.eig(jump.T)
+        pi = np.real(vecs[:, np.argmin(np.abs(vals - 1.0))])
+        pi = pi / pi.sum()
+        t = pi * np.array([r.mean_s for r in self.regimes])
+        return [float(x) for x in t / t.sum()]
+
+    @property
+    def late_prob(self) -> float:
+        """Long-run probability that a tuple is delayed (time-weighted)."""
+        return sum(s * r.delay.late_prob for s, r in zip(self.time_shares(), self.regimes, strict=True))
+
+    def schedule(
+        self, rng: np.random.Generator, t0_s: float, t1_s: float
+    ) -> tuple[FloatArray, npt.NDArray[np.int64]]:
+        """Start times (seconds) and regime indices covering ``[t0_s, t1_s]``."""
+        w = np.array([r.weight for r in self.regimes])
+        starts, which = [t0_s], [0]
+        t = t0_s
+        while True:
+            r = self.regimes[which[-1]]
+            t += float(rng.uniform(r.min_s, r.max_s))
+            if t > t1_s:
+                break
+            p = w.copy()
+            p[which[-1]] = 0.0
+            starts.append(t)
+            which.append(int(rng.choice(len(w), p=p / p.sum())))
+        return np.array(starts), np.array(which, dtype=np.int64)
+
+    def regime_at(self, starts: FloatArray, event_s: FloatArray) -> npt.NDArray[np.int64]:
+        """Index into the schedule (``starts``) of each event time."""
+        return np.searchsorted(starts, event_s, side="right").astype(np.int64) - 1
+
+    def sample_at(self, rng: np.random.Generator, event_s: FloatArray) -> FloatArray:
+        """Delays (seconds) of tuples with these event times (seconds, any order)."""
+        event_s = np.asarray(event_s, dtype=np.float64)
+        if event_s.size == 0:
+            return np.zeros(0)
+        starts, which = self.schedule(rng, float(event_s.min()), float(event_s.max()))
+        slot = self.regime_at(starts, event_s)
+        ends = np.append(starts[1:], np.inf)
+        out = np.zeros(event_s.size)
+        for i, r in enumerate(self.regimes):
+            mine = which[slot] == i
+            d = r.delay.sample(rng, int(mine.sum()))
+            if r.hold:  # a delayed tuple waits for the link; the last outage has no end: not held
+                end = ends[slot[mine]]
+                wait = np.where(np.isfinite(end) & (d > 0), end - event_s[mine], 0.0)
+                d = d + wait
+            out[mine] = d
+        return out
+
+    def sample(self, rng: np.random.Generator, n: int) -> FloatArray:
+        """Draw ``n`` delays of tuples ``1 / rate_per_s`` apart."""
+        return self.sample_at(rng, np.arange(n) / self.rate_per_s)
+
+    def expected_max_s(self, n_late: int) -> float:
+        """Typical maximum: the heaviest regime's, an outage's plus its longest hold."""
+        shares = self.time_shares()
+        out = 0.0
+        for s, r in zip(shares, self.regimes, strict=True):
+            m = r.delay.expected_max_s(max(1, round(n_late * s)))
+            out = max(out, m + (r.max_s if r.hold else 0.0))
+        return out
+
+    def describe(self) -> str:
+        """Model name and its regimes."""
+        parts = ", ".join(
+            f"{r.name}={r.delay.describe()} for {r.min_s:g}-{r.max_s:g}s w={r.weight:g}" + (" held" * r.hold)
+            for r in self.regimes
+        )
+        return f"regime_shift({parts})"
+
+
+AnyDelayModel = Exponential | LogNormal | Pareto | Bursty | BodyTail | Empirical | RegimeShift

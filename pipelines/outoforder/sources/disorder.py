@@ -15,6 +15,7 @@ qjoin_d2   10,037       86.84 % 29.597 ms 170.959 s  QJoin Table 1, D2 (4,022,60
 hpm_game1  10,800 (*)   57.58 % 34 ms     14.2 s     HPM Table 1, Game 1 (544,223 tuples)
 hpm_game2  10,800 (*)   66.82 % 64 ms     17.1 s     HPM Table 1, Game 2 (559,211 tuples)
 topk_*     10,800 (*)   exponential delays; levels chosen by us (the paper gives none)
+regime_*   10,800 (*)   calm / congested / outage regimes in event time (our choice)
 ========== ============ ======= ========= ========== ======================================
 
 (*) the rate of the synthetic soccer generator (ball 2000 Hz + 44 leg sensors at 200 Hz); the HPM
@@ -47,6 +48,8 @@ from outoforder.core.delay_models import (
     Exponential,
     LogNormal,
     Pareto,
+    Regime,
+    RegimeShift,
 )
 from outoforder.core.disorder import DisorderStats, disorder_stats
 from outoforder.core.time import US_PER_SECOND
@@ -144,6 +147,43 @@ def _exponential_preset(name: str, description: str, mean_s: float, late_frac: f
     return Preset(name, description, model, target)
 
 
+# A link's regimes (our choice, from what the QJoin evaluation's hard workload describes): calm
+# (tens of ms, half the tuples late), congested (a Pareto tail whose typical maximum over a
+# minute of tuples is tens of seconds) and outages (seconds long, the tuples held until the
+# link is back). Every parameter can be changed by ``regime:key=value,...`` (:func:`parse_model`).
+REGIME_DEFAULTS: dict[str, float] = {
+    "calm_mean": 0.02, "calm_late_prob": 0.5, "calm_min": 20.0, "calm_max": 90.0, "calm_weight": 2.0,
+    "congested_xm": 0.1, "congested_alpha": 2.2, "congested_late_prob": 0.8,
+    "congested_min": 20.0, "congested_max": 90.0, "congested_weight": 1.5,
+    "outage_mean": 0.05, "outage_late_prob": 0.9, "outage_min": 2.0, "outage_max": 10.0, "outage_weight": 1.0,
+    "rate": 10_800.0,
+}  # fmt: skip
+
+
+def regime_shift(**overrides: float) -> RegimeShift:
+    """The calm / congested / outage model, with any of :data:`REGIME_DEFAULTS` overridden.
+
+    >>> m = regime_shift(outage_max=4)
+    >>> [(r.name, r.max_s) for r in m.regimes]
+    [('calm', 90.0), ('congested', 90.0), ('outage', 4.0)]
+    """
+    if unknown := sorted(set(overrides) - set(REGIME_DEFAULTS)):
+        msg = f"regime model: unknown parameter {', '.join(unknown)} (known: {', '.join(REGIME_DEFAULTS)})"
+        raise ConfigError(msg)
+    k = REGIME_DEFAULTS | {key: float(v) for key, v in overrides.items()}
+    return RegimeShift(
+        (
+            Regime("calm", Exponential(k["calm_mean"], k["calm_late_prob"]), k["calm_min"], k["calm_max"],
+                   k["calm_weight"]),
+            Regime("congested", Pareto(k["congested_xm"], k["congested_alpha"], k["congested_late_prob"]),
+                   k["congested_min"], k["congested_max"], k["congested_weight"]),
+            Regime("outage", Exponential(k["outage_mean"], k["outage_late_prob"]), k["outage_min"],
+                   k["outage_max"], k["outage_weight"], hold=True),
+        ),
+        rate_per_s=k["rate"],
+    )  # fmt: skip
+
+
 PRESETS: dict[str, Preset] = {
     p.name: p
     for p in (
@@ -170,6 +210,18 @@ PRESETS: dict[str, Preset] = {
         _exponential_preset("topk_light", "top-k light disorder (our choice)", 0.5, 0.10),
         _exponential_preset("topk_medium", "top-k medium disorder (our choice)", 1.0, 0.30),
         _exponential_preset("topk_heavy", "top-k heavy disorder (our choice)", 2.0, 0.50),
+        Preset(
+            "regime_shift",
+            "calm / congested / outage regimes of 20-90 s, outages of 2-10 s (our choice)",
+            regime_shift(),
+        ),
+        Preset(
+            "regime_shift_fast",
+            "the same regimes switching every 5-20 s, outages of 1-4 s (our choice)",
+            regime_shift(
+                calm_min=5, calm_max=20, congested_min=5, congested_max=20, outage_min=1, outage_max=4
+            ),
+        ),
     )
 }
 
@@ -202,11 +254,18 @@ def parse_model(spec: str) -> AnyDelayModel:
             calm = Exponential(kv.pop("calm_mean"), kv.pop("calm_late_prob", 0.1))
             burst = Pareto(kv.pop("burst_xm"), kv.pop("burst_alpha"), kv.pop("burst_late_prob", 0.9))
             return Bursty(calm, burst, kv.pop("calm_tuples", 20_000), kv.pop("burst_tuples", 2_000))
+        if family == "regime":
+            if late != 1.0:
+                msg = "regime model: give each regime's late probability (calm_late_prob=, ...)"
+                raise ConfigError(msg)
+            return regime_shift(**kv)
     except KeyError as e:
         msg = f"delay model {spec!r} lacks parameter {e.args[0]!r}"
         raise ConfigError(msg) from e
     known = ", ".join(sorted(PRESETS))
-    msg = f"unknown delay model {spec!r}: use a preset ({known}) or exponential/lognormal/pareto/bursty"
+    msg = (
+        f"unknown delay model {spec!r}: use a preset ({known}) or exponential/lognormal/pareto/bursty/regime"
+    )
     raise ConfigError(msg)
 
 
@@ -254,7 +313,8 @@ def inject(
     preset = PRESETS.get(model) if isinstance(model, str) else None
     m = parse_model(model) if isinstance(model, str) else model
     rng = np.random.default_rng(seed)
-    delay_s = m.sample(rng, ts.size)
+    # a regime schedule runs on event time: the tuples' own, not a nominal rate
+    delay_s = m.sample_at(rng, ts / US_PER_SECOND) if isinstance(m, RegimeShift) else m.sample(rng, ts.size)
     if delay_s.size and not (np.isfinite(delay_s).all() and delay_s.max() < MAX_DELAY_S):
         msg = (
             f"{m.describe()} drew a delay of {delay_s.max():.3g} s (limit {MAX_DELAY_S:g} s): "
