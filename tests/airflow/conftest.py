@@ -14,6 +14,12 @@ from tests import sparkconf
 
 REPO = Path(__file__).resolve().parents[2]
 
+# A hang guard for one `airflow dags test` (each of its Spark tasks is a spark-submit), not a
+# performance bound: under infra/test.sh's five parallel runs on 2 cores a DAG run takes 3-5x its
+# time alone (the aggregate DAG and the repair's: over 900 s in CI on a slow machine, 256 s and
+# 307 CPU-seconds alone).
+AIRFLOW_CLI_TIMEOUT_S = 1800
+
 
 @pytest.fixture(scope="session")
 def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
@@ -47,3 +53,13 @@ def run_probe(python: str, code: str, tag: str, env: dict[str, str], *args: str)
     line = next((ln for ln in run.stdout.splitlines() if ln.startswith(tag)), None)
     assert line, f"probe {tag} failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
     return json.loads(line[len(tag) :])
+
+
+def airflow_cli(
+    env: dict[str, str], *args: str, timeout: int = AIRFLOW_CLI_TIMEOUT_S
+) -> subprocess.CompletedProcess[str]:
+    """Run the ``airflow`` command of this venv with ``args``; the caller checks its return code."""
+    exe = Path(sys.executable).parent / "airflow"
+    return subprocess.run(
+        [str(exe), *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )

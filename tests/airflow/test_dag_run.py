@@ -15,34 +15,27 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.airflow.conftest import run_probe
+from tests.airflow.conftest import airflow_cli, run_probe
 
-pytestmark = [pytest.mark.airflow, pytest.mark.integration]
-
-
-def airflow(env, *args, timeout=900):
-    exe = Path(sys.executable).parent / "airflow"
-    return subprocess.run(
-        [str(exe), *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
-    )
+# two DAG runs in a test (AIRFLOW_CLI_TIMEOUT_S each, a hang guard) after a replay
+pytestmark = [pytest.mark.airflow, pytest.mark.integration, pytest.mark.timeout(2400)]
 
 
 @pytest.fixture(scope="module")
 def migrated(airflow_env):
     """The session's metadata database, migrated once for the DAG runs of this module."""
-    migrate = airflow(airflow_env, "db", "migrate")
+    migrate = airflow_cli(airflow_env, "db", "migrate")
     assert migrate.returncode == 0, migrate.stderr[-3000:]
     return airflow_env
 
 
 def test_ingest_dag_runs_end_to_end(migrated):
     airflow_env = migrated
-    run = airflow(airflow_env, "dags", "test", "ingest", "-c", json.dumps({"datasets": "ooo/d-1"}))
+    run = airflow_cli(airflow_env, "dags", "test", "ingest", "-c", json.dumps({"datasets": "ooo/d-1"}))
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-5000:]
     assert "state=success" in out
@@ -75,7 +68,7 @@ def replayed(airflow_env):
 def test_aggregate_stream_triggers_the_repair_asset_and_late_repair_makes_results_exact(migrated, replayed):
     airflow_env = migrated
     conf = {"source": replayed, "gamma_s": 0.5, "on_violation": "warn"}
-    run = airflow(
+    run = airflow_cli(
         airflow_env, "dags", "test", "aggregate_stream", "1970-01-01T03:00:00+00:00", "-c", json.dumps(conf)
     )
     out = run.stdout + run.stderr
@@ -83,7 +76,7 @@ def test_aggregate_stream_triggers_the_repair_asset_and_late_repair_makes_result
     assert f"[aggregate-stream] {replayed}" in out
     assert "'repair_due': True" in out  # the Γ rule held: ledger_due ran and emitted the asset
     assert "agg_results: PASSED" in out
-    repair = airflow(airflow_env, "dags", "test", "late_repair", "-c", json.dumps(conf))
+    repair = airflow_cli(airflow_env, "dags", "test", "late_repair", "-c", json.dumps(conf))
     out = repair.stdout + repair.stderr
     assert repair.returncode == 0, out[-5000:]
     repaired = re.findall(r"\[aggregate-repair\] .*windows recomputed, ([\d,]+) changed", out)
@@ -129,13 +122,13 @@ def test_the_kafka_dag_ingests_a_topic_that_the_join_dag_then_joins(migrated, tm
         # ingest below lists the topic after it, so the interval is covered
         joined_at = (datetime.now(UTC) + timedelta(seconds=1)).replace(microsecond=0).isoformat()
         conf = {"source": "yard", "config": str(config)}
-        run = airflow(env, "dags", "test", "ingest_kafka", "-c", json.dumps(conf))
+        run = airflow_cli(env, "dags", "test", "ingest_kafka", "-c", json.dumps(conf))
         out = run.stdout + run.stderr
         assert run.returncode == 0, out[-5000:]
         assert "400 records = 400 accepted + 0 quarantined" in out
         assert "bronze_accounting: PASSED" in out
         join = {**conf, "r_streams": "forklift", "s_streams": "picker", "theta": 3.0, "on_violation": "warn"}
-        run = airflow(env, "dags", "test", "join_stream", joined_at, "-c", json.dumps(join))
+        run = airflow_cli(env, "dags", "test", "join_stream", joined_at, "-c", json.dumps(join))
         out = run.stdout + run.stderr
         assert run.returncode == 0, out[-5000:]
         pairs = re.search(r"\[join-stream\] yard .*?: ([\d,]+) arrivals, ([\d,]+) new pairs", out)

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests import services
-from tests.airflow.conftest import run_probe
+from tests.airflow.conftest import airflow_cli, run_probe
 
 pytestmark = [pytest.mark.airflow, pytest.mark.integration, pytest.mark.timeout(1800)]
 
@@ -86,22 +84,15 @@ def stack(airflow_env, tmp_path_factory):
         yield env
 
 
-def _airflow(env, *args, timeout=900):
-    exe = Path(sys.executable).parent / "airflow"
-    return subprocess.run(
-        [str(exe), *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
-    )
-
-
 def test_landing_files_are_ingested_once_on_the_cluster_into_an_s3a_lake_with_postgres_metadata(
     stack, data_dir
 ):
     spark_python = str(Path(os.environ["OOO_SPARK_VENV"]) / "bin" / "python")
     dropped = run_probe(spark_python, DROP, "DROPPED", stack, str(data_dir / "ooo-dataset" / "d-1.csv.gz"))
     assert len(dropped) == 4
-    migrate = _airflow(stack, "db", "migrate")
+    migrate = airflow_cli(stack, "db", "migrate")
     assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
-    run = _airflow(stack, "dags", "test", "ingest_landing")
+    run = airflow_cli(stack, "dags", "test", "ingest_landing")
     out = run.stdout + run.stderr
     (Path(stack["OOO_WORK_DIR"]).parent / "dags-test.log").write_text(out)  # kept for a failure's reader
     assert run.returncode == 0, out[-6000:]
