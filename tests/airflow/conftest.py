@@ -55,11 +55,9 @@ def run_probe(python: str, code: str, tag: str, env: dict[str, str], *args: str)
     return json.loads(line[len(tag) :])
 
 
-def airflow_cli(
-    env: dict[str, str], *args: str, timeout: int = AIRFLOW_CLI_TIMEOUT_S
-) -> subprocess.CompletedProcess[str]:
+def airflow_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     """Run the ``airflow`` command of this venv with ``args``; the caller checks its return code."""
     exe = Path(sys.executable).parent / "airflow"
     return subprocess.run(
-        [str(exe), *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
+        [str(exe), *args], env=env, capture_output=True, text=True, timeout=AIRFLOW_CLI_TIMEOUT_S, check=False
     )
