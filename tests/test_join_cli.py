@@ -30,6 +30,8 @@ def test_every_candidate_is_measured_against_the_same_truth():
     assert set(m) == {
         "qjoin-learned",
         "qjoin-paper",
+        "qjoin-reactive",
+        "qjoin-robust",
         "qjoin-hindsight",
         "kslack-hindsight",
         "mp-kslack",

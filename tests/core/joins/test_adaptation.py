@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -7,6 +9,7 @@ from outoforder.core.joins.adaptation import (
     choose_retention,
     decide,
     interval_target,
+    regime_start,
     run_adaptive_qjoin,
     run_aq_kslack,
 )
@@ -61,7 +64,7 @@ def test_settings_are_validated():
         AdaptationSettings(estimator="magic")  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("estimator", ["learned", "paper"])
+@pytest.mark.parametrize("estimator", ["learned", "paper", "reactive"])
 def test_adaptive_qjoin_is_qjoin_under_its_own_schedule_and_records_its_choices(estimator):
     inp = soccer_like(1)
     st = AdaptationSettings(**{**ST.__dict__, "estimator": estimator})
@@ -112,7 +115,7 @@ def test_period_recall_counts_pairs_by_their_later_event_time():
         period_recall(inp, truth, np.array([[0, 3]]), 10, 0.9)
 
 
-@pytest.mark.parametrize("estimator", ["learned", "paper"])
+@pytest.mark.parametrize("estimator", ["learned", "paper", "reactive"])
 def test_one_scheduled_decision_equals_the_in_sequence_decision(estimator):
     # The pipeline's join-adapt stage calls decide() on the history; it must choose exactly what
     # the in-sequence controller chooses at the same arrival.
@@ -150,3 +153,67 @@ def test_per_period_memory_and_latency_add_up_to_the_run_figures():
     weighted = sum(costs[p]["buffered_mean_r"] * c for p, c in counts.items()) / len(inp)
     assert weighted == pytest.approx(s["buffered_mean_r"])
     assert max(c["buffered_max_s"] for c in costs.values()) == run.buffered[:, 1].max()
+
+
+def shifting(seed=0, n=16_000, span_us=8_000_000, switch_s=2.0):
+    """soccer_like data whose delays switch from calm (3 ms) to congested (80 ms) every 2 s."""
+    from outoforder.core.delay_models import Exponential, Regime, RegimeShift
+
+    rng = np.random.default_rng(seed)
+    ts = np.sort(rng.integers(0, span_us, n)).astype(np.int64)
+    side = (rng.random(n) < 0.3).astype(np.int64)
+    x, y = rng.uniform(0, 20, n), rng.uniform(0, 20, n)
+    calm = Regime("calm", Exponential(0.003, 0.3), switch_s, switch_s)
+    busy = Regime("congested", Exponential(0.08, 0.9), switch_s, switch_s)
+    o = inject(ts, RegimeShift((calm, busy)), seed).order
+    return JoinInput(side[o], ts[o], x[o], y[o], np.zeros(n, np.int64))
+
+
+def test_the_reactive_estimator_follows_a_delay_shift_within_one_interval():
+    inp = shifting()
+    truth = exact_join(inp, Q)
+    switch = 2_000_000
+    first_raise = {}
+    for est in ("learned", "reactive"):
+        st = AdaptationSettings(**{**ST.__dict__, "estimator": est})
+        _, steps = run_adaptive_qjoin(inp, Q, st, truth)
+        after = [s for s in steps if s.progress_us > switch and max(s.d_r_us, s.d_s_us) > 0]
+        first_raise[est] = after[0]
+    r, learned = first_raise["reactive"], first_raise["learned"]
+    assert r.progress_us <= switch + 1.5 * ST.interval_us  # the first decision after one L of congestion
+    assert r.progress_us < learned.progress_us  # the seed's estimator waits for its period sample
+    assert r.stats["regime_start_us"] >= switch - ST.interval_us  # it sampled the new regime only
+
+
+def test_regimes_end_where_lateness_or_arrivals_change_and_scarce_arrivals_mean_held_tuples():
+    t = np.repeat(np.arange(10) * 10, 10)
+    assert regime_start(t, np.zeros(100, np.int64), 100, 10, 100, 0.9, 1).start_us == -10  # one regime
+    # the last two intervals deliver 2 tuples each instead of 10: a link holding them back
+    keep = np.ones(100, bool)
+    keep[80:88] = keep[90:98] = False
+    t_held = t[keep]
+    got = regime_start(t_held, np.zeros(t_held.size, np.int64), t_held.size, 10, 100, 0.9, 1)
+    assert (got.start_us, got.held_since_us) == (70, 70)
+
+
+@pytest.mark.parametrize("headroom", [0.0, 0.5])
+def test_the_robust_estimator_never_aims_an_interval_below_its_floor(headroom):
+    # eq. 3 as in the seed lets an interval aim below Q_user when the period is ahead; a calm
+    # stretch then leaves no buffer for the congestion that follows it
+    inp = shifting()
+    truth = exact_join(inp, Q)
+    spent = run_adaptive_qjoin(inp, Q, replace(ST, estimator="reactive", headroom=headroom), truth)[1]
+    robust = replace(ST, estimator="robust", headroom=headroom)
+    kept = run_adaptive_qjoin(inp, Q, robust, truth)[1]
+    assert min(s.q_l for s in spent) < ST.q_user  # eq. 3 as published does spend it here
+    assert robust.q_floor == pytest.approx(ST.q_user + headroom * (1 - ST.q_user))
+    assert min(s.q_l for s in kept) >= robust.q_floor
+
+
+def test_the_job_offers_every_estimator_the_controller_has():
+    from outoforder.core.joins import adaptation
+    from outoforder.stages.join import spec
+
+    assert spec.ESTIMATORS == adaptation.ESTIMATORS
+    with pytest.raises(ConfigError, match="headroom"):
+        AdaptationSettings(headroom=1.0)

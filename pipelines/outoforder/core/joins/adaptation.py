@@ -24,6 +24,18 @@ for the next L (docs/operators.md, QJoin):
 3. Algorithm 1's search over the grid g: for each d_R, the smallest d_S reaching Q_L; keep the pair
    with the fewest buffered tuples ``(d_R + w)·V_R + (d_S + w)·V_S``, within [0, Maxd_X].
 
+   - ``reactive``: the learned estimator on the newest evidence, for delays that change abruptly
+     (:func:`regime_start`): the pairs *completed* since the current regime began (by progress
+     when their later tuple arrived, so no completeness weight is needed: in a steady regime
+     the requirements of pairs completed in any stretch of progress are those of all pairs),
+     and, while fewer tuples arrive than before (a link holding them back), at least the time
+     since the drop began, since the held tuples will be at least that late;
+   - ``robust``: ``reactive``, and step 1 never aims below ``Q_user + headroom·(1 - Q_user)``.
+     Eq. 3 spends a period's surplus: after a good stretch Q_L drops towards 0, the retention
+     collapses, and when the delays turn worse in that interval its evicted tuples are lost for
+     good; the next interval then needs Q_L = 1. Under regime shifts Q_L swings between 0 and 1
+     every L. A surplus says nothing about the next interval, so this estimator does not spend it.
+
 AQ-K-slack (Ji et al.) needs both tuples of a pair on time, so it keeps
 ``P[D_R <= K_R]·P[D_S <= K_S] >= Q_user`` with the fewest buffered tuples, from the delays of the
 last L.
@@ -46,6 +58,8 @@ from outoforder.errors import ConfigError
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
+Estimator = Literal["learned", "paper", "reactive", "robust"]
+ESTIMATORS: tuple[Estimator, ...] = ("learned", "paper", "reactive", "robust")
 
 
 @dataclass(frozen=True)
@@ -57,9 +71,10 @@ class AdaptationSettings:
     interval_us: int = 1_000_000  # L
     basic_window_us: int = 10_000  # b
     granularity_us: int = 10_000  # g
-    estimator: Literal["learned", "paper"] = "learned"
+    estimator: Estimator = "learned"
     initial_us: int = 0  # d (or K) before the first adaptation
     seed: int = 0  # the paper estimator's Monte Carlo draws
+    headroom: float = 0.0  # robust: Q_L >= Q_user + headroom·(1 - Q_user)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.q_user <= 1.0:
@@ -71,9 +86,25 @@ class AdaptationSettings:
         if self.granularity_us <= 0 or self.basic_window_us <= 0:
             msg = "granularity g and basic window b must be > 0"
             raise ConfigError(msg)
-        if self.estimator not in ("learned", "paper"):
-            msg = f"estimator must be 'learned' or 'paper', got {self.estimator!r}"
+        if self.estimator not in ESTIMATORS:
+            msg = f"estimator must be one of {', '.join(ESTIMATORS)}, got {self.estimator!r}"
             raise ConfigError(msg)
+        if not 0.0 <= self.headroom < 1.0:
+            msg = f"headroom must be in [0, 1), got {self.headroom}"
+            raise ConfigError(msg)
+
+    @property
+    def q_floor(self) -> float:
+        """The lowest Q_L an interval may aim at: 0 for the seed's estimators (eq. 3 as published).
+
+        >>> AdaptationSettings(q_user=0.9, estimator="robust", headroom=0.5).q_floor
+        0.95
+        >>> AdaptationSettings(q_user=0.9, estimator="learned", headroom=0.5).q_floor
+        0.0
+        """
+        if self.estimator != "robust":
+            return 0.0
+        return round(self.q_user + self.headroom * (1.0 - self.q_user), 12)
 
 
 @dataclass(frozen=True)
@@ -186,6 +217,59 @@ def modelled_requirements(
         np.maximum(req_when_r_first[r_first & keep], 0.0),
         np.maximum(req_when_s_first[~r_first & keep], 0.0),
     )
+
+
+MIN_REGIME_PAIRS = 200  # fewer completed pairs in a new regime: its requirements are not yet known
+REGIME_FACTOR = 2.0  # intervals whose lateness or arrival count differ more belong to other regimes
+
+
+@dataclass(frozen=True)
+class RegimeView:
+    """Where the current delay regime began, and since when arrivals have been scarce."""
+
+    start_us: int  # the regime's intervals hold the arrivals with progress above this
+    held_since_us: int | None  # progress where arrivals fell below 1 / REGIME_FACTOR of before
+
+
+def regime_start(
+    t: IntArray, delays: IntArray, at: int, interval_us: int, period_us: int, q: float, grid_us: int
+) -> RegimeView:
+    """The current regime: the newest intervals L (of the last P) that resemble the newest one.
+
+    An interval is described by its arrivals' count and the ``q``-quantile of their lateness
+    (:func:`~outoforder.core.joins.kslack.arrival_delays`). Walking back from the newest, an
+    interval stays in the regime while neither differs from the newest one's by more than
+    :data:`REGIME_FACTOR` (lateness with a slack of two grid steps, so that calm intervals of a
+    few ms are alike). Arrivals are *scarce* when the newest intervals hold fewer than
+    1 / :data:`REGIME_FACTOR` of the median interval of the period before them.
+
+    >>> t = np.repeat(np.arange(10) * 10, 10)  # 10 intervals of 10 µs, 10 arrivals each
+    >>> late = np.where(np.arange(100) >= 70, 50, 0)  # the last 3 intervals: lateness 50
+    >>> regime_start(t, late, 100, 10, 100, 0.9, 1)
+    RegimeView(start_us=60, held_since_us=None)
+    """
+    now = int(t[at - 1])
+    k = max(1, min(period_us // interval_us, (now - int(t[0])) // interval_us + 1))
+    edges = now - interval_us * np.arange(k, -1, -1)  # (edges[i], edges[i+1]] is interval i
+    idx = np.searchsorted(t[:at], edges, side="right")
+    counts = np.diff(idx)
+    lat = np.array(
+        [float(np.quantile(delays[a:b], q)) if b > a else 0.0 for a, b in pairwise(idx)], dtype=np.float64
+    )
+
+    def alike(i: int, j: int) -> bool:
+        lo_l, hi_l = sorted((lat[i], lat[j]))
+        lo_n, hi_n = sorted((counts[i], counts[j]))
+        return bool(hi_l <= REGIME_FACTOR * lo_l + 2 * grid_us and hi_n <= REGIME_FACTOR * lo_n + 1)
+
+    first = k - 1
+    while first > 0 and alike(first - 1, k - 1):
+        first -= 1
+    held = None
+    before = counts[:first]
+    if before.size and counts[k - 1] * REGIME_FACTOR < float(np.median(before)):
+        held = int(edges[first])
+    return RegimeView(int(edges[first]), held)
 
 
 def _adaptation_points(progress: IntArray, interval_us: int) -> list[int]:
@@ -310,12 +394,23 @@ def _decide(
     in_l = known & (pair_time > now - st.interval_us)
     n_l = float(weight[in_l].sum())
     q_l = interval_target(st.q_user, round(float(weight[in_p].sum())), int((in_p & produced).sum()), n_l)
+    q_l = max(q_l, st.q_floor)
     recent = np.arange(at) >= np.searchsorted(t[:at], now - st.interval_us, side="right")
     rates = [float(((inp.side[:at] == s) & recent).sum()) / st.interval_us for s in (R, S)]
     max_d = [int(delays[:at][inp.side[:at] == s].max(initial=0)) for s in (R, S)]
     # The last L alone is too young: most of its late pairs are still unknown. Sample the period.
     sample = in_p
-    if st.estimator == "learned":
+    floor_us = 0
+    regime: RegimeView | None = None
+    if st.estimator in ("reactive", "robust"):
+        regime = regime_start(t, delays, at, st.interval_us, st.period_us, st.q_user, st.granularity_us)
+        done_in_regime = known & (t_later > regime.start_us)
+        if done_in_regime.sum() >= MIN_REGIME_PAIRS:
+            sample = done_in_regime
+            weight = np.where(done_in_regime, 1.0, 0.0)
+        if regime.held_since_us is not None:
+            floor_us = now - regime.held_since_us + st.interval_us
+    if st.estimator != "paper":
         req = (t_later - query.window_us - inp.ts[earlier]).astype(np.float64)
         req_r = req[sample & (e_side == R)]
         req_s = req[sample & (e_side == S)]
@@ -337,7 +432,10 @@ def _decide(
         w_r,
         w_s,
     )
-    stats = {
+    if floor_us:  # held tuples: keep what they will join with, rounded up to the grid
+        floor_us = -(-floor_us // st.granularity_us) * st.granularity_us
+        d_r, d_s = max(d_r, floor_us), max(d_s, floor_us)
+    stats: dict[str, Any] = {
         "estimator": st.estimator,
         "n_true_p": int(in_p.sum()),
         "n_prod_p": int((in_p & produced).sum()),
@@ -348,6 +446,9 @@ def _decide(
         "max_delay_s_us": max_d[1],
         "samples": int(req_r.size + req_s.size),
     }
+    if regime is not None:
+        stats["regime_start_us"] = regime.start_us
+        stats["held_for_us"] = 0 if regime.held_since_us is None else now - regime.held_since_us
     return Adaptation(at, now, q_l, d_r, d_s, est, stats)
 
 

@@ -6,7 +6,11 @@ or ``key`` for a key join; the row order is the arrival order). Two stream sets 
 Every candidate runs on the same arrivals with the same query; each is measured against the exact
 join, per period P:
 
-- ``qjoin-learned`` / ``qjoin-paper``: QJoin adapted every L with either estimator;
+- ``qjoin-learned`` / ``qjoin-paper``: QJoin adapted every L with either of the seed's estimators;
+- ``qjoin-reactive``: the learned estimator on the current delay regime only, for abrupt changes
+  (:func:`~outoforder.core.joins.adaptation.regime_start`);
+- ``qjoin-robust``: the reactive estimator, and no interval aims below Q_user plus the job's
+  headroom (a period ahead of its target is no promise about the next interval);
 - ``qjoin-hindsight``: the smallest constant retention that meets Q_user in every period, found
   with hindsight (the yardstick for the adaptive choices);
 - ``kslack-hindsight``: the smallest fixed K that meets Q_user in every period, with hindsight;
@@ -25,6 +29,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +43,7 @@ from outoforder.core.joins.metrics import summarize
 from outoforder.core.joins.qjoin import JoinRun, qjoin_set
 from outoforder.core.joins.query import JoinInput, JoinQuery, PairArray, exact_join
 from outoforder.errors import ConfigError, InputError
-from outoforder.stages.join.spec import METHODS, JoinJob
+from outoforder.stages.join.spec import ESTIMATORS, METHODS, JoinJob
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -143,8 +148,7 @@ def evaluate(inp: JoinInput, job: JoinJob, methods: tuple[str, ...] = METHODS) -
         return bool(score(run)["periods_meeting_target"] >= 1.0)
 
     runners: dict[str, Callable[[], tuple[JoinRun, dict[str, Any]]]] = {
-        "qjoin-learned": lambda: _adaptive(inp, q, job, "learned", truth),
-        "qjoin-paper": lambda: _adaptive(inp, q, job, "paper", truth),
+        **{f"qjoin-{e}": partial(_adaptive, inp, q, job, e, truth) for e in ESTIMATORS},
         "qjoin-hindsight": lambda: _fixed(
             lambda d: qjoin_set(inp, q, d, d, truth), all_met, span, job.granularity_us, "retention_us"
         ),
@@ -195,7 +199,11 @@ def _ratio(a: float, b: float) -> float | None:
 
 
 def _adaptive(
-    inp: JoinInput, q: JoinQuery, job: JoinJob, estimator: str, truth: PairArray
+    inp: JoinInput,
+    q: JoinQuery,
+    job: JoinJob,
+    estimator: str,
+    truth: PairArray,
 ) -> tuple[JoinRun, dict[str, Any]]:
     run, steps = run_adaptive_qjoin(inp, q, job.adaptation(estimator), truth)
     trace = [

@@ -15,9 +15,11 @@ if TYPE_CHECKING:
     from outoforder.core.joins.adaptation import AdaptationSettings
     from outoforder.core.joins.query import JoinQuery
 
-ESTIMATORS = ("learned", "paper")
+ESTIMATORS = ("learned", "paper", "reactive", "robust")  # as outoforder.core.joins.adaptation's
 # what the evaluation (``join`` stage) runs side by side (outoforder.stages.join.evaluate)
-METHODS = ("qjoin-learned", "qjoin-paper", "qjoin-hindsight", "kslack-hindsight", "mp-kslack", "aq-kslack")
+METHODS = (
+    *(f"qjoin-{e}" for e in ESTIMATORS), "qjoin-hindsight", "kslack-hindsight", "mp-kslack", "aq-kslack",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,13 @@ class JoinJob(Job):
     granularity_us: int = param(10_000, option=None, help="g, the step of the retention search")
     warmup_periods: int = param(1, option=None, help="periods left out of the evaluation's summary")
     estimator: str = param("learned", help="how the retention is chosen", choices=ESTIMATORS)
+    headroom: float = param(
+        0.5,
+        identifies=False,
+        minimum=0,
+        below=1,
+        help="robust: no L aims below q_user + headroom·(1 - q_user)",
+    )
 
     def query(self) -> JoinQuery:
         """The join query."""
@@ -60,4 +69,5 @@ class JoinJob(Job):
             granularity_us=self.granularity_us,
             basic_window_us=self.granularity_us,
             estimator=estimator or self.estimator,  # type: ignore[arg-type]
+            headroom=self.headroom,
         )
