@@ -27,7 +27,7 @@ class JoinJob(Job):
     """What to join and how to judge it; the defaults are the main job's ball-vs-players query.
 
     >>> JoinJob().job_id(), JoinJob(q_user=0.9).job_id() == JoinJob().job_id()
-    ('qj-f8c62465a1', False)
+    ('qj-07ef2b739a', False)
     """
 
     PREFIX = "qj"
@@ -43,7 +43,7 @@ class JoinJob(Job):
     interval_us: int = param(500_000, unit="s", help="L, the adaptation interval of the estimator", above=0)
     granularity_us: int = param(10_000, option=None, help="g, the step of the retention search")
     warmup_periods: int = param(1, option=None, help="periods left out of the evaluation's summary")
-    estimator: str = param("learned", help="how the retention is chosen", choices=ESTIMATORS)
+    estimator: str = param("robust", help="how the retention is chosen", choices=ESTIMATORS)
     headroom: float = param(
         0.5,
         identifies=False,
