@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from outoforder.core.joins.adaptation import (
+    ESTIMATORS,
     AdaptationSettings,
     aq_kslack_schedule,
     choose_retention,
@@ -64,7 +65,7 @@ def test_settings_are_validated():
         AdaptationSettings(estimator="magic")  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("estimator", ["learned", "paper", "reactive"])
+@pytest.mark.parametrize("estimator", ESTIMATORS)
 def test_adaptive_qjoin_is_qjoin_under_its_own_schedule_and_records_its_choices(estimator):
     inp = soccer_like(1)
     st = AdaptationSettings(**{**ST.__dict__, "estimator": estimator})
@@ -115,7 +116,7 @@ def test_period_recall_counts_pairs_by_their_later_event_time():
         period_recall(inp, truth, np.array([[0, 3]]), 10, 0.9)
 
 
-@pytest.mark.parametrize("estimator", ["learned", "paper", "reactive"])
+@pytest.mark.parametrize("estimator", ESTIMATORS)
 def test_one_scheduled_decision_equals_the_in_sequence_decision(estimator):
     # The pipeline's join-adapt stage calls decide() on the history; it must choose exactly what
     # the in-sequence controller chooses at the same arrival.
