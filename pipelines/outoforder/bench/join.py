@@ -247,7 +247,7 @@ def run_qjoin_spark(
         pairs, state = qjoin_batch(b, state, case.job.query())
         parts.append(pairs.select("r_seq", "s_seq").toPandas())
         # as the stage does with its snapshot: without it the buffer's plan grows by a union per
-        # batch and every batch gets slower (4x over 90 batches)
+        # batch and every batch gets slower (soccer-d1's 90 batches: 337 s instead of 118 s)
         state = replace(state, buffer=state.buffer.localCheckpoint())
     seconds = time.monotonic() - t0
     got = pd.concat(parts).to_numpy(np.int64) if parts else np.zeros((0, 2), np.int64)

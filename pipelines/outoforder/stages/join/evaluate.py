@@ -199,11 +199,7 @@ def _ratio(a: float, b: float) -> float | None:
 
 
 def _adaptive(
-    inp: JoinInput,
-    q: JoinQuery,
-    job: JoinJob,
-    estimator: str,
-    truth: PairArray,
+    inp: JoinInput, q: JoinQuery, job: JoinJob, estimator: str, truth: PairArray
 ) -> tuple[JoinRun, dict[str, Any]]:
     run, steps = run_adaptive_qjoin(inp, q, job.adaptation(estimator), truth)
     trace = [
