@@ -54,6 +54,7 @@ _EXPORTS = {
     "TopKQuery": "outoforder.core.topk.operator",
     "Emission": "outoforder.core.topk.operator",
     "CacheSettings": "outoforder.core.topk.cache",
+    "LatenessSettings": "outoforder.core.topk.cache",
     "Theta": "outoforder.core.theta.plan",
     "fast_theta_join": "outoforder.core.theta.fast",
     "CuckooFilter": "outoforder.core.mcf.cuckoo",
@@ -73,6 +74,7 @@ __all__ = [
     "JoinQuery",
     "KSlackJoin",
     "Late",
+    "LatenessSettings",
     "MaxDelaySlack",
     "MultiCuckoo",
     "Output",
@@ -100,7 +102,7 @@ if TYPE_CHECKING:
     from outoforder.core.protocol import Arrival, Late, Output, StreamOperator
     from outoforder.core.theta.fast import fast_theta_join
     from outoforder.core.theta.plan import Theta
-    from outoforder.core.topk.cache import CacheSettings
+    from outoforder.core.topk.cache import CacheSettings, LatenessSettings
     from outoforder.core.topk.operator import Emission, TopK, TopKQuery
     from outoforder.core.windows.assign import Windows
     from outoforder.core.windows.buffered import WindowQuery

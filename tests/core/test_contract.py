@@ -36,6 +36,7 @@ from outoforder import (
     JoinQuery,
     KSlackJoin,
     Late,
+    LatenessSettings,
     MaxDelaySlack,
     Output,
     PDController,
@@ -164,6 +165,12 @@ CASES = [
     Case(
         "topk-adaptive",
         lambda: TopK(TOPK, CacheSettings(initial_us=30_000, m=4, n=3, eps_min=0.9, min_step_us=1_000)),
+        topk_consistent_late,
+        nan_share=0.05,
+    ),
+    Case(
+        "topk-lateness",
+        lambda: TopK(TOPK, LatenessSettings(initial_us=30_000, n=3, eps_min=0.9, bound_us=80_000)),
         topk_consistent_late,
         nan_share=0.05,
     ),

@@ -12,7 +12,10 @@ Datasets (one arrival sequence each, shared by every candidate):
   2,000 Hz, players 200 Hz: ~10,800 tuples/s) delayed by the ``hpm_game1`` / ``hpm_game2``
   presets, calibrated to HPM's Table 1 (57.6 % / 66.8 % late, max delay 14.2 s / 17.1 s);
 - ``soccer-ooo-trace``: the same game, each tuple delayed by a real UMTS transmission delay drawn
-  from the OoO-Dataset (46,800 measured delays; trace-driven).
+  from the OoO-Dataset (46,800 measured delays; trace-driven);
+- ``soccer-regime``: the same game under the ``regime_shift_fast`` preset: the link switches
+  between calm, congested (heavy tail) and outage regimes every 5-20 s of event time, the
+  abrupt changes a controller must follow within one adaptation interval.
 
 Candidates: HPM (PD-controlled K = α·k, per-window control as in the paper, α >= 0.05, with the
 Γ-rule repairs replayed), HPM without the floor of α (the paper's α >= 0), MP-K-slack (K = k), AQ-K-
@@ -363,6 +366,15 @@ def cases(data_dir: Path, quick: bool) -> list[Case]:
                 seconds,
                 3,
                 "synthetic game, real UMTS delays (OoO-Dataset)",
+            )
+        )
+        out.append(
+            soccer_case(
+                "soccer-regime",
+                "regime_shift_fast",
+                seconds,
+                4,
+                "synthetic game, regime_shift_fast delays (calm / congested / outage every 5-20 s)",
             )
         )
     return out

@@ -30,7 +30,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from outoforder.core.protocol import Arrival
-from outoforder.core.topk.cache import CacheSettings
+from outoforder.core.topk.cache import CacheSettings, LatenessSettings
 from outoforder.core.topk.operator import TopK, TopKQuery
 from outoforder.core.windows.assign import Windows
 from outoforder.errors import ConfigError
@@ -136,7 +136,7 @@ STEP_SCHEMA = (
 
 
 def operator_step(
-    batch: DataFrame, query: TopKQuery, cache: CacheSettings | float, snapshot: str | None
+    batch: DataFrame, query: TopKQuery, cache: LatenessSettings | CacheSettings | float, snapshot: str | None
 ) -> DataFrame:
     """The operator over one interval's arrivals (``seq``, ``ts``, ``score``) in a Spark task.
 
@@ -181,7 +181,10 @@ def run_operator(
 
 
 def _operator_task(
-    it: Iterator[pa.RecordBatch], query: TopKQuery, cache: CacheSettings | float, snapshot: str | None
+    it: Iterator[pa.RecordBatch],
+    query: TopKQuery,
+    cache: LatenessSettings | CacheSettings | float,
+    snapshot: str | None,
 ) -> Iterator[pa.RecordBatch]:
     received = [b for b in it if b.num_rows]
     table = pa.Table.from_batches(received).sort_by("seq") if received else None

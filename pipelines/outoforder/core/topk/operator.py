@@ -46,7 +46,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from outoforder.core.protocol import Arrival, Late, Output
-from outoforder.core.topk.cache import CacheDurationController, CacheSettings, Decision
+from outoforder.core.topk.cache import (
+    CacheDurationController,
+    CacheSettings,
+    Decision,
+    LatenessController,
+    LatenessSettings,
+)
 from outoforder.core.topk.reference import hit_rate
 from outoforder.core.windows.assign import Windows
 from outoforder.errors import ConfigError, StateError
@@ -64,8 +70,12 @@ class CachePolicy(Protocol):
         """The durations to record lists for (ascending, the last one ``k_min_us``)."""
         ...
 
-    def observe(self, hits: list[float]) -> Decision | None:
-        """One window's hit rate per candidate."""
+    def observe(self, hits: list[float], lateness: list[float]) -> Decision | None:
+        """A settled window: its hit rate per candidate, and its true top-k members' lateness."""
+        ...
+
+    def provisional(self, profiles: list[list[float]]) -> Decision | None:
+        """The lateness profiles of the windows emitted and not yet settled, as known so far."""
         ...
 
 
@@ -84,7 +94,11 @@ class FixedCache:
         """No candidates: nothing is recorded for a controller."""
         return []
 
-    def observe(self, hits: list[float]) -> Decision | None:
+    def observe(self, hits: list[float], lateness: list[float]) -> Decision | None:
+        """Nothing to adapt."""
+        return None
+
+    def provisional(self, profiles: list[list[float]]) -> Decision | None:
         """Nothing to adapt."""
         return None
 
@@ -121,11 +135,30 @@ class Step:
     late: list[int]  # window ids the tuple belonged to but arrived after their emission
 
 
+@dataclass(frozen=True)
+class Settled:
+    """An emitted window once its late tuples were awaited: how good its list was, what it needed.
+
+    ``hit`` is the emitted list's hit rate against the top-k known at settlement; ``exact_us`` the
+    cache duration at which the list would have been exact (its latest true member's lateness,
+    plus 1 µs): the bound a user would have needed for this window. Late tuples were awaited
+    until ``awaited_us`` after the window's end (K plus the query's horizon): a member arriving
+    later is not known, so an ``exact_us`` close to ``awaited_us`` is a lower bound.
+    """
+
+    window_id: int
+    hit: float
+    cache_us: float
+    exact_us: float
+    awaited_us: float
+
+
 @dataclass
 class _Candidate:
     score: float
     ts: int
     windows: set[int]
+    seen: float  # the stream's progress when the tuple arrived
 
 
 @dataclass
@@ -134,7 +167,12 @@ class _Settling:
 
     due_progress: float
     recorded: list[list[int]]
-    exact: list[tuple[float, int]]  # (score, tid) best first
+    exact: list[tuple[float, int, float]]  # (score, tid, progress at its arrival) best first
+    cache_us: float  # K in force at the emission
+
+    def lateness(self, end: int) -> list[float]:
+        """The exact top-k members' lateness: progress at arrival minus the window's end."""
+        return [seen - end for _, _, seen in self.exact]
 
 
 @dataclass
@@ -154,6 +192,11 @@ class ContinuousTopK:
     decided_at: list[tuple[int, float]] = field(
         default_factory=list
     )  # (arrival index, progress) per decision
+    settled: list[Settled] = field(default_factory=list)  # windows scored, in order
+    # windows emitted without a tuple, (first, last, progress, K) ranges, until the horizon passes:
+    # a tuple coming late into one makes it a window to settle like the others
+    empty: list[tuple[int, int, float, float]] = field(default_factory=list)
+    _changed: bool = False  # an emission or a late member changed what the unsettled windows show
     _next_record: float = -math.inf  # the smallest progress at which a candidate list is due
     _stale: bool = True  # the cached worst minimum needs a refresh
     _run: tuple[int, int] | None = None  # the newest run of consecutive open, full windows
@@ -172,7 +215,7 @@ class ContinuousTopK:
             return  # does not beat the window's minimum
         bisect.insort(top, key)
         self._stale = True
-        self.candidates.setdefault(tid, _Candidate(score, ts, set())).windows.add(wid)
+        self.candidates.setdefault(tid, _Candidate(score, ts, set(), self.progress)).windows.add(wid)
         if len(top) > k:
             _, out = top.pop()
             self._leave(out, wid)
@@ -228,7 +271,18 @@ class ContinuousTopK:
         self.index += 1
         if self.settling:
             self._score_settled()
+        if self._changed:
+            self._changed = False
+            w = self.query.windows
+            profiles = [s.lateness(w.bounds(i)[1]) for i, s in self.settling.items()]
+            self._decided(self.cache.provisional(profiles))
         return Step(emitted, late)
+
+    def _decided(self, d: Decision | None) -> None:
+        if d is not None:
+            self.decisions.append(d)
+            self.decided_at.append((self.index - 1, self.progress))
+            self._next_record = -math.inf  # new candidate durations
 
     def _advance(self) -> list[Emission]:
         """Record candidate lists and emit every window whose ``end + K`` the progress passed."""
@@ -248,31 +302,58 @@ class ContinuousTopK:
         last_due = w.last_closed(self.progress - k_now)
         if last_due < self.next_emit:
             return []
-        out = [self._emit(wid, k_now) for wid in sorted(self.open) if wid <= last_due]
+        lo = self.next_emit
+        due = [wid for wid in sorted(self.open) if wid <= last_due]
+        out = [self._emit(wid, k_now) for wid in due]
+        if self.cache.candidates():
+            for wid in [*due, last_due + 1]:
+                if wid > lo:
+                    self.empty.append((lo, wid - 1, self.progress, k_now))
+                lo = wid + 1
         self.next_emit = max(self.next_emit, last_due + 1)
         return out
 
     def _emit(self, wid: int, cache_us: float) -> Emission:
         tids = self._top(wid)
         top = self.open.pop(wid, [])
+        exact = [(-s, t, self.candidates[t].seen) for s, t in top]
         for _, t in top:
             self._leave(t, wid)
         rec = self.recorded.pop(wid, [])
         cands = self.cache.candidates()
         if cands and top:
             rec = rec + [tids] * (len(cands) - len(rec))  # durations up to K_up end here
-            exact = [(-s, t) for s, t in top]
-            self.settling[wid] = _Settling(self.progress + self.query.horizon_us, rec, exact)
+            self.settling[wid] = _Settling(self.progress + self.query.horizon_us, rec, exact, cache_us)
+            self._changed = True
         self.next_emit = max(self.next_emit, wid + 1)
         return Emission(wid, tids, self.index, cache_us)
 
     def _settle_late(self, wid: int, score: float, tid: int) -> None:
-        s = self.settling.get(wid)
+        s = self.settling.get(wid) or self._settle_empty(wid)
         if s is None:
             return
-        s.exact.append((score, tid))
+        s.exact.append((score, tid, self.progress))
         s.exact.sort(key=lambda x: (-x[0], x[1]))
-        del s.exact[self.query.k :]
+        dropped = s.exact.pop() if len(s.exact) > self.query.k else None
+        if dropped is None or dropped[1] != tid:
+            self._changed = True  # a true member so far: a miss the controller can see now
+
+    def _settle_empty(self, wid: int) -> _Settling | None:
+        """The first late tuple of a window emitted empty: it is awaited and settled like the others."""
+        horizon = self.query.horizon_us
+        while self.empty and self.empty[0][2] + horizon <= self.progress:
+            self.empty.pop(0)
+        for i, (lo, hi, at, k) in enumerate(self.empty):
+            if lo <= wid <= hi:
+                self.empty[i : i + 1] = [
+                    r for r in ((lo, wid - 1, at, k), (wid + 1, hi, at, k)) if r[0] <= r[1]
+                ]
+                s = _Settling(at + horizon, [[] for _ in self.cache.candidates()], [], k)
+                self.settling[wid] = s
+                # settlement goes by due progress: this window was emitted before the ones after it
+                self.settling = dict(sorted(self.settling.items(), key=lambda x: x[1].due_progress))
+                return s
+        return None
 
     def _score_settled(self) -> None:
         # windows settle in emission order, and their due progress never falls
@@ -281,12 +362,14 @@ class ContinuousTopK:
             if self.progress < s.due_progress:
                 break
             del self.settling[wid]
-            truth = [t for _, t in s.exact]
-            d = self.cache.observe([hit_rate(r, truth) for r in s.recorded])
-            if d is not None:
-                self.decisions.append(d)
-                self.decided_at.append((self.index - 1, self.progress))
-                self._next_record = -math.inf  # new candidate durations
+            truth = [t for _, t, _ in s.exact]
+            end = self.query.windows.bounds(wid)[1]
+            lateness = s.lateness(end)
+            hit = sum(x < s.cache_us for x in lateness) / len(lateness)  # what the emitted list held
+            exact = max(0.0, max(lateness) + 1.0)
+            self.settled.append(Settled(wid, hit, s.cache_us, exact, s.due_progress - end))
+            self._decided(self.cache.observe([hit_rate(r, truth) for r in s.recorded], lateness))
+            self._changed = True  # the window left the unsettled ones
 
     def snapshot(self) -> dict[str, Any]:
         """The operator's state as JSON-able data (the cache policy snapshots itself)."""
@@ -295,11 +378,13 @@ class ContinuousTopK:
             "index": self.index,
             "next_emit": self.next_emit,
             "open": [[w, [list(x) for x in top]] for w, top in self.open.items()],
-            "candidates": [[t, c.score, c.ts, sorted(c.windows)] for t, c in self.candidates.items()],
+            "candidates": [[t, c.score, c.ts, sorted(c.windows), c.seen] for t, c in self.candidates.items()],
             "recorded": [[w, rec] for w, rec in self.recorded.items()],
             "settling": [
-                [w, s.due_progress, s.recorded, [list(x) for x in s.exact]] for w, s in self.settling.items()
+                [w, s.due_progress, s.recorded, [list(x) for x in s.exact], s.cache_us]
+                for w, s in self.settling.items()
             ],
+            "empty": [list(r) for r in self.empty],
         }
 
     @classmethod
@@ -310,17 +395,24 @@ class ContinuousTopK:
             op.progress = -math.inf if snap["progress"] is None else float(snap["progress"])
             op.index, op.next_emit = int(snap["index"]), int(snap["next_emit"])
             op.open = {int(w): [(float(a), int(b)) for a, b in top] for w, top in snap["open"]}
+            # snapshots written before the lateness controller lack the arrival progress: a candidate
+            # is then taken as on time, a settling member as arrived at the emission
             op.candidates = {
-                int(t): _Candidate(float(sc), int(ts), {int(w) for w in ws})
-                for t, sc, ts, ws in snap["candidates"]
+                int(c[0]): _Candidate(
+                    float(c[1]), int(c[2]), {int(w) for w in c[3]}, float(c[4] if len(c) > 4 else c[2])
+                )
+                for c in snap["candidates"]
             }
             op.recorded = {int(w): [[int(t) for t in r] for r in rec] for w, rec in snap["recorded"]}
-            op.settling = {
-                int(w): _Settling(
-                    float(due), [[int(t) for t in r] for r in rec], [(float(a), int(b)) for a, b in ex]
+            op.settling = {}
+            for x in snap["settling"]:
+                emitted_at = float(x[1]) - query.horizon_us
+                exact = [(float(e[0]), int(e[1]), float(e[2] if len(e) > 2 else emitted_at)) for e in x[3]]
+                k_at = float(x[4]) if len(x) > 4 else cache.k_min_us
+                op.settling[int(x[0])] = _Settling(
+                    float(x[1]), [[int(t) for t in r] for r in x[2]], exact, k_at
                 )
-                for w, due, rec, ex in snap["settling"]
-            }
+            op.empty = [(int(a), int(b), float(c), float(d)) for a, b, c, d in snap.get("empty", [])]
         except (KeyError, TypeError, ValueError) as e:
             msg = f"not a top-k operator snapshot ({type(e).__name__}: {e})"
             raise StateError(msg) from e
@@ -343,31 +435,46 @@ class ContinuousTopK:
         return len(self.candidates) + sum(len(t) for t in self.open.values()) + recorded + settling
 
 
+@dataclass(frozen=True)
+class TopKOutput(Output[Emission]):
+    """The protocol's output, and the windows settled during the call (see :class:`Settled`)."""
+
+    settled: list[Settled] = field(default_factory=list)
+
+
 class TopK:
     """The continuous top-k as a streaming operator: :class:`ContinuousTopK` behind the protocol.
 
-    ``cache`` is the cache duration's settings (:class:`CacheSettings`: adaptive, the seed's
-    controller) or a fixed duration in µs. An arrival's ``value`` is its score; an arrival without
-    a score (NaN) is not ranked and is counted in :attr:`unscored`. Late items are memberships of
-    windows emitted before the tuple arrived.
+    ``cache`` is the cache duration's settings (:class:`LatenessSettings`: the lateness controller;
+    :class:`CacheSettings`: the seed's controller) or a fixed duration in µs. An arrival's ``value``
+    is its score; an arrival without a score (NaN) is not ranked and is counted in :attr:`unscored`.
+    Late items are memberships of windows emitted before the tuple arrived; settled windows say
+    how good their list was once their late tuples were in (adaptive caches only).
     """
 
-    def __init__(self, query: TopKQuery, cache: CacheSettings | float = 2_000_000.0) -> None:
+    def __init__(
+        self, query: TopKQuery, cache: LatenessSettings | CacheSettings | float = 2_000_000.0
+    ) -> None:
         self.query = query
         self.cache = cache
         self.unscored = 0  # arrivals without a score since this object was built
         self.op = ContinuousTopK(query, self._policy(None))
 
     def _policy(self, snap: Mapping[str, Any] | None) -> CachePolicy:
+        if isinstance(self.cache, LatenessSettings):
+            if snap is None:
+                return LatenessController(self.cache)
+            return LatenessController.restore(self.cache, dict(snap))
         if not isinstance(self.cache, CacheSettings):
             return FixedCache(float(self.cache))
         if snap is None:
             return CacheDurationController(self.cache)
         return CacheDurationController.restore(self.cache, dict(snap))
 
-    def process(self, batch: Sequence[Arrival]) -> Output[Emission]:
-        """Rank each arrival into its open windows; windows emitted and late memberships, in order."""
-        out: Output[Emission] = Output()
+    def process(self, batch: Sequence[Arrival]) -> TopKOutput:
+        """Rank each arrival into its open windows; windows emitted, late memberships, windows settled."""
+        out = TopKOutput()
+        settled = len(self.op.settled)
         for a in batch:
             if math.isnan(a.value):
                 self.unscored += 1
@@ -375,18 +482,22 @@ class TopK:
             step = self.op.process(int(a.ts), float(a.value), int(a.id))
             out.emitted.extend(step.emitted)
             out.late.extend(Late(a.id, a.ts, wid) for wid in step.late)
+        out.settled.extend(self.op.settled[settled:])
+        del self.op.settled[:]  # handed over: the operator keeps no growing record
         return out
 
-    def flush(self) -> Output[Emission]:
+    def flush(self) -> TopKOutput:
         """The end of the stream: every open window with what it has."""
-        return Output(self.op.flush())
+        return TopKOutput(self.op.flush())
 
     def snapshot(self) -> dict[str, Any]:
         """``{"operator": …, "cache": …}``: the operator's state and the controller's (None if fixed)."""
         cache = self.op.cache
         return {
             "operator": self.op.snapshot(),
-            "cache": cache.snapshot() if isinstance(cache, CacheDurationController) else None,
+            "cache": cache.snapshot()
+            if isinstance(cache, CacheDurationController | LatenessController)
+            else None,
         }
 
     def restore(self, snapshot: Mapping[str, Any]) -> None:
