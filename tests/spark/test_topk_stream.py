@@ -9,11 +9,11 @@ import pytest
 from pyspark.sql import functions as F
 
 from outoforder.config import StreamSettings
-from outoforder.core.topk.cache import CacheDurationController
+from outoforder.core.topk.cache import CacheDurationController, LatenessController
 from outoforder.core.topk.operator import ContinuousTopK
 from outoforder.errors import ConfigError, QualityError, StateError
 from outoforder.io import delta
-from outoforder.io.tables import TOPK_CACHE, TOPK_LATE, TOPK_RESULTS, TOPK_STATE, TOPK_WINDOWS
+from outoforder.io.tables import TOPK_CACHE, TOPK_LATE, TOPK_RESULTS, TOPK_SETTLED, TOPK_STATE, TOPK_WINDOWS
 from outoforder.sources.disorder import inject
 from outoforder.stages.topk.spec import TopKJob
 from outoforder.stages.topk.stream import run_interval
@@ -22,10 +22,10 @@ from outoforder.stages.topk.validate import validate, window_accuracy
 pytestmark = [pytest.mark.spark, pytest.mark.delta]
 
 SOURCE = "test/topk-stream"
-# 1 s windows sliding by 0.1 s; the controller decides every 5 queries over 4 candidates
+# 1 s windows sliding by 0.1 s; the seed's controller decides every 5 queries over 4 candidates
 JOB = TopKJob(
-    k=3, window_us=1_000_000, slide_us=100_000, eps_min=0.9, initial_us=200_000, m=4, n=5,
-    min_step_us=5_000, horizon_us=300_000,
+    k=3, window_us=1_000_000, slide_us=100_000, eps_min=0.9, controller="seed", initial_us=200_000, m=4,
+    n=5, min_step_us=5_000, horizon_us=300_000,
 )  # fmt: skip
 T0 = 1_700_000_000_000_000
 STEP = 1_000
@@ -40,8 +40,8 @@ def arrivals(n=2_000, seed=5):
     return pd.DataFrame({"stream": "s", "event_ts": ts[o], "value": value[o]})
 
 
-def table(spark, settings, t):
-    df = delta.read(spark, t, settings.lake_root).where(F.col("job") == JOB.job_id())
+def table(spark, settings, t, job=JOB):
+    df = delta.read(spark, t, settings.lake_root).where(F.col("job") == job.job_id())
     cols = [c for c in df.columns if c not in ("written_at_us", "interval_start_us")]
     return df.select(*cols).toPandas().sort_values(cols[2:4]).reset_index(drop=True)
 
@@ -150,3 +150,43 @@ def test_skipping_an_interval_or_the_state_budget_fails_and_bad_jobs_are_refused
         TopKJob(score="speed")
     with pytest.raises(ConfigError):
         TopKJob(k=0)
+
+
+def test_the_lateness_controller_states_feasibility_and_the_check_tells_shortfall_from_out_of_reach(
+    spark, settings, load_bronze
+):
+    """Hard disorder: the bound puts ε_min out of reach (a warning); a short seed K misses it (a failure)."""
+    source = "test/topk-feasibility"
+    rng = np.random.default_rng(9)
+    n = 1_500
+    ts = np.sort(rng.integers(0, 3_000_000, n)) + 10_000_000_000
+    o = inject(ts, "exponential:mean=0.4,late_prob=0.9", 9).order
+    frame = pd.DataFrame({"stream": "s", "event_ts": ts[o], "value": np.round(rng.random(n), 4)[o]})
+    load_bronze(frame, source)
+    query = {"k": 3, "window_us": 1_000_000, "slide_us": 100_000, "eps_min": 0.95, "horizon_us": 1_500_000}
+    bounded = TopKJob(**query, n=5, initial_us=20_000, max_cache_us=30_000)
+    assert bounded.controller == "lateness"  # the default
+    bounds = [T0, T0 + 800 * STEP, T0 + n * STEP]
+    summaries = [run_interval(spark, settings, source, bounded, lo, hi) for lo, hi in pairwise(bounds)]
+
+    op = ContinuousTopK(bounded.query(), LatenessController(bounded.cache_settings()))  # type: ignore[arg-type]
+    for seq, (x, v) in enumerate(zip(frame["event_ts"], frame["value"], strict=True)):
+        op.process(int(x), float(v), seq)
+    settled = table(spark, settings, TOPK_SETTLED, bounded)
+    assert settled["window_id"].tolist() == [x.window_id for x in op.settled] != []
+    assert settled["hit"].tolist() == [x.hit for x in op.settled]
+    assert [list(v) for v in settled["lateness"]] == [list(x.lateness) for x in op.settled]
+    trace = table(spark, settings, TOPK_CACHE, bounded)
+    assert trace["k_min_us"].max() == 30_000 and trace["needed_us"].max() > 30_000
+    assert trace["reachable"].tolist() == [d.reachable for d in op.decisions]
+    assert any("out of reach under the bound of 0.03 s" in s.figures() for s in summaries)
+
+    # out of reach under the bound: reported (feasibility failed), not raised, even when failing is on
+    suites = {s.suite: s.success for s in validate(spark, settings, source, bounded, fail=True)}
+    assert suites["topk_feasibility"] is False and suites["topk_accuracy"] is False
+    # the seed's controller stuck at a short K under a loose bound: the target was reachable, a failure
+    stuck = TopKJob(**query, controller="seed", initial_us=20_000, m=2, n=10_000, max_cache_us=3_000_000)
+    for lo, hi in pairwise(bounds):
+        run_interval(spark, settings, source, stuck, lo, hi)
+    with pytest.raises(QualityError, match="topk_accuracy"):
+        validate(spark, settings, source, stuck, fail=True)

@@ -438,6 +438,13 @@ def stage_tables(name: str) -> tuple[Any, ...]:
             T.AGG_LEDGER,
             T.AGG_CONTROL,
         ),
-        "topk-stream": (T.TOPK_STATE, T.TOPK_WINDOWS, T.TOPK_RESULTS, T.TOPK_LATE, T.TOPK_CACHE),
+        "topk-stream": (
+            T.TOPK_STATE,
+            T.TOPK_WINDOWS,
+            T.TOPK_RESULTS,
+            T.TOPK_LATE,
+            T.TOPK_CACHE,
+            T.TOPK_SETTLED,
+        ),
         "join-stream": (T.JOIN_STATE, T.JOIN_BUFFER, T.JOIN_RESULTS),
     }[name]

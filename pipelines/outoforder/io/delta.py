@@ -69,6 +69,7 @@ def append_once(df: DataFrame, table: Table, lake_root: Path | str, app_id: str,
         .mode("append")
         .option("txnAppId", app_id)
         .option("txnVersion", version)
+        .option("mergeSchema", "true")  # tables written before a column was added gain it
     )
     if table.partition_by:
         writer = writer.partitionBy(*table.partition_by)

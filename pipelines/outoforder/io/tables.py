@@ -385,6 +385,22 @@ TOPK_CACHE_SCHEMA = _s(  # the K_min trace: one row per controller decision
     ("move", StringType(), False),
     ("accuracy", ArrayType(DoubleType()), False),  # mean hit rate per candidate duration
     ("interval_start_us", LongType(), False),
+    # the lateness controller's statement (null for the seed's): the K the target needs, unbounded,
+    # and the accuracy the user's bound allows on the evidence
+    ("needed_us", DoubleType(), True),
+    ("reachable", DoubleType(), True),
+)
+TOPK_SETTLED_SCHEMA = _s(  # per window, once its late tuples were awaited: how good it was, what it needed
+    ("source", StringType(), False),
+    ("job", StringType(), False),
+    ("window_id", LongType(), False),
+    ("window_end_us", LongType(), False),
+    ("hit", DoubleType(), False),  # the emitted list's hit rate against the top-k known at settlement
+    ("cache_us", DoubleType(), False),  # K at the emission
+    ("exact_us", DoubleType(), False),  # the K at which the list would have been exact
+    ("awaited_us", DoubleType(), False),  # late tuples were awaited this long after the end
+    ("lateness", ArrayType(DoubleType()), False),  # per true top-k member: progress at arrival - end
+    ("interval_start_us", LongType(), False),
 )
 
 JOIN_STATE = Table("silver/join_state", JOIN_STATE_SCHEMA, ("source",))
@@ -404,6 +420,7 @@ TOPK_WINDOWS = Table("gold/topk_windows", TOPK_WINDOWS_SCHEMA, ("source",))
 TOPK_RESULTS = Table("gold/topk_results", TOPK_RESULTS_SCHEMA, ("source",))
 TOPK_LATE = Table("silver/topk_late", TOPK_LATE_SCHEMA, ("source",))
 TOPK_CACHE = Table("silver/topk_cache", TOPK_CACHE_SCHEMA, ("source",))
+TOPK_SETTLED = Table("silver/topk_settled", TOPK_SETTLED_SCHEMA, ("source",))
 
 QUALITY_MEASURES_SCHEMA = _s(  # what each validation judged, per period or window (the report's curves)
     ("source", StringType(), False),
@@ -439,6 +456,6 @@ ALL_TABLES = (
     JOIN_METRICS, JOIN_RESULTS, JOIN_STATE, JOIN_BUFFER, JOIN_PARAMS,
     AGG_RESULTS, AGG_REPAIRS, AGG_LEDGER, AGG_STATE, AGG_BUFFER, AGG_WATCH, AGG_CONTROL,
     THETA_RESULTS, THETA_WINDOWS,
-    TOPK_STATE, TOPK_WINDOWS, TOPK_RESULTS, TOPK_LATE, TOPK_CACHE,
+    TOPK_STATE, TOPK_WINDOWS, TOPK_RESULTS, TOPK_LATE, TOPK_CACHE, TOPK_SETTLED,
     QUALITY_MEASURES, QUALITY_RUNS,
 )  # fmt: skip

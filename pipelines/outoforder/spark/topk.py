@@ -128,8 +128,9 @@ def as_lists(rows: DataFrame) -> dict[int, list[int]]:
 # Rows of one run of the operator: w an emitted window (a = window end, b = size, seq = the arrival
 # that emitted it, x = K in force), r a result (a = rank), l a late membership (a = ts, x = score),
 # c a cache decision (seq = the arrival after which it was made, a = progress, x/y/z = K_min, K_down,
-# K_up, text = {"move", "accuracy"}), s the new state and the figures, with the number of rows of
-# each other kind (text, JSON; one row).
+# K_up, text = {"move", "accuracy", "needed_us", "reachable"}), q a settled window (a = window end,
+# x = hit rate, y = K for an exact list, z = awaited, text = {"cache_us", "lateness"}), s the new
+# state and the figures, with the number of rows of each other kind (text, JSON; one row).
 STEP_SCHEMA = (
     "kind string, window_id long, seq long, a long, b long, x double, y double, z double, text string"
 )
@@ -174,10 +175,20 @@ def run_operator(
         {"kind": "l", "window_id": x.window, "seq": x.id, "a": x.ts, "x": score_of[x.id]} for x in out.late
     ]
     for d, (at, progress) in zip(op.op.decisions[decided:], op.op.decided_at[decided:], strict=True):
-        text = json.dumps({"move": d.move, "accuracy": [float(v) for v in d.accuracies]})
+        text = json.dumps({"move": d.move, "accuracy": [float(v) for v in d.accuracies],
+                           "needed_us": _finite(d.needed_us), "reachable": d.reachable})  # fmt: skip
         rows.append({"kind": "c", "seq": ranked[at - first].id, "a": int(progress), "x": d.k_min_us,
                      "y": d.k_down_us, "z": d.k_up_us, "text": text})  # fmt: skip
+    rows += [
+        {"kind": "q", "window_id": x.window_id, "a": w.bounds(x.window_id)[1], "x": x.hit, "y": x.exact_us,
+         "z": x.awaited_us, "text": json.dumps({"cache_us": x.cache_us, "lateness": list(x.lateness)})}
+        for x in out.settled
+    ]  # fmt: skip
     return rows
+
+
+def _finite(v: float | None) -> float | None:
+    return v if v is None or math.isfinite(v) else None
 
 
 def _operator_task(
@@ -201,9 +212,12 @@ def _operator_task(
     figures: dict[str, Any] = {
         "arrivals": int(cols[0].size),
         "unscored": int(np.isnan(cols[2]).sum()),
-        "rows": {kind: sum(r["kind"] == kind for r in rows) for kind in "wrlc"},  # what is to be written
+        "rows": {kind: sum(r["kind"] == kind for r in rows) for kind in "wrlcq"},  # what is to be written
     }
+    last = op.op.decisions[-1] if op.op.decisions else None  # the newest statement of this run
     state = {"snapshot": op.snapshot(), "figures": figures, "k_min_us": float(op.op.cache.k_min_us),
-             "state_rows": op.op.state_rows, "candidates": op.op.candidate_count}  # fmt: skip
+             "state_rows": op.op.state_rows, "candidates": op.op.candidate_count,
+             "needed_us": None if last is None else _finite(last.needed_us),
+             "reachable": None if last is None else last.reachable}  # fmt: skip
     rows.append({"kind": "s", "text": json.dumps(state)})
     yield pa.RecordBatch.from_pylist(rows, schema=arrow_schema(STEP_SCHEMA))

@@ -151,6 +151,7 @@ class Settled:
     cache_us: float
     exact_us: float
     awaited_us: float
+    lateness: tuple[float, ...]  # per member of the top-k known at settlement, best first
 
 
 @dataclass
@@ -367,7 +368,7 @@ class ContinuousTopK:
             lateness = s.lateness(end)
             hit = sum(x < s.cache_us for x in lateness) / len(lateness)  # what the emitted list held
             exact = max(0.0, max(lateness) + 1.0)
-            self.settled.append(Settled(wid, hit, s.cache_us, exact, s.due_progress - end))
+            self.settled.append(Settled(wid, hit, s.cache_us, exact, s.due_progress - end, tuple(lateness)))
             self._decided(self.cache.observe([hit_rate(r, truth) for r in s.recorded], lateness))
             self._changed = True  # the window left the unsettled ones
 

@@ -7,6 +7,7 @@ declared once here (see :mod:`outoforder.stages.spec`). Standard library only.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -14,11 +15,12 @@ from outoforder.errors import ConfigError
 from outoforder.stages.spec import Job, param
 
 if TYPE_CHECKING:
-    from outoforder.core.topk.cache import CacheSettings
+    from outoforder.core.topk.cache import CacheSettings, LatenessSettings
     from outoforder.core.topk.operator import TopK, TopKQuery
     from outoforder.core.windows.assign import Windows
 
 SCORE_COLUMNS = ("value", "x", "y", "z")
+CONTROLLERS = ("lateness", "seed")  # core/topk/cache.py: LatenessController, CacheDurationController
 
 
 @dataclass(frozen=True)
@@ -37,9 +39,25 @@ class TopKJob(Job):
     window_us: int = param(60_000_000, unit="s", help="window size", above=0)
     slide_us: int = param(5_000_000, unit="s", help="window slide", above=0)
     eps_min: float = param(0.95, help="ε_min: the lowest acceptable accuracy", above=0, maximum=1)
+    controller: str = param("lateness", help="how the cache duration K is chosen", choices=CONTROLLERS)
     initial_us: int = param(2_000_000, unit="s", option="cache", help="the initial cache duration K", above=0)
-    m: int = param(10, help="candidate durations per decision", minimum=1)
-    n: int = param(30, help="windows scored per decision", minimum=1)
+    max_cache_us: int | None = param(
+        None,
+        unit="s",
+        option="max_cache",
+        identifies=False,
+        minimum=0,
+        help="lateness: the latency bound, K never above it (none: unbounded)",
+    )
+    headroom: float = param(
+        0.5,
+        identifies=False,
+        minimum=0,
+        below=1,
+        help="lateness: K aims at ε_min + headroom·(1 - ε_min)",
+    )
+    m: int = param(10, help="seed: candidate durations per decision", minimum=1)
+    n: int = param(30, help="windows scored per decision (seed) or of evidence (lateness)", minimum=1)
     min_step_us: int = param(10_000, option=None, help="the smallest step of the candidate interval")
     horizon_us: int = param(
         10_000_000,
@@ -69,11 +87,20 @@ class TopKJob(Job):
 
         return TopKQuery(self.windows(), self.k, self.horizon_us)
 
-    def cache_settings(self) -> CacheSettings:
-        """The controller's settings."""
-        from outoforder.core.topk.cache import CacheSettings
+    @property
+    def bound_us(self) -> float:
+        """The latency bound K stays under (µs; inf: none)."""
+        return math.inf if self.max_cache_us is None else float(self.max_cache_us)
 
-        return CacheSettings(float(self.initial_us), self.m, self.n, self.eps_min, float(self.min_step_us))
+    def cache_settings(self) -> LatenessSettings | CacheSettings:
+        """The controller's settings."""
+        from outoforder.core.topk.cache import CacheSettings, LatenessSettings
+
+        if self.controller == "seed":
+            return CacheSettings(
+                float(self.initial_us), self.m, self.n, self.eps_min, float(self.min_step_us)
+            )
+        return LatenessSettings(float(self.initial_us), self.n, self.eps_min, self.bound_us, self.headroom)
 
     def operator(self) -> TopK:
         """A fresh operator: the adaptive cache duration, or the fixed one."""

@@ -13,7 +13,11 @@ pure operator :class:`~outoforder.core.topk.operator.TopK` over the bronze arriv
    the late tuples go from the task to the tables;
 3. emitted windows go to ``gold/topk_windows`` (one row each, also when emitted empty) and their
    lists to ``gold/topk_results``; tuples that arrive after their window's emission go to
-   ``silver/topk_late``; every controller decision (the K_min trace) goes to ``silver/topk_cache``.
+   ``silver/topk_late``; every controller decision (the K_min trace, with the lateness
+   controller's statement: the K the target needs and the accuracy the bound allows) goes to
+   ``silver/topk_cache``; every window settled (its late tuples awaited) goes to
+   ``silver/topk_settled`` with its hit rate and the lateness of its true top-k, from which the
+   checks tell a target missed by the controller from one the bound put out of reach.
    All are appended once per interval (a rerun writes nothing, see :mod:`outoforder.stages.interval`);
 4. the new snapshot is written last.
 
@@ -30,7 +34,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from outoforder.config import Settings
 from outoforder.errors import StateError
-from outoforder.io.tables import BRONZE, TOPK_CACHE, TOPK_LATE, TOPK_RESULTS, TOPK_STATE, TOPK_WINDOWS
+from outoforder.io.tables import (
+    BRONZE,
+    TOPK_CACHE,
+    TOPK_LATE,
+    TOPK_RESULTS,
+    TOPK_SETTLED,
+    TOPK_STATE,
+    TOPK_WINDOWS,
+)
 from outoforder.stages.interval import Interval, IntervalStage, IntervalSummary, Step
 from outoforder.stages.topk.spec import TopKJob
 
@@ -49,14 +61,26 @@ class TopKIntervalSummary(IntervalSummary):
     decisions: int
     k_min_us: float
     candidates: int
+    settled: int = 0
+    needed_us: float | None = None  # the newest decision's statement (lateness controller)
+    reachable: float | None = None
+    bound_us: float | None = None
 
     def figures(self) -> str:
-        """Windows emitted, late memberships, cache decisions, K_min and the candidate list."""
-        return (
+        """Windows emitted, late memberships, cache decisions, K_min, the candidate list, feasibility."""
+        text = (
             f"{self.unscored:,} without a score, {self.windows:,} windows emitted, {self.late:,} late "
             f"memberships, {self.decisions} cache decisions, K_min {self.k_min_us / 1e6:g} s, "
-            f"|C| {self.candidates}"
+            f"|C| {self.candidates}, {self.settled:,} windows settled"
         )
+        if self.needed_us is None or self.reachable is None:
+            return text
+        if self.bound_us is not None and self.needed_us > self.bound_us:
+            return (
+                f"{text}; the target is out of reach under the bound of {self.bound_us / 1e6:g} s: it "
+                f"allows accuracy {self.reachable:.3f}, the target needs K >= {self.needed_us / 1e6:g} s"
+            )
+        return f"{text}; the target needs K {self.needed_us / 1e6:g} s"
 
 
 def topk_tuples(bronze: DataFrame, job: TopKJob) -> DataFrame:
@@ -79,7 +103,7 @@ class TopKStream(IntervalStage[TopKJob, TopKIntervalSummary]):
     name = "topk-stream"
     what = "top-k"
     state_table = TOPK_STATE
-    tables = (TOPK_WINDOWS, TOPK_RESULTS, TOPK_LATE, TOPK_CACHE)  # the checks read them all, even empty
+    tables = (TOPK_WINDOWS, TOPK_RESULTS, TOPK_LATE, TOPK_CACHE, TOPK_SETTLED)  # the checks read them all
     summary_type = TopKIntervalSummary
 
     def tuples(self, bronze: DataFrame) -> DataFrame:
@@ -145,14 +169,25 @@ class TopKStream(IntervalStage[TopKJob, TopKIntervalSummary]):
             )  # fmt: skip
             self.append(ldf, TOPK_LATE, interval)
         if counts.get("c"):
-            decision = F.from_json("text", "move string, accuracy array<double>")
+            decision = F.from_json(
+                "text", "move string, accuracy array<double>, needed_us double, reachable double"
+            )
             cdf = out.where(F.col("kind") == "c").select(
                 *(v.alias(k) for k, v in lit.items()), F.col("seq").alias("at_seq"),
                 F.col("a").alias("progress_us"), F.col("x").alias("k_min_us"), F.col("y").alias("k_down_us"),
                 F.col("z").alias("k_up_us"), decision["move"].alias("move"),
-                decision["accuracy"].alias("accuracy"), started,
+                decision["accuracy"].alias("accuracy"), started, decision["needed_us"].alias("needed_us"),
+                decision["reachable"].alias("reachable"),
             )  # fmt: skip
             self.append(cdf, TOPK_CACHE, interval)
+        if counts.get("q"):
+            settled = F.from_json("text", "cache_us double, lateness array<double>")
+            qdf = out.where(F.col("kind") == "q").select(
+                *(v.alias(k) for k, v in lit.items()), "window_id", F.col("a").alias("window_end_us"),
+                F.col("x").alias("hit"), settled["cache_us"].alias("cache_us"), F.col("y").alias("exact_us"),
+                F.col("z").alias("awaited_us"), settled["lateness"].alias("lateness"), started,
+            )  # fmt: skip
+            self.append(qdf, TOPK_SETTLED, interval)
         arrivals = int(figures["arrivals"])
         return Step(
             arrivals=arrivals,
@@ -166,6 +201,10 @@ class TopKStream(IntervalStage[TopKJob, TopKIntervalSummary]):
                 "decisions": counts.get("c", 0),
                 "k_min_us": float(state["k_min_us"]),
                 "candidates": int(state["candidates"]),
+                "settled": counts.get("q", 0),
+                "needed_us": state.get("needed_us"),
+                "reachable": state.get("reachable"),
+                "bound_us": self.job.max_cache_us,
             },
         )
 
