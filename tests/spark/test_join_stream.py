@@ -1,5 +1,6 @@
 """The stream-join stage over arrival intervals: equal to the set form, idempotent, ordered, checked."""
 
+import json
 from itertools import pairwise
 
 import numpy as np
@@ -200,3 +201,32 @@ def test_a_run_killed_before_an_adaptation_adapts_when_resumed_like_an_uninterru
     validate_args += ["--until", str(T0 + 600 * STEP), "--on-violation", "warn"]
     assert main(["validate-join", *validate_args]) == 0
     assert main([*command(calm), "--start", str(T0 + 600 * STEP), "--end", str(T0)]) == 2
+
+
+def test_a_retention_bound_that_puts_q_user_out_of_reach_is_reported_not_failed(spark, settings, load_bronze):
+    source = "test/join-bound"
+    frame = arrivals(seed=4)
+    load_bronze(frame, source, 1)
+    end = T0 + len(frame) * STEP
+    # no retention at all under this disorder: the late pairs are out of reach
+    bounded = JoinJob(**{**JOB.__dict__, "period_us": 300_000, "interval_us": 100_000, "max_retention_us": 0})
+    cuts = [T0 + c * STEP for c in (0, 400, 700, 1_000)] + [end]
+    run_interval(spark, settings, source, bounded, cuts[0], cuts[1])
+    for lo, hi in pairwise(cuts[1:]):
+        row = adapt(spark, settings, source, bounded, lo)
+        assert row["d_r_us"] == row["d_s_us"] == 0  # capped at the bound
+        run_interval(spark, settings, source, bounded, lo, hi)
+    stated = [
+        json.loads(r["stats_json"])
+        for r in delta.read(spark, JOIN_PARAMS, settings.lake_root).where(F.col("source") == source).collect()
+    ]
+    assert min(s["reachable"] for s in stated) < bounded.q_user < max(s["needed_us"] for s in stated) + 1
+    # failing is on, and nothing raises: the misses are the bound's, said by join_feasibility
+    suites = {s.suite: s.success for s in validate(spark, settings, source, bounded, end, fail=True)}
+    assert suites["join_feasibility"] is False and suites["join_results"] is True
+    assert suites["join_recall"] is True  # the periods the bound allowed met Q_user (or none was left)
+    # without the bound's statement the same stream's misses are the controller's: a failure
+    unbounded = JoinJob(**{**bounded.__dict__, "max_retention_us": None})
+    assert unbounded.job_id() == bounded.job_id()  # the bound is a setting of the running job
+    with pytest.raises(QualityError, match="stream join"):
+        validate(spark, settings, source, unbounded, end, fail=True)

@@ -79,6 +79,10 @@ def _join_recall(p: Mapping[str, Any]) -> list[Any]:
     return [_gxe().ExpectColumnValuesToBeBetween(column="recall", min_value=p["q_user"], max_value=1.0)]
 
 
+def _join_feasibility(p: Mapping[str, Any]) -> list[Any]:
+    return [_gxe().ExpectColumnValuesToBeBetween(column="reachable", min_value=p["q_user"], max_value=1.0)]
+
+
 def _agg_results(_: Mapping[str, Any]) -> list[Any]:
     return [
         _gxe().ExpectColumnValuesToBeUnique(column="window_id"),
@@ -156,6 +160,14 @@ SUITES: dict[str, Suite] = {
             "In every closed period the stream join found at least the share Q_user of the pairs the "
             "exact join finds (recall ≥ Q_user).",
             _join_recall,
+        ),
+        Suite(
+            "join_feasibility",
+            "join",
+            "Under the job's retention bound, the adaptations of every closed period stated that the "
+            "bound allows recall ≥ Q_user. A period where it did not is out of reach: it is judged "
+            "here (a warning naming the retention needed), not by join_recall (a failure).",
+            _join_feasibility,
         ),
         Suite(
             "agg_results",

@@ -218,3 +218,20 @@ def test_the_job_offers_every_estimator_the_controller_has():
     assert spec.ESTIMATORS == adaptation.ESTIMATORS
     with pytest.raises(ConfigError, match="headroom"):
         AdaptationSettings(headroom=1.0)
+
+
+def test_a_retention_bound_caps_the_buffer_and_the_decisions_say_what_it_allows():
+    # congestion needs ~80 ms of retention; a 20 ms bound cannot give Q_user, a 1 s bound can
+    inp = shifting()
+    truth = exact_join(inp, Q)
+    tight = run_adaptive_qjoin(inp, Q, replace(ST, estimator="robust", max_retention_us=20_000), truth)[1]
+    assert max(max(s.d_r_us, s.d_s_us) for s in tight) == 20_000
+    short = [s for s in tight if s.stats["reachable"] < ST.q_user]  # out of reach under the bound
+    assert short and all(s.stats["needed_us"] > 20_000 for s in short)
+    assert all(s.estimated_q <= s.stats["reachable"] + 1e-12 for s in tight)
+    loose = run_adaptive_qjoin(inp, Q, replace(ST, estimator="robust", max_retention_us=1_000_000), truth)[1]
+    free = run_adaptive_qjoin(inp, Q, replace(ST, estimator="robust"), truth)[1]
+    assert [(s.d_r_us, s.d_s_us) for s in loose] == [(s.d_r_us, s.d_s_us) for s in free]
+    assert all(s.stats["reachable"] == 1.0 for s in free)
+    with pytest.raises(ConfigError, match="bound"):
+        AdaptationSettings(max_retention_us=-1)

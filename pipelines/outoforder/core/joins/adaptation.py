@@ -75,6 +75,7 @@ class AdaptationSettings:
     initial_us: int = 0  # d (or K) before the first adaptation
     seed: int = 0  # the paper estimator's Monte Carlo draws
     headroom: float = 0.0  # robust: Q_L >= Q_user + headroom·(1 - Q_user)
+    max_retention_us: int | None = None  # the user's bound on d_R, d_S (None: none)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.q_user <= 1.0:
@@ -91,6 +92,9 @@ class AdaptationSettings:
             raise ConfigError(msg)
         if not 0.0 <= self.headroom < 1.0:
             msg = f"headroom must be in [0, 1), got {self.headroom}"
+            raise ConfigError(msg)
+        if self.max_retention_us is not None and self.max_retention_us < 0:
+            msg = f"the retention bound must be >= 0, got {self.max_retention_us}"
             raise ConfigError(msg)
 
     @property
@@ -136,6 +140,23 @@ def interval_target(q_user: float, n_true_p_minus_l: int, n_prod_p_minus_l: int,
         return q_user
     q = (q_user * (n_true_p_minus_l + n_l) - n_prod_p_minus_l) / n_l
     return float(min(1.0, max(0.0, q)))
+
+
+def reachable_recall(
+    req_r: FloatArray, req_s: FloatArray, weight_r: FloatArray, weight_s: FloatArray, bound_us: int
+) -> float:
+    """The sampled pairs' (weighted) share a retention of ``bound_us`` on both sides would find.
+
+    >>> import numpy as np
+    >>> one = np.ones(2)
+    >>> reachable_recall(np.array([10.0, 50.0]), np.array([5.0, 500.0]), one, one, 100)
+    0.75
+    """
+    total = float(weight_r.sum() + weight_s.sum())
+    if total <= 0:
+        return 1.0
+    found = float(weight_r[req_r <= bound_us].sum() + weight_s[req_s <= bound_us].sum())
+    return found / total
 
 
 def choose_retention(
@@ -435,6 +456,11 @@ def _decide(
     if floor_us:  # held tuples: keep what they will join with, rounded up to the grid
         floor_us = -(-floor_us // st.granularity_us) * st.granularity_us
         d_r, d_s = max(d_r, floor_us), max(d_s, floor_us)
+    needed_us = max(d_r, d_s)
+    bound = st.max_retention_us
+    if bound is not None:  # the user's bound: keep under it, and say what it allows
+        d_r, d_s = min(d_r, bound), min(d_s, bound)
+        est = min(est, reachable_recall(req_r, req_s, w_r, w_s, bound))
     stats: dict[str, Any] = {
         "estimator": st.estimator,
         "n_true_p": int(in_p.sum()),
@@ -445,6 +471,9 @@ def _decide(
         "max_delay_r_us": max_d[0],
         "max_delay_s_us": max_d[1],
         "samples": int(req_r.size + req_s.size),
+        # the statement of feasibility: what Q_L needed, and the recall the bound allows
+        "needed_us": int(needed_us),
+        "reachable": 1.0 if bound is None else reachable_recall(req_r, req_s, w_r, w_s, bound),
     }
     if regime is not None:
         stats["regime_start_us"] = regime.start_us

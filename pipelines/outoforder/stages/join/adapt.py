@@ -73,4 +73,12 @@ def adapt(
         source, jid, until_us, step.q_l, step.d_r_us / 1000, step.d_s_us / 1000, step.estimated_q,
         f"{len(seen.inp):,}", f"{seen.truth.shape[0]:,}", f"{int(seen.produced.sum()):,}",
     )  # fmt: skip
+    reach = float(step.stats["reachable"])
+    if job.max_retention_us is not None and reach < job.q_user:
+        log.warning(
+            "[join-adapt] %s (%s) from %d: Q_user %s is out of reach under the retention bound of %g s: "
+            "it allows recall %.4f; the controller aimed at %g s",
+            source, jid, until_us, job.q_user, job.max_retention_us / 1e6, reach,
+            step.stats["needed_us"] / 1e6,
+        )  # fmt: skip
     return row

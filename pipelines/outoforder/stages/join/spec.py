@@ -51,6 +51,14 @@ class JoinJob(Job):
         below=1,
         help="robust: no L aims below q_user + headroom·(1 - q_user)",
     )
+    max_retention_us: int | None = param(
+        None,
+        unit="s",
+        option="max_retention",
+        identifies=False,
+        minimum=0,
+        help="the bound on each stream's retention, i.e. on buffer and latency (none: unbounded)",
+    )
 
     def query(self) -> JoinQuery:
         """The join query."""
@@ -70,4 +78,5 @@ class JoinJob(Job):
             basic_window_us=self.granularity_us,
             estimator=estimator or self.estimator,  # type: ignore[arg-type]
             headroom=self.headroom,
+            max_retention_us=self.max_retention_us,
         )
