@@ -36,3 +36,22 @@ def test_unknown_suite_and_missing_target_are_clear_errors():
         expectations("nope")
     with pytest.raises(ConfigError, match="suite 'join_recall' needs the parameter 'q_user'"):
         expectations("join_recall")
+
+
+def test_a_target_out_of_reach_under_the_bound_warns_and_anything_else_still_fails():
+    from outoforder.errors import QualityError
+    from outoforder.quality.checkpoints import SuiteResult, conclude
+
+    def res(suite, ok):
+        return SuiteResult(suite, ok, [("check", ok, "")])
+
+    conclude(
+        [res("topk_completeness", True), res("topk_accuracy", False), res("topk_feasibility", False)],
+        "t",
+        True,
+    )
+    with pytest.raises(QualityError, match="topk_accuracy"):  # reachable, and missed: the controller's
+        conclude([res("topk_accuracy", False), res("topk_feasibility", True)], "t", True)
+    with pytest.raises(QualityError, match="topk_completeness"):  # the bound explains accuracy only
+        conclude([res("topk_completeness", False), res("topk_feasibility", False)], "t", True)
+    conclude([res("join_recall", True), res("join_feasibility", False)], "j", True)

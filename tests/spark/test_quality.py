@@ -131,6 +131,9 @@ def test_report_shows_targets_measures_and_validations_cumulative_and_per_run(sp
     run_checkpoint(
         settings, "join", _frames(spark, [1.0]), source="src", job="qj-1", run_name="b", q_user=0.9
     )
+    # another job's periods were out of reach under its retention bound: a warning, not a failure
+    bound = {**_frames(spark, [0.95]), "join_feasibility": pd.DataFrame({"reachable": [0.5, 1.0]})}
+    run_checkpoint(settings, "join", bound, source="src", job="qj-2", run_name="c", q_user=0.9)
     # re-recording replaces the job's measure rows (validations recompute the whole history)
     record_measures(
         spark, settings, "src", "tk-1", "topk_hit_rate",
@@ -150,6 +153,7 @@ def test_report_shows_targets_measures_and_validations_cumulative_and_per_run(sp
     links = re.findall(r'href="(\.\./data_docs/validations/[^"]+)"', page)
     assert links and all((cumulative.parent / link).resolve().is_file() for link in links)
     assert page.count(">FAILED<") == 0  # the latest verdict per suite is b's (passed)
+    assert page.count(">OUT OF REACH<") == 1  # qj-2's join_feasibility
 
     one = run_page.read_text()
     assert run_page.parent == cumulative.parent / "runs"

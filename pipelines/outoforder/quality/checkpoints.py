@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from outoforder.config import Settings
 from outoforder.errors import ConfigError, QualityError
-from outoforder.quality.suites import CHECKPOINTS, expectations
+from outoforder.quality.suites import CHECKPOINTS, expectations, out_of_reach
 
 log = logging.getLogger(__name__)
 
@@ -228,11 +228,19 @@ def _record(
 
 
 def conclude(results: Sequence[SuiteResult], what: str, fail: bool) -> None:
-    """Log every suite's lines; raise :class:`QualityError` when one failed and ``fail``."""
+    """Log every suite's lines; raise :class:`QualityError` when one failed and ``fail``.
+
+    A failure a feasibility suite explains (:func:`~outoforder.quality.suites.out_of_reach`: the
+    target was out of reach under the user's bound) is logged as a warning and never raises.
+    """
+    warned = out_of_reach(r.suite for r in results if not r.success)
     for r in results:
         for line in r.lines():
-            log.info("%s", line)
-    failed = [r.suite for r in results if not r.success]
+            if r.suite in warned:
+                log.warning("%s (out of reach under the bound: a warning)", line)
+            else:
+                log.info("%s", line)
+    failed = [r.suite for r in results if not r.success and r.suite not in warned]
     if failed and fail:
         msg = f"{what} data quality failed: {', '.join(failed)}"
         raise QualityError(msg)

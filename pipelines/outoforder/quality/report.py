@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from outoforder.config import REPO_ROOT, Settings
 from outoforder.quality.checkpoints import safe_run_name
-from outoforder.quality.suites import SUITES
+from outoforder.quality.suites import SUITES, out_of_reach
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -511,8 +511,12 @@ def _validations(lake: LakeTables, w: Window, docs_rel: str) -> tuple[list[dict[
     if runs.empty:
         return [], ""
     latest = runs.sort_values("validated_at_us").groupby(["checkpoint", "suite", "source", "job"]).tail(1)
+    # a failure a feasibility suite of the same run explains is a warning: out of reach under the bound
+    failed = runs[~runs["success"].astype(bool)].groupby(["run_name", "source", "job"])["suite"].agg(list)
+    warned = {key: out_of_reach(suites) for key, suites in failed.items()}
     rows = []
     for r in latest.sort_values(["checkpoint", "source", "job", "suite"]).to_dict("records"):
+        out = r["suite"] in warned.get((r["run_name"], r["source"], r["job"]), set())
         link = f"{docs_rel}/{r['docs_page']}" if r["docs_page"] else ""
         rows.append(
             {
@@ -521,7 +525,7 @@ def _validations(lake: LakeTables, w: Window, docs_rel: str) -> tuple[list[dict[
                 "meaning": SUITES[r["suite"]].meaning if r["suite"] in SUITES else "",
                 "source": r["source"],
                 "job": r["job"],
-                "verdict": "PASSED" if r["success"] else "FAILED",
+                "verdict": "PASSED" if r["success"] else "OUT OF REACH" if out else "FAILED",
                 "checks": f"{r['checks_passed']}/{r['checks_total']}",
                 "when": _clock(int(r["validated_at_us"])),
                 "run": r["run_name"],

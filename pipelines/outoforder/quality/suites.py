@@ -6,14 +6,14 @@ checkpoint is the set of suites one validation task runs together. The targets c
 parameters (the job's Q_user, ε, ε_min…), never as constants here.
 
 >>> [s.name for s in CHECKPOINTS["join"]]
-['join_results', 'join_recall']
+['join_results', 'join_recall', 'join_feasibility']
 >>> [type(e).__name__ for e in expectations("join_recall", q_user=0.9)]
 ['ExpectColumnValuesToBeBetween']
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,12 +22,35 @@ from outoforder.errors import ConfigError
 
 @dataclass(frozen=True)
 class Suite:
-    """One suite: its checkpoint, what it means in plain words, and how to build its expectations."""
+    """One suite: its checkpoint, what it means in plain words, and how to build its expectations.
+
+    ``explains`` marks a *feasibility* suite: whether the target was reachable under the user's
+    bound. Its failure is not the pipeline's fault but the configuration's, so it and the suites
+    it explains (the target's own verdicts in the same run) are warnings, not failures.
+    """
 
     name: str
     checkpoint: str
     meaning: str
     build: Callable[[Mapping[str, Any]], list[Any]]
+    explains: tuple[str, ...] | None = None
+
+
+def out_of_reach(failed: Iterable[str]) -> set[str]:
+    """Of the suites that failed in one run, those that are warnings: the target was out of reach.
+
+    >>> sorted(out_of_reach(["topk_feasibility", "topk_accuracy", "topk_completeness"]))
+    ['topk_accuracy', 'topk_feasibility']
+    >>> out_of_reach(["topk_accuracy"])
+    set()
+    """
+    failed = set(failed)
+    warned: set[str] = set()
+    for name in failed:
+        suite = SUITES.get(name)
+        if suite is not None and suite.explains is not None:
+            warned |= {name, *(s for s in suite.explains if s in failed)}
+    return warned
 
 
 def _gxe() -> Any:
@@ -168,6 +191,7 @@ SUITES: dict[str, Suite] = {
             "bound allows recall ≥ Q_user. A period where it did not is out of reach: it is judged "
             "here (a warning naming the retention needed), not by join_recall (a failure).",
             _join_feasibility,
+            explains=(),  # join_recall judges only the periods the bound allowed
         ),
         Suite(
             "agg_results",
@@ -203,6 +227,7 @@ SUITES: dict[str, Suite] = {
             "was out of reach: the accuracy verdict is then a warning naming the bound it needed, "
             "not a failure of the controller.",
             _topk_feasibility,
+            explains=("topk_accuracy",),
         ),
         Suite(
             "theta_completeness",

@@ -262,9 +262,7 @@ def validate(
             source, jid, len(short), job.q_user, (job.max_retention_us or 0) / 1e6,
             short["reachable"].min(), short["needed_us"].max() / 1e6,
         )  # fmt: skip
-    conclude(
-        [s for s in suites if s.suite != "join_feasibility"], "stream join", settings.quality.fails(fail)
-    )
+    conclude(suites, "stream join", settings.quality.fails(fail))
     return suites
 
 
