@@ -7,6 +7,8 @@ buffer ``K`` in force given ``k``, the largest delay seen so far.
 - :class:`FixedSlack` -- K-slack with a constant K (Babu et al.);
 - :class:`MaxDelaySlack` -- MP-K-slack: K = k, the largest delay seen (Mutschler & Philippsen 2013);
 - :class:`HPMSlack` -- HPM: K = α·k, α set by a PD controller on the coverage error;
+- :class:`RecentHPMSlack` -- HPM with k over the last arrivals only, so that K comes back down
+  after an outage (ours);
 - :class:`AQSlack` -- AQ-K-slack in the spirit of Ji et al. (2015): K is the delay quantile that
   would give the needed coverage, at level ``λ_thr + u`` over the most recent delays, with ``u`` a
   PD-controlled correction; the level is re-evaluated when a window's coverage is observed. (The
@@ -139,6 +141,57 @@ class HPMSlack:
         """See :class:`SlackPolicy`."""
         err = snapshot["last_error"]
         self.state = PDState(float(snapshot["alpha"]), None if err is None else float(err))
+
+
+@dataclass
+class RecentHPMSlack(HPMSlack):
+    """HPM with ``k`` the largest delay of the last ``memory`` arrivals instead of all time (ours).
+
+    HPM waits ``α·k`` with ``k`` the largest delay ever seen, so one outage raises K for good:
+    even α at its floor keeps a share of that outage's delay. Over a sliding memory, K falls back
+    once the outage's arrivals have left it, and α still answers the coverage.
+
+    >>> p = RecentHPMSlack(PDController(lambda_thr=0.9, alpha_initial=0.5), memory=2)
+    >>> for d in (8_000, 100, 200):
+    ...     p.observe_delay(d)
+    >>> p.slack(8_000)  # the 8 ms delay has left the memory of 2 arrivals: 0.5 · 200
+    100
+    """
+
+    memory: int = 100_000
+    name: str = "hpm-recent"
+    _seen: int = field(default=0, init=False)
+    _peaks: deque[tuple[int, int]] = field(default_factory=deque, init=False)  # (arrival, delay) falling
+
+    def __post_init__(self, resume: PDState | None) -> None:
+        super().__post_init__(resume)
+        if self.memory < 1:
+            msg = f"the delay memory must hold at least 1 arrival, got {self.memory}"
+            raise ConfigError(msg)
+
+    def observe_delay(self, delay_us: int) -> None:
+        """Keep the running maximum of the last ``memory`` delays (a falling deque of peaks)."""
+        while self._peaks and self._peaks[-1][1] <= delay_us:
+            self._peaks.pop()
+        self._peaks.append((self._seen, delay_us))
+        self._seen += 1
+        while self._peaks[0][0] <= self._seen - 1 - self.memory:
+            self._peaks.popleft()
+
+    def slack(self, max_delay_us: int) -> int:
+        """``α`` times the largest recent delay (the all-time one is not used)."""
+        recent = self._peaks[0][1] if self._peaks else 0
+        return self.controller.buffer_us(self.state, recent)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The controller's state, and the recent peaks."""
+        return {**super().snapshot(), "seen": self._seen, "peaks": [list(p) for p in self._peaks]}
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        """See :class:`SlackPolicy`."""
+        super().restore(snapshot)
+        self._seen = int(snapshot["seen"])
+        self._peaks = deque((int(a), int(d)) for a, d in snapshot["peaks"])
 
 
 @dataclass
