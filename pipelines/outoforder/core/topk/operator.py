@@ -307,6 +307,7 @@ class ContinuousTopK:
         due = [wid for wid in sorted(self.open) if wid <= last_due]
         out = [self._emit(wid, k_now) for wid in due]
         if self.cache.candidates():
+            self._expire_empty()
             for wid in [*due, last_due + 1]:
                 if wid > lo:
                     self.empty.append((lo, wid - 1, self.progress, k_now))
@@ -339,11 +340,15 @@ class ContinuousTopK:
         if dropped is None or dropped[1] != tid:
             self._changed = True  # a true member so far: a miss the controller can see now
 
+    def _expire_empty(self) -> None:
+        """Forget the empty emissions whose horizon has passed: they will never be settled."""
+        while self.empty and self.empty[0][2] + self.query.horizon_us <= self.progress:
+            self.empty.pop(0)
+
     def _settle_empty(self, wid: int) -> _Settling | None:
         """The first late tuple of a window emitted empty: it is awaited and settled like the others."""
         horizon = self.query.horizon_us
-        while self.empty and self.empty[0][2] + horizon <= self.progress:
-            self.empty.pop(0)
+        self._expire_empty()
         for i, (lo, hi, at, k) in enumerate(self.empty):
             if lo <= wid <= hi:
                 self.empty[i : i + 1] = [
@@ -357,7 +362,7 @@ class ContinuousTopK:
         return None
 
     def _score_settled(self) -> None:
-        # windows settle in emission order, and their due progress never falls
+        # settling is kept in order of due progress (emission order; see _settle_empty)
         while self.settling:
             wid, s = next(iter(self.settling.items()))
             if self.progress < s.due_progress:
