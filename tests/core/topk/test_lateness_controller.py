@@ -148,3 +148,12 @@ def test_snapshot_and_restore_resume_the_same_decisions():
 def test_bad_settings_fail_clearly(kwargs):
     with pytest.raises(ConfigError):
         LatenessSettings(**kwargs)
+
+
+def test_empty_emissions_are_forgotten_once_their_horizon_has_passed():
+    # one tuple every 10 windows, always on time: every emission leaves a gap of empty windows
+    query = TopKQuery(Windows(10, 10), k=1, horizon_us=50)
+    op = ContinuousTopK(query, LatenessController(LatenessSettings(initial_us=0, n=3, eps_min=0.9)))
+    for i in range(2_000):
+        op.process(i * 100, 1.0, i)
+    assert len(op.empty) <= 2  # the gaps within the horizon only, not one per gap of the stream
