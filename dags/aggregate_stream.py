@@ -20,16 +20,21 @@ DOC = """
 ### Sliding-window aggregates with HPM, one arrival interval per run
 
 1. **aggregate_interval** (`python -m outoforder.stages aggregate-stream`) processes the bronze
-   arrivals of the run's data interval: windows close when the buffer K = α · (largest delay)
-   has passed them; their aggregates go to `gold/agg_results` (version 1, produced by the stream);
-   every tuple that arrives after a window it belongs to closed goes to the late-tuple ledger
-   `silver/agg_ledger`; the coverage of closed windows drives the PD controller of α
-   (`silver/agg_control` keeps the trace). State is carried to the next run in Delta.
+   arrivals of the run's data interval: windows close when the stream has passed them by the
+   buffer K; their aggregates go to `gold/agg_results` (version 1, produced by the stream); every
+   tuple that arrives after a window it belongs to closed goes to the late-tuple ledger
+   `silver/agg_ledger`. Each closed window's coverage and the K it needed drive the controller:
+   the lateness controller (K = what the recent windows needed, at most `max_k_s`), or with
+   `controller = seed` HPM's PD controller of α (K = α · largest delay); `silver/agg_control`
+   keeps the trace. The run's log states what K the target needs and, under a bound, whether it
+   is reachable. State is carried to the next run in Delta.
 2. **gamma_rule** reads the ledger status the stage wrote: are the pending late tuples spread over
    more than Γ of event time? If so **ledger_due** emits the asset that triggers `late_repair`.
 3. **validate_aggregate** (Great Expectations) over the windows that closed in the run's interval
    (the exact values recomputed in Spark from their tuples only): each stored once; (ε, δ) met at
-   emission; those without pending late tuples exact. `on_violation = warn` reports without failing.
+   emission; those without pending late tuples exact. Under `max_k_s` it also checks the target was
+   reachable: a miss the bound made unavoidable is a warning naming the bound needed, not a failure.
+   `on_violation = warn` reports without failing.
 
 Runs depend on the previous run. A manual run joins the minute of arrivals before its logical
 date; for past data use `airflow backfill create --dag-id aggregate_stream --from-date ... --to-date ...`.

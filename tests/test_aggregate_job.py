@@ -36,13 +36,13 @@ def test_cli_options_build_the_job_and_its_controller():
         2_000_000,
         ("ball", "team_a"),
     )
-    pd = job.controller()
+    pd = job.pd_controller()
     assert (pd.alpha_min, pd.alpha_initial, pd.k_p, pd.k_d) == (0.1, 0.4, 0.2, 4.0)
     state = pd.initial()
     for _ in range(10):  # a long surplus drives α down, to the floor and no further
         state = pd.update(state, coverage=1.0, lambda_thr=0.5)
     assert state.alpha == 0.1
-    assert AggJob().controller().alpha_min == 0.05
+    assert AggJob().pd_controller().alpha_min == 0.05
     assert args.force is False
     assert build_parser().parse_args(["aggregate-repair", "--source", "s", "--force", "True"]).force is True
 
@@ -58,4 +58,4 @@ def test_bad_job_settings_fail_clearly():
     with pytest.raises(ConfigError):
         AggJob(aggregate="mode").query()
     with pytest.raises(ConfigError):
-        AggJob(alpha_min=0.9, alpha_initial=0.5).controller()
+        AggJob(alpha_min=0.9, alpha_initial=0.5).pd_controller()

@@ -52,7 +52,7 @@ from outoforder.core.joins.qjoin import horizons
 from outoforder.core.joins.query import JoinInput
 from outoforder.core.topk.reference import emission_index
 from outoforder.core.windows.buffered import buffered_set
-from outoforder.core.windows.slack import RecentHPMSlack
+from outoforder.core.windows.slack import LatenessSlack, RecentHPMSlack
 from outoforder.errors import StateError
 
 QUERY = JoinQuery(window_us=40_000, theta=4.0)
@@ -160,6 +160,17 @@ CASES = [
         batch_invariant=False,
     ),
     Case("hpm-recent", lambda: HPM(WINDOWS, RecentHPMSlack(pd(0.9), memory=40)), windows_late),
+    Case(
+        "hpm-lateness",
+        lambda: HPM(WINDOWS, LatenessSlack(windows=20, bound_us=60_000, initial_us=10_000)),
+        windows_late,
+    ),
+    Case(
+        "hpm-lateness-batch-control",
+        lambda: HPM(WINDOWS, LatenessSlack(windows=20, initial_us=10_000), "batch"),
+        windows_late,
+        batch_invariant=False,
+    ),
     Case("kslack-windows", lambda: HPM(WINDOWS, FixedSlack(40_000)), windows_late),
     Case("mp-kslack-windows", lambda: HPM(WINDOWS, MaxDelaySlack()), windows_late),
     Case("aq-kslack-windows", lambda: HPM(WINDOWS, AQSlack(history=50)), windows_late),

@@ -27,8 +27,10 @@ def test_targets_reach_the_expectations():
     assert recall.min_value == 0.87
     (accuracy,) = expectations("topk_accuracy", eps_min=0.9)
     assert accuracy.min_value == 0.9
-    within = expectations("agg_quality", delta=0.1)[0]
+    (within,) = expectations("agg_error", delta=0.1)
     assert within.mostly == pytest.approx(0.9)
+    (bound,) = expectations("agg_feasibility", delta=0.1)
+    assert bound.mostly == pytest.approx(0.9)
 
 
 def test_unknown_suite_and_missing_target_are_clear_errors():

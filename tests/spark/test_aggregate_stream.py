@@ -8,7 +8,6 @@ import pytest
 from pyspark.sql import functions as F
 
 from outoforder.core.windows.buffered import buffered_reference
-from outoforder.core.windows.slack import HPMSlack
 from outoforder.errors import QualityError, StateError
 from outoforder.io import delta
 from outoforder.io.tables import AGG_CONTROL, AGG_LEDGER, AGG_REPAIRS, AGG_RESULTS
@@ -23,8 +22,15 @@ pytestmark = [pytest.mark.spark, pytest.mark.delta]
 
 SOURCE = "test/agg-o'hare"  # a quote: every SQL condition the stage writes is escaped
 JOB = AggJob(
-    size_us=50_000, slide_us=10_000, coverage_horizon_us=100_000, gamma_us=300_000, alpha_initial=0.3
+    size_us=50_000,
+    slide_us=10_000,
+    coverage_horizon_us=100_000,
+    gamma_us=300_000,
+    alpha_initial=0.3,
+    initial_k_us=20_000,
+    memory=20,
 )
+SEED = AggJob(**{**JOB.__dict__, "controller": "seed"})
 T0 = 1_700_000_000_000_000
 STEP = 1_000
 
@@ -37,8 +43,8 @@ def arrivals(n=1_200, seed=4):
     return pd.DataFrame({"stream": "s", "event_ts": ts[o], "value": value[o]})
 
 
-def results(spark, settings):
-    df = delta.read(spark, AGG_RESULTS, settings.lake_root).where(F.col("job") == JOB.job_id())
+def results(spark, settings, job=JOB):
+    df = delta.read(spark, AGG_RESULTS, settings.lake_root).where(F.col("job") == job.job_id())
     return df.toPandas().sort_values("window_id").reset_index(drop=True)
 
 
@@ -58,23 +64,25 @@ def snapshot(spark, settings):
 def test_intervals_equal_the_reference_then_repair_makes_every_window_exact(
     spark, settings, load_bronze, monkeypatch
 ):
+    # the lateness controller (the default); the seed's runs in the stage in the tests below
+    job, controller = JOB, "lateness"
     frame = arrivals()
     load_bronze(frame, SOURCE, 0)
     n = len(frame)
     cuts = [0, 500, 900, n]
     bounds = [T0 + c * STEP for c in cuts]
-    summaries = [run_interval(spark, settings, SOURCE, JOB, lo, hi) for lo, hi in pairwise(bounds)]
+    summaries = [run_interval(spark, settings, SOURCE, job, lo, hi) for lo, hi in pairwise(bounds)]
     assert sum(s.arrivals for s in summaries) == n
 
     ref = buffered_reference(
         frame["event_ts"].to_numpy(),
         frame["value"].to_numpy(),
-        JOB.query(),
-        HPMSlack(JOB.controller()),
+        job.query(),
+        job.lateness(),
         control_points=cuts[1:],
         flush=False,
     )
-    got = results(spark, settings)
+    got = results(spark, settings, job)
     assert got["window_id"].tolist() == ref.window_ids.tolist()
     np.testing.assert_allclose(got["stream_value"].to_numpy(), ref.values, rtol=1e-9)
     assert got["n_tuples"].tolist() == ref.received.tolist()
@@ -85,22 +93,28 @@ def test_intervals_equal_the_reference_then_repair_makes_every_window_exact(
         zip(ref.late_arrival.tolist(), ref.late_window.tolist(), strict=True)
     )
     assert len(ledger) > 50
-    alphas = delta.read(spark, AGG_CONTROL, settings.lake_root).toPandas()
-    assert len(alphas) == ref.obs_window.size
+    control = delta.read(spark, AGG_CONTROL, settings.lake_root).toPandas()
+    control = control.sort_values(["interval_end_us", "obs_at_seq", "window_id"])
+    assert control["window_id"].tolist() == ref.obs_window.tolist()
+    assert control["needed_us"].tolist() == ref.obs_needed_us.tolist()  # the feasibility statistics
+    assert control["needed_us"].max() > 0
+    last = summaries[-1]
+    assert last.controller == controller and last.needed_us is not None and last.reachable == 1.0
+    assert last.slack_next_us is not None and "the target needs K" in last.figures()
 
     # re-running an interval changes nothing; skipping one fails clearly
     before = snapshot(spark, settings)
-    run_interval(spark, settings, SOURCE, JOB, bounds[1], bounds[2])
+    run_interval(spark, settings, SOURCE, job, bounds[1], bounds[2])
     after = snapshot(spark, settings)
     for name in before:
         pd.testing.assert_frame_equal(before[name], after[name])
 
     # a check over a data interval judges the windows closed in it, as a check of everything then would
-    then = window_quality(spark, settings, SOURCE, JOB, bounds[1])
+    then = window_quality(spark, settings, SOURCE, job, bounds[1])
     done = set(then["wid"])
     for since, until in pairwise(bounds[1:]):
-        part = window_quality(spark, settings, SOURCE, JOB, until, since)
-        then = window_quality(spark, settings, SOURCE, JOB, until)
+        part = window_quality(spark, settings, SOURCE, job, until, since)
+        then = window_quality(spark, settings, SOURCE, job, until)
         pd.testing.assert_frame_equal(part, then[~then["wid"].isin(done)].reset_index(drop=True))
         assert len(part) > 3
         done |= set(then["wid"])
@@ -121,19 +135,19 @@ def test_intervals_equal_the_reference_then_repair_makes_every_window_exact(
 
     monkeypatch.setattr(delta, "replace_rows", killed_before_the_log)
     with pytest.raises(RuntimeError, match="killed"):
-        repair(spark, settings, SOURCE, JOB, force=True)
+        repair(spark, settings, SOURCE, job, force=True)
     monkeypatch.setattr(delta, "replace_rows", replace_rows)
     (row,) = intended
-    first = repair(spark, settings, SOURCE, JOB, force=True)
+    first = repair(spark, settings, SOURCE, job, force=True)
     assert first.ran and first.changed > 0
     assert (first.changed, first.added) == (row["windows_changed"], row["windows_added"])
     assert first.rows_read == first.affected_rows
     logged = delta.read(spark, AGG_REPAIRS, settings.lake_root).drop(*volatile).collect()
     assert [r.asDict() for r in logged] == [row]
-    again = repair(spark, settings, SOURCE, JOB, force=True)
+    again = repair(spark, settings, SOURCE, job, force=True)
     assert not again.ran  # nothing pending any more
-    fixed = results(spark, settings)
-    quality = window_quality(spark, settings, SOURCE, JOB)
+    fixed = results(spark, settings, job)
+    quality = window_quality(spark, settings, SOURCE, job)
     assert quality["exact_now"].all() and (quality["pending"] == 0).all()
     rewritten = fixed[fixed["version"] > 1]
     assert len(rewritten) == first.changed  # rewritten once, not twice
@@ -141,7 +155,7 @@ def test_intervals_equal_the_reference_then_repair_makes_every_window_exact(
     assert (rewritten["produced_by"] == "repair").all() and rewritten["final"].all()
     assert rewritten["previous_value"].notna().all() and rewritten["caused_by"].map(len).min() >= 1
     assert fixed["window_id"].is_unique
-    validate(spark, settings, SOURCE, JOB, fail=False)
+    validate(spark, settings, SOURCE, job, fail=False)
 
 
 def test_gamma_rule_waits_until_the_late_tuples_span_more_than_gamma(spark, settings, load_bronze):
@@ -168,9 +182,10 @@ def test_gamma_rule_waits_until_the_late_tuples_span_more_than_gamma(spark, sett
 def test_validate_fails_on_a_target_the_stream_cannot_meet(spark, settings, load_bronze):
     frame = arrivals(n=600, seed=5)
     load_bronze(frame, SOURCE, 0)
-    strict = AggJob(
+    strict = AggJob(  # HPM's controller held at α = 0 (never waits), under a bound it never uses
         **{
-            **JOB.__dict__,
+            **SEED.__dict__,
+            "max_k_us": 10_000_000,
             "eps": 0.001,
             "delta": 0.001,
             "alpha_initial": 0.0,
@@ -180,5 +195,23 @@ def test_validate_fails_on_a_target_the_stream_cannot_meet(spark, settings, load
         }
     )
     run_interval(spark, settings, SOURCE, strict, T0, T0 + 600 * STEP)
-    with pytest.raises(QualityError):
+    with pytest.raises(QualityError, match="agg_error"):  # reachable under the bound: a shortfall
         validate(spark, settings, SOURCE, strict, fail=True)
+
+
+def test_a_bound_that_forbids_the_target_is_a_warning_naming_the_bound_it_needs(
+    spark, settings, load_bronze, caplog
+):
+    frame = arrivals(n=600, seed=5)
+    load_bronze(frame, SOURCE, 0)
+    tight = AggJob(**{**JOB.__dict__, "eps": 0.01, "max_k_us": 500})  # delays of ms, K at most 0.5 ms
+    summary = run_interval(spark, settings, SOURCE, tight, T0, T0 + 600 * STEP)
+    assert summary.slack_next_us is not None and summary.slack_next_us <= 500
+    assert summary.reachable is not None and summary.reachable < 0.95
+    assert "out of reach under the bound of 0.0005 s" in summary.figures()
+    with caplog.at_level("WARNING"):
+        suites = validate(spark, settings, SOURCE, tight, fail=True)  # no failure: a configuration matter
+    verdicts = {r.suite: r.success for r in suites}
+    assert verdicts["agg_feasibility"] is False and verdicts["agg_error"] is False
+    assert verdicts["agg_quality"] and verdicts["agg_results"]
+    assert "needs a bound of at least" in caplog.text and "--max-k-s" in caplog.text

@@ -9,28 +9,41 @@ from hypothesis import strategies as st
 from outoforder.core.control.pd import PDController
 from outoforder.core.windows.assign import Windows
 from outoforder.core.windows.buffered import WindowQuery, buffered_reference
-from outoforder.core.windows.slack import FixedSlack, HPMSlack, MaxDelaySlack
+from outoforder.core.windows.slack import FixedSlack, HPMSlack, LatenessSlack, MaxDelaySlack
 from outoforder.spark.windows import WindowState, apply_observations, buffered_batch
 from tests.core.windows.test_buffered import MODELS, make_stream
+from tests.core.windows.test_lateness import ms_stream
 
 pytestmark = [pytest.mark.spark]
 
 
 def run_spark(spark, ts, vals, query, mode, batch, final=True, rows_per_task=2_000_000):
     """Drive buffered_batch over batches; HPM's α is updated between batches, as in the stage."""
-    policy = HPMSlack(PDController(lambda_thr=0.9, alpha_initial=0.3)) if mode == "hpm" else None
+    policy = (
+        HPMSlack(PDController(lambda_thr=0.9, alpha_initial=0.3))
+        if mode == "hpm"
+        else LatenessSlack(delta=0.1, windows=5, initial_us=20_000)
+        if mode == "lateness"
+        else None
+    )
     rows = [(i, int(ts[i]), float(vals[i])) for i in range(len(ts))]
     state = WindowState.empty(spark)
     emitted, late, slack, obs = [], [], [], []
     starts = list(range(0, len(rows), batch)) or [0]
     for b, start in enumerate(starts):
         df = spark.createDataFrame(rows[start : start + batch], "seq long, ts long, v double")
-        k = policy.state.alpha if policy is not None else ("max-delay" if mode == "mp" else 20)
+        k = (
+            policy.state.alpha
+            if isinstance(policy, HPMSlack)
+            else policy.slack(0)
+            if policy is not None
+            else ("max-delay" if mode == "mp" else 20)
+        )
         out, state = buffered_batch(
             df, state, query, k, final=final and b == len(starts) - 1, rows_per_task=rows_per_task
         )
         if policy is not None:
-            apply_observations(policy, out.observations)
+            apply_observations(policy, out)
         emitted.append(out.emitted)
         late += [tuple(r) for r in out.late.select("seq", "wid").collect()]
         slack += [tuple(r) for r in out.slack.collect()]
@@ -48,6 +61,7 @@ def reference(ts, vals, query, mode, batch, final=True):
         "hpm": HPMSlack(PDController(lambda_thr=0.9, alpha_initial=0.3)),
         "mp": MaxDelaySlack(),
         "fixed": FixedSlack(20),
+        "lateness": LatenessSlack(delta=0.1, windows=5, initial_us=20_000),
     }[mode]
     return buffered_reference(
         ts, vals, query, policy, control_points=list(range(batch, len(ts) + 1, batch)), flush=final
@@ -69,6 +83,7 @@ def assert_equal(spark_out, ref):
     assert obs["obs_at"].tolist() == ref.obs_at.tolist()
     assert obs["n_rcv"].tolist() == ref.obs_received.tolist()
     assert obs["n_late"].tolist() == ref.obs_late.tolist()
+    assert obs["needed_us"].tolist() == ref.obs_needed_us.tolist()
 
 
 @pytest.mark.parametrize(
@@ -103,3 +118,14 @@ def test_differential_over_seeds_delay_models_and_batch_sizes(spark, seed, n, mo
     assert_equal(
         run_spark(spark, ts, vals, q, "hpm", batch, final), reference(ts, vals, q, "hpm", batch, final)
     )
+
+
+@pytest.mark.parametrize(("agg", "batch", "rows_per_task"), [("sum", 40, 2_000_000), ("count", 70, 23)])
+def test_the_lateness_policy_over_micro_batches_reproduces_the_reference(spark, agg, batch, rows_per_task):
+    # delays of milliseconds: the lateness profiles span many buckets, carried across batches
+    ts, vals = ms_stream(11, 150)
+    q = WindowQuery(Windows(200_000, 50_000), agg, 0.1, 0.1, coverage_horizon_us=300_000)
+    got = run_spark(spark, ts, vals, q, "lateness", batch, rows_per_task=rows_per_task)
+    ref = reference(ts, vals, q, "lateness", batch)
+    assert len(set(ref.obs_needed_us.tolist())) > 1  # some windows needed a wait: the profiles matter
+    assert_equal(got, ref)

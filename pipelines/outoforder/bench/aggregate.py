@@ -291,6 +291,7 @@ def run_sss(spark: SparkSession, case: Case, watermark_us: int, label: str, work
         obs_received=np.zeros(0, dtype=np.int64),
         obs_late=np.zeros(0, dtype=np.int64),
         obs_lambda_thr=np.zeros(0),
+        obs_needed_us=np.zeros(0, dtype=np.int64),
         slack=np.full(n, watermark_us, dtype=np.int64),
     )
     plain = repair_history(case.ts, case.values, case.query, fake, [])
@@ -340,7 +341,7 @@ def spark_twin(spark: SparkSession, case: Case, limit: int) -> dict[str, Any]:
     for b, (lo, hi) in enumerate(pairwise(bounds)):
         df = spark.createDataFrame(rows[lo:hi], "seq long, ts long, v double")
         out, state = buffered_batch(df, state, sub.query, float(pol.state.alpha), final=b == len(bounds) - 2)
-        apply_observations(pol, out.observations)
+        apply_observations(pol, out)
         frames.append(out.emitted)
         late += out.late.count()
     seconds = time.monotonic() - t0

@@ -262,12 +262,16 @@ AGG_STATE_SCHEMA = _s(
     ("k", LongType(), False),
     ("frontier", LongType(), True),
     ("last_seq", LongType(), True),
-    ("alpha", DoubleType(), False),
+    ("alpha", DoubleType(), False),  # seed: the PD controller's α; lateness: K / k
     ("last_error", DoubleType(), True),
     ("arrivals", LongType(), False),
     ("emitted", LongType(), False),
     ("late", LongType(), False),
     ("written_at_us", LongType(), False),
+    ("slack_us", LongType(), True),  # K for the next interval
+    # the lateness controller's snapshot (JSON: the recent windows' needs); under the seed's
+    # controller it runs beside it, for the feasibility statement
+    ("lateness", StringType(), True),
 )
 AGG_BUFFER_SCHEMA = _s(
     ("source", StringType(), False),
@@ -277,6 +281,7 @@ AGG_BUFFER_SCHEMA = _s(
     ("seq", LongType(), False),
     ("ts", LongType(), False),
     ("v", DoubleType(), False),
+    ("bucket", LongType(), True),  # the membership's lateness bucket (core/windows/lateness.py)
 )
 AGG_WATCH_SCHEMA = _s(
     ("source", StringType(), False),
@@ -286,8 +291,14 @@ AGG_WATCH_SCHEMA = _s(
     ("n_rcv", LongType(), False),
     ("n_late", LongType(), False),
     ("lambda_thr", DoubleType(), False),
+    # the window's lateness profile, its non-empty buckets: bucket, count, Σv, min, max
+    ("p_bucket", ArrayType(LongType(), True), True),
+    ("p_n", ArrayType(LongType(), True), True),
+    ("p_s1", ArrayType(DoubleType(), True), True),
+    ("p_lo", ArrayType(DoubleType(), True), True),
+    ("p_hi", ArrayType(DoubleType(), True), True),
 )
-AGG_CONTROL_SCHEMA = _s(  # every coverage observation and the α it led to (the PD trace)
+AGG_CONTROL_SCHEMA = _s(  # every coverage observation, the K it needed and the controller after it
     ("source", StringType(), False),
     ("job", StringType(), False),
     ("interval_end_us", LongType(), False),
@@ -297,7 +308,9 @@ AGG_CONTROL_SCHEMA = _s(  # every coverage observation and the α it led to (the
     ("n_late", LongType(), False),
     ("coverage", DoubleType(), False),
     ("lambda_thr", DoubleType(), False),
-    ("alpha_after", DoubleType(), False),
+    ("alpha_after", DoubleType(), False),  # seed: α; lateness: K / k
+    ("needed_us", LongType(), True),  # the smallest constant K from which on it was within ε
+    ("slack_after_us", LongType(), True),  # the lateness controller's K after it (bound applied)
 )
 
 # θ-join backfills (stages/theta/backfill.py): per event-time window of a job, the rows of the

@@ -295,7 +295,8 @@ def _aggregate_section(lake: LakeTables, w: Window) -> Section | None:
         "Each sliding window's aggregate (e.g. a sum) is emitted once the stream has passed the window's "
         "end by a slack K. Late tuples that arrive after that are missed, so the value may be off; the "
         "target (ε, δ) asks that at most a share δ of the windows be off by more than a relative error ε. "
-        "A controller adjusts K (as a share α of the largest delay seen) to meet it with the least waiting. "
+        "A controller adjusts K to meet it with the least waiting: by default to what the recent windows "
+        "needed, or, with the paper's controller, as a share α of the largest delay seen. "
         "Late tuples are recorded, and a batch repair later recomputes the windows they belong to, so every "
         "result becomes exact.",
     )
@@ -321,6 +322,23 @@ def _aggregate_section(lake: LakeTables, w: Window) -> Section | None:
         )
     for source, job, part in _jobs(control):
         part = part.sort_values(["interval_end_us", "obs_at_seq"])
+        if "needed_us" in part and part["needed_us"].notna().any():
+            fig, ax = _figure("K (ms)", "coverage observations, in arrival order")
+            x = range(len(part))
+            ax.plot(x, part["needed_us"] / 1e3, ".", ms=3, color=COLOURS[1], label="K the window needed")
+            ax.step(x, part["slack_after_us"] / 1e3, where="post", color=COLOURS[0], label="K after it")
+            ax.legend(fontsize=7)
+            s.panels.append(
+                Panel(
+                    f"{source} · {job}: the K each window needed",
+                    "Each observed window's need: the shortest constant wait under which its result would "
+                    "have been within ε, read off when its tuples arrived; and the lateness controller's "
+                    "K after it (what a high share of the recent windows needed, capped at the job's "
+                    "bound). Needs above the bound are windows the bound put out of reach.",
+                    svg=_svg(fig),
+                )
+            )
+            continue
         fig, ax = _figure("α", "coverage observations, in arrival order")
         ax.step(range(len(part)), part["alpha_after"], where="post", color=COLOURS[0])
         s.panels.append(

@@ -31,13 +31,14 @@ import pandas as pd
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import DoubleType, LongType, StructField, StructType
+from pyspark.sql.types import ArrayType, DoubleType, LongType, StructField, StructType
 
 from outoforder.core.joins.progress import NEG
 from outoforder.core.windows.aggregate import parse_aggregate
 from outoforder.core.windows.assign import Windows
 from outoforder.core.windows.batch import LEVEL_KEYS, arrival_events, scan_fold, scan_summary, window_step
 from outoforder.core.windows.buffered import WindowQuery
+from outoforder.core.windows.lateness import Profiles, bucket_of
 from outoforder.errors import ConfigError
 from outoforder.spark.rows import one_row
 from outoforder.spark.scan import carried_scan
@@ -53,14 +54,21 @@ MEMBER_SCHEMA = StructType(
         StructField("seq", LongType(), False),
         StructField("ts", LongType(), False),
         StructField("v", DoubleType(), False),
+        StructField("bucket", LongType(), True),  # the membership's lateness bucket (core/windows/lateness)
     ]
 )
+# a watched window's lateness profile, sparse: its non-empty buckets and their count, Σv, min, max
+PROFILE_COLUMNS = ("p_bucket", "p_n", "p_s1", "p_lo", "p_hi")
 WATCH_SCHEMA = StructType(
     [
         StructField("wid", LongType(), False),
         StructField("n_rcv", LongType(), False),
         StructField("n_late", LongType(), False),
         StructField("lambda_thr", DoubleType(), False),
+        *(
+            StructField(c, ArrayType(LongType() if c in ("p_bucket", "p_n") else DoubleType()), True)
+            for c in PROFILE_COLUMNS
+        ),
     ]
 )
 
@@ -69,8 +77,9 @@ WATCH_SCHEMA = StructType(
 class WindowState:
     """What the operator carries between micro-batches (None = nothing seen yet).
 
-    ``buffer`` holds the received memberships (wid, seq, ts, v) of windows still open; ``watch``
-    the closed windows whose coverage is not observed yet (wid, n_rcv, n_late, lambda_thr).
+    ``buffer`` holds the received memberships (wid, seq, ts, v, bucket) of windows still open;
+    ``watch`` the closed windows whose coverage is not observed yet (wid, n_rcv, n_late,
+    lambda_thr and their lateness profiles: :data:`PROFILE_COLUMNS`).
     """
 
     t_max: int | None
@@ -104,7 +113,8 @@ class BatchOutput:
     emitted: pd.DataFrame  # wid, value, n_rcv, emitted_at, slack_at_close, lag_us, lambda_thr, s1, s2
     late: DataFrame  # seq, ts, wid
     slack: DataFrame  # seq, slack
-    observations: pd.DataFrame  # wid, obs_at, n_rcv, n_late, lambda_thr
+    observations: pd.DataFrame  # wid, obs_at, n_rcv, n_late, lambda_thr, needed_us
+    unsettled: pd.DataFrame  # wid, needed_us: the windows still watched, what they need so far
     arrivals: int = 0
     slack_sum: float = 0.0  # Σ K over the batch's arrivals (its mean K is slack_sum / arrivals)
     late_count: int = 0  # rows of ``late``
@@ -196,7 +206,7 @@ def exact_windows(tuples: DataFrame, windows: Windows, name: str, ids: DataFrame
     return aggregate(members, name)
 
 
-# Rows between the two steps. a: an arrival (seq, ts, v, c_before, slack); c / o: a window closes /
+# Rows between the two steps. a: an arrival (seq, ts, v, c_before, t_before, slack); c / o: a window closes /
 # is observed at arrival ``at`` (slack, t_max there); b: a value the window received before this
 # batch; w: a watched window (n_rcv, n_late, lambda_thr); s: a task's summary.
 STEP_SCHEMA = pa.schema(
@@ -208,6 +218,7 @@ STEP_SCHEMA = pa.schema(
         ("ts", pa.int64()),
         ("v", pa.float64()),
         ("c_before", pa.int64()),
+        ("t_before", pa.int64()),
         ("at", pa.int64()),
         ("slack", pa.int64()),
         ("t_max", pa.int64()),
@@ -220,8 +231,11 @@ STEP_SCHEMA = pa.schema(
     ]
 )
 # Rows out of the per-window step. e: emitted; l: a late membership; b: a value carried on (window
-# still open); w: a window still watched; o: a coverage observation; n: a task's counts of l, b
-# and w rows (in n_late, n_rcv and at).
+# still open); w: a window still watched; o: a coverage observation; u: what a window still
+# watched needs so far; n: a task's counts of l, b and w rows (in n_late, n_rcv and at).
+PROFILE_FIELDS = [
+    (c, pa.list_(pa.int64() if c in ("p_bucket", "p_n") else pa.float64())) for c in PROFILE_COLUMNS
+]
 WINDOW_SCHEMA = pa.schema(
     [
         ("kind", pa.string()),
@@ -229,14 +243,17 @@ WINDOW_SCHEMA = pa.schema(
         ("seq", pa.int64()),
         ("ts", pa.int64()),
         ("v", pa.float64()),
+        ("bucket", pa.int64()),
         ("at", pa.int64()),
         ("slack", pa.int64()),
         ("lag_us", pa.int64()),
         ("n_rcv", pa.int64()),
         ("n_late", pa.int64()),
         ("lambda_thr", pa.float64()),
+        ("needed_us", pa.int64()),
         ("s1", pa.float64()),
         ("s2", pa.float64()),
+        *PROFILE_FIELDS,
     ]
 )
 RANGE_WINDOWS = 64  # windows per range of the per-window step's shuffle
@@ -248,11 +265,44 @@ def _rows(schema: pa.Schema, kind: str, cols: dict[str, Any]) -> pa.RecordBatch:
     for f in schema:
         if f.name == "kind":
             arrays.append(pa.array([kind] * n, pa.string()))
+        elif f.name in cols and isinstance(cols[f.name], pa.Array):
+            arrays.append(cols[f.name])
         elif f.name in cols:
             arrays.append(pa.array(np.asarray(cols[f.name]), f.type))
         else:
             arrays.append(pa.nulls(n, f.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _sparse_profiles(p: Profiles) -> dict[str, pa.Array]:
+    """Profiles as list arrays of their non-empty buckets (:data:`PROFILE_COLUMNS`), one list per row."""
+    rows, buckets = np.nonzero(p.n)  # row-major: each row's buckets together, ascending
+    offsets = pa.array(np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=p.rows))]), pa.int32())
+    flat = {
+        "p_bucket": buckets.astype(np.int64),
+        "p_n": p.n[rows, buckets],
+        "p_s1": p.s1[rows, buckets],
+        "p_lo": p.lo[rows, buckets],
+        "p_hi": p.hi[rows, buckets],
+    }
+    return {c: pa.ListArray.from_arrays(offsets, pa.array(flat[c])) for c in PROFILE_COLUMNS}
+
+
+def _dense_profiles(t: pa.Table) -> Profiles:
+    """The :class:`Profiles` of rows carrying :data:`PROFILE_COLUMNS` (null lists: no members known)."""
+    out = Profiles.empty(t.num_rows)
+    if not t.num_rows:
+        return out
+    lists = {c: t.column(c).combine_chunks() for c in PROFILE_COLUMNS}
+    lengths = lists["p_bucket"].value_lengths().fill_null(0).to_numpy(zero_copy_only=False)
+    rows = np.repeat(np.arange(t.num_rows), lengths)
+    flat = {c: a.flatten().to_numpy(zero_copy_only=False) for c, a in lists.items()}
+    b = flat["p_bucket"].astype(np.int64)
+    out.n[rows, b] = flat["p_n"].astype(np.int64)
+    out.s1[rows, b] = flat["p_s1"].astype(np.float64)
+    out.lo[rows, b] = flat["p_lo"].astype(np.float64)
+    out.hi[rows, b] = flat["p_hi"].astype(np.float64)
+    return out
 
 
 class _ArrivalStep:
@@ -289,6 +339,7 @@ class _ArrivalStep:
                 "ts": ts[idx],
                 "v": v[idx],
                 "c_before": st["c_before"][idx],
+                "t_before": st["t_before"][idx],
                 "slack": st["slack"][idx],
             },
         )
@@ -330,7 +381,11 @@ def _window_step(
     if not got:
         return
     t = pa.Table.from_batches(got)
-    cols = {name: t.column(name).to_numpy(zero_copy_only=False) for name in t.column_names}
+    cols = {
+        name: t.column(name).to_numpy(zero_copy_only=False)
+        for name in t.column_names
+        if name not in PROFILE_COLUMNS
+    }
     kind = cols["kind"]
     w = query.windows
     arr = kind == "a"
@@ -339,6 +394,8 @@ def _window_step(
     idx, wid = idx[mine], wid[mine]
     c_before = cols["c_before"][arr][idx].astype(np.int64)
     late = (c_before != NEG) & (w.end_of(wid) <= c_before)
+    # NEG (nothing before the arrival) lies far below any end: bucket 0
+    bucket = bucket_of(cols["t_before"][arr][idx].astype(np.int64) - w.end_of(wid))
     carried = kind == "b"
 
     def col(name: str, sel: npt.NDArray[np.bool_], dtype: Any) -> npt.NDArray[Any]:
@@ -352,6 +409,10 @@ def _window_step(
         "v": np.concatenate([col("v", carried, np.float64), cols["v"][arr][idx].astype(np.float64)]),
         "late": np.concatenate([np.zeros(int(carried.sum()), dtype=bool), late]),
         "c_before": np.concatenate([np.full(int(carried.sum()), NEG, dtype=np.int64), c_before]),
+        # a value carried from a state written before buckets were kept: counted as on time
+        "bucket": np.concatenate([np.nan_to_num(cols["bucket"][carried].astype(np.float64)), bucket]).astype(
+            np.int64
+        ),
     }
     watched = kind == "w"
     closes, observes = kind == "c", kind == "o"
@@ -368,6 +429,7 @@ def _window_step(
             "n_late": col("n_late", watched, np.int64),
             "lambda_thr": col("lambda_thr", watched, np.float64),
         },
+        watch_profiles=_dense_profiles(t.filter(pa.array(watched))),
         close={
             "wid": col("wid", closes, np.int64),
             "at": col("at", closes, np.int64),
@@ -395,7 +457,8 @@ def _window_step(
     )
     yield _rows(WINDOW_SCHEMA, "l", out.late)
     yield _rows(WINDOW_SCHEMA, "b", out.buffer)
-    yield _rows(WINDOW_SCHEMA, "w", out.watch)
+    yield _rows(WINDOW_SCHEMA, "w", {**out.watch, **_sparse_profiles(out.watch_profiles)})
+    yield _rows(WINDOW_SCHEMA, "u", out.unsettled)
     yield _rows(
         WINDOW_SCHEMA,
         "n",
@@ -411,6 +474,7 @@ def _window_step(
             "n_rcv": o["n_rcv"],
             "n_late": o["n_late"],
             "lambda_thr": o["lambda_thr"],
+            "needed_us": o["needed_us"],
         },
     )
 
@@ -476,6 +540,7 @@ def buffered_batch(
         "seq",
         "ts",
         "v",
+        "bucket",
     )
     watched = state.watch.select(
         F.lit("w").alias("kind"),
@@ -484,8 +549,9 @@ def buffered_batch(
         "n_rcv",
         "n_late",
         "lambda_thr",
+        *PROFILE_COLUMNS,
     )
-    step_cols = STEP_SCHEMA.names
+    step_cols = [*STEP_SCHEMA.names, "bucket", *PROFILE_COLUMNS]
     inputs = (
         step1.where(F.col("kind") != "s")
         .unionByName(carried, allowMissingColumns=True)
@@ -497,7 +563,7 @@ def buffered_batch(
         .mapInArrow(lambda it: _window_step(it, query, flush), _spark_schema(WINDOW_SCHEMA))
         .localCheckpoint()
     )
-    small = step2.where(F.col("kind").isin("e", "o", "n")).toPandas()
+    small = step2.where(F.col("kind").isin("e", "o", "u", "n")).drop(*PROFILE_COLUMNS).toPandas()
     counts = small[small["kind"] == "n"]
     emitted = small[small["kind"] == "e"].rename(
         columns={"v": "value", "at": "emitted_at", "slack": "slack_at_close"}
@@ -516,17 +582,22 @@ def buffered_batch(
         }
     )
     obs = small[small["kind"] == "o"].rename(columns={"at": "obs_at"})[
-        ["wid", "obs_at", "n_rcv", "n_late", "lambda_thr"]
+        ["wid", "obs_at", "n_rcv", "n_late", "lambda_thr", "needed_us"]
     ]
-    obs = obs.astype({"wid": "int64", "obs_at": "int64", "n_rcv": "int64", "n_late": "int64"})
+    obs = obs.astype(
+        {"wid": "int64", "obs_at": "int64", "n_rcv": "int64", "n_late": "int64", "needed_us": "int64"}
+    )
     obs = obs.sort_values(["obs_at", "wid"], kind="stable").reset_index(drop=True)
+    unsettled = small[small["kind"] == "u"][["wid", "needed_us"]]
+    unsettled = unsettled.astype({"wid": "int64", "needed_us": "int64"})
+    unsettled = unsettled.sort_values("wid", kind="stable").reset_index(drop=True)
     new_state = WindowState(
         t_max,
         k,
         frontier,
         last_seq,
-        step2.where(F.col("kind") == "b").select("wid", "seq", "ts", "v"),
-        step2.where(F.col("kind") == "w").select("wid", "n_rcv", "n_late", "lambda_thr"),
+        step2.where(F.col("kind") == "b").select("wid", "seq", "ts", "v", "bucket"),
+        step2.where(F.col("kind") == "w").select("wid", "n_rcv", "n_late", "lambda_thr", *PROFILE_COLUMNS),
     )
     output = BatchOutput(
         emitted,
@@ -535,6 +606,7 @@ def buffered_batch(
             (F.col("kind") == "a") & (F.col("key") == _floor_div(_first_window(query.windows), r))
         ).select("seq", "slack"),
         obs,
+        unsettled,
         arrivals=sum(int(s["n_rcv"]) for s in summaries),
         slack_sum=sum(float(s["slack_sum"]) for s in summaries),
         late_count=int(counts["n_late"].sum()),
@@ -548,17 +620,23 @@ def _first_window(windows: Windows) -> Column:
     return _floor_div(F.col("ts") - F.lit(windows.size_us), windows.slide_us) + 1
 
 
-def apply_observations(policy: SlackPolicy, observations: pd.DataFrame) -> list[tuple[float, dict[str, Any]]]:
-    """Feed a batch's coverage observations to the policy, in the reference's order.
+def apply_observations(policy: SlackPolicy, out: BatchOutput) -> list[tuple[float, dict[str, Any]]]:
+    """Feed a batch's coverage observations, then its unsettled windows' needs, to the policy.
 
-    Returns (coverage, the policy's snapshot after it) per observation: the controller's trace.
+    In the reference's order. Returns (coverage, the policy's snapshot after it) per observation:
+    the controller's trace.
     """
-    n_rcv = observations["n_rcv"].to_numpy(dtype=np.int64)
-    n_late = observations["n_late"].to_numpy(dtype=np.int64)
-    lam = observations["lambda_thr"].to_numpy(dtype=np.float64)
+    obs = out.observations
+    n_rcv = obs["n_rcv"].to_numpy(dtype=np.int64)
+    n_late = obs["n_late"].to_numpy(dtype=np.int64)
+    lam = obs["lambda_thr"].to_numpy(dtype=np.float64)
+    needed = obs["needed_us"].to_numpy(dtype=np.int64)
     trace = []
-    for r, late, thr in zip(n_rcv.tolist(), n_late.tolist(), lam.tolist(), strict=True):
+    for r, late, thr, need in zip(
+        n_rcv.tolist(), n_late.tolist(), lam.tolist(), needed.tolist(), strict=True
+    ):
         coverage = r / max(r + late, 1)
-        policy.observe_window(coverage, thr)
+        policy.observe_window(coverage, thr, need)
         trace.append((coverage, policy.snapshot()))
+    policy.observe_unsettled(out.unsettled["needed_us"].tolist())
     return trace

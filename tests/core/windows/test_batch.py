@@ -20,7 +20,8 @@ from outoforder.core.joins.progress import NEG
 from outoforder.core.windows.assign import Windows
 from outoforder.core.windows.batch import LEVEL_KEYS, arrival_events, scan_fold, scan_summary, window_step
 from outoforder.core.windows.buffered import BufferedRun, WindowQuery, buffered_reference
-from outoforder.core.windows.slack import FixedSlack, HPMSlack, MaxDelaySlack
+from outoforder.core.windows.lateness import Profiles, bucket_of
+from outoforder.core.windows.slack import FixedSlack, HPMSlack, LatenessSlack, MaxDelaySlack
 from tests.core.windows.test_buffered import AGGS, MODELS, assert_same, make_stream
 
 
@@ -29,6 +30,8 @@ def rule_of(policy: Any) -> str | int | float:
         return policy.k_us
     if isinstance(policy, MaxDelaySlack):
         return "max-delay"
+    if isinstance(policy, LatenessSlack):
+        return policy.slack(0)  # constant between observations
     return float(policy.state.alpha)
 
 
@@ -41,6 +44,7 @@ def run_batches(ts, vals, query: WindowQuery, policy: Any, cuts: list[int], flus
         "seq": np.zeros(0, np.int64),
         "ts": np.zeros(0, np.int64),
         "v": np.zeros(0),
+        "bucket": np.zeros(0, np.int64),
     }
     watch = {
         "wid": np.zeros(0, np.int64),
@@ -48,6 +52,7 @@ def run_batches(ts, vals, query: WindowQuery, policy: Any, cuts: list[int], flus
         "n_late": np.zeros(0, np.int64),
         "lambda_thr": np.zeros(0),
     }
+    watch_profiles = Profiles.empty(0)
     out: dict[str, list[Any]] = {k: [] for k in BufferedRun.__dataclass_fields__}
     bounds = list(itertools.pairwise(cuts))
     for b, (lo, hi) in enumerate(bounds):
@@ -62,6 +67,9 @@ def run_batches(ts, vals, query: WindowQuery, policy: Any, cuts: list[int], flus
             "v": np.concatenate([buffer["v"], v[ev.member]]),
             "late": np.concatenate([np.zeros(buffer["wid"].size, bool), ev.late]),
             "c_before": np.concatenate([np.full(buffer["wid"].size, NEG), st_["c_before"][ev.member]]),
+            "bucket": np.concatenate(
+                [buffer["bucket"], bucket_of(st_["t_before"][ev.member] - w.end_of(ev.member_wid))]
+            ),
         }
         close = {
             "wid": ev.close_wid,
@@ -81,6 +89,7 @@ def run_batches(ts, vals, query: WindowQuery, policy: Any, cuts: list[int], flus
             horizon_us=query.coverage_horizon_us,
             members=members,
             watch=watch,
+            watch_profiles=watch_profiles,
             close=close,
             observe={"wid": ev.observe_wid, "at": seq[ev.observe]},
             flush=flush_at,
@@ -104,12 +113,16 @@ def run_batches(ts, vals, query: WindowQuery, policy: Any, cuts: list[int], flus
             ("obs_received", "n_rcv"),
             ("obs_late", "n_late"),
             ("obs_lambda_thr", "lambda_thr"),
+            ("obs_needed_us", "needed_us"),
         ):
             out[key] += o[col][order].tolist()
         out["slack"] += st_["slack"].tolist()
-        for r, lt, lam in zip(o["n_rcv"][order], o["n_late"][order], o["lambda_thr"][order], strict=True):
-            policy.observe_window(int(r) / max(int(r) + int(lt), 1), float(lam))
-        buffer, watch = res.buffer, res.watch
+        for r, lt, lam, need in zip(
+            o["n_rcv"][order], o["n_late"][order], o["lambda_thr"][order], o["needed_us"][order], strict=True
+        ):
+            policy.observe_window(int(r) / max(int(r) + int(lt), 1), float(lam), int(need))
+        policy.observe_unsettled(res.unsettled["needed_us"].tolist())
+        buffer, watch, watch_profiles = res.buffer, res.watch, res.watch_profiles
         if t.size:
             carry = {"t_max": int(st_["t_max"][-1]), "k": int(st_["k"][-1]), "c": int(st_["c"][-1])}
     arrays = {
@@ -124,7 +137,7 @@ def run_batches(ts, vals, query: WindowQuery, policy: Any, cuts: list[int], flus
     st.integers(0, 10_000),
     st.sampled_from(MODELS),
     st.sampled_from(AGGS),
-    st.sampled_from(["kslack", "mp", "hpm"]),
+    st.sampled_from(["kslack", "mp", "hpm", "lateness"]),
     st.integers(1, 40),
     st.booleans(),
 )
@@ -136,11 +149,13 @@ def test_two_steps_over_batches_equal_the_reference(seed, model, agg, mode, batc
         "kslack": FixedSlack(30),
         "mp": MaxDelaySlack(),
         "hpm": HPMSlack(PDController(lambda_thr=0.9, alpha_initial=0.3)),
+        "lateness": LatenessSlack(delta=0.2, windows=5, initial_us=20),
     }
     twin = {
         "kslack": FixedSlack(30),
         "mp": MaxDelaySlack(),
         "hpm": HPMSlack(PDController(lambda_thr=0.9, alpha_initial=0.3)),
+        "lateness": LatenessSlack(delta=0.2, windows=5, initial_us=20),
     }
     ref = buffered_reference(ts, vals, query, policy[mode], control_points=cuts[1:], flush=flush)
     got = run_batches(ts, vals, query, twin[mode], cuts, flush)

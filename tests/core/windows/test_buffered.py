@@ -17,7 +17,7 @@ from outoforder.core.windows.buffered import (
 )
 from outoforder.core.windows.quality import emission_errors, lambda_threshold, rank_error, relative_error
 from outoforder.core.windows.repair import exact_share_over_time, ledger_batches, repair_history
-from outoforder.core.windows.slack import AQSlack, FixedSlack, HPMSlack, MaxDelaySlack
+from outoforder.core.windows.slack import AQSlack, FixedSlack, HPMSlack, LatenessSlack, MaxDelaySlack
 from outoforder.errors import ConfigError
 from outoforder.sources.disorder import inject, parse_model
 
@@ -45,6 +45,8 @@ def policy_of(name: str):
         return MaxDelaySlack()
     if name == "hpm":
         return HPMSlack(PDController(lambda_thr=0.9, alpha_initial=0.3))
+    if name == "lateness":
+        return LatenessSlack(delta=0.2, windows=5, initial_us=20)
     return AQSlack(history=50)
 
 
@@ -63,7 +65,7 @@ def assert_same(got: BufferedRun, ref: BufferedRun) -> None:
     n=st.integers(0, 120),
     model=st.sampled_from(MODELS),
     agg=st.sampled_from(AGGS),
-    policy=st.sampled_from(["kslack", "mp", "hpm", "aq"]),
+    policy=st.sampled_from(["kslack", "mp", "hpm", "aq", "lateness"]),
     horizon=st.sampled_from([0, 100, 400]),
     batch=st.sampled_from([None, 1, 7, 50]),
     flush=st.booleans(),

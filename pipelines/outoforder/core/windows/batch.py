@@ -31,6 +31,7 @@ import numpy.typing as npt
 from outoforder.core.joins.progress import NEG
 from outoforder.core.windows.aggregate import grouped_aggregates
 from outoforder.core.windows.assign import Windows
+from outoforder.core.windows.lateness import Profiles, needed_slacks, profiles
 from outoforder.core.windows.quality import lambda_threshold, received_cv
 
 IntArray = npt.NDArray[np.int64]
@@ -78,7 +79,15 @@ def arrival_state(
     k = np.maximum.accumulate(np.maximum(delay, int(carry["k"]))) if ts.size else delay
     slack = slack_of(k, rule, given)
     c = np.maximum.accumulate(np.concatenate([[_or_neg(carry["c"])], after - slack]))
-    return {"t_max": after, "delay": delay, "k": k, "slack": slack, "c_before": c[:-1], "c": c[1:]}
+    return {
+        "t_max": after,
+        "t_before": before,
+        "delay": delay,
+        "k": k,
+        "slack": slack,
+        "c_before": c[:-1],
+        "c": c[1:],
+    }
 
 
 def scan_summary(
@@ -172,9 +181,13 @@ class WindowOutput:
         str, npt.NDArray[Any]
     ]  # wid, value, n_rcv, s1, s2, emitted_at, slack_at_close, lag_us, lambda_thr
     late: dict[str, IntArray]  # seq, ts, wid
-    buffer: dict[str, npt.NDArray[Any]]  # wid, seq, ts, v: received by windows still open
-    watch: dict[str, npt.NDArray[Any]]  # wid, n_rcv, n_late, lambda_thr: closed, coverage not yet observed
-    observed: dict[str, npt.NDArray[Any]]  # wid, obs_at, n_rcv, n_late, lambda_thr
+    buffer: dict[str, npt.NDArray[Any]]  # wid, seq, ts, v, bucket: received by windows still open
+    # wid, n_rcv, n_late, lambda_thr: closed, coverage not yet observed
+    watch: dict[str, npt.NDArray[Any]]
+    watch_profiles: Profiles  # the watched windows' lateness profiles, row by row
+    observed: dict[str, npt.NDArray[Any]]  # wid, obs_at, n_rcv, n_late, lambda_thr, needed_us
+    # wid, needed_us: what each window still watched needs so far (the policy's unsettled evidence)
+    unsettled: dict[str, IntArray]
 
 
 def _lookup(keys: IntArray, table_keys: IntArray) -> tuple[BoolArray, IntArray]:
@@ -194,10 +207,10 @@ def window_step(
     delta: float,
     windows: Windows,
     horizon_us: int,
-    members: dict[
-        str, npt.NDArray[Any]
-    ],  # wid, seq, ts, v, late, c_before (batch members; carried: late False)
+    # wid, seq, ts, v, late, c_before, bucket (the lateness bucket; batch members; carried: late False)
+    members: dict[str, npt.NDArray[Any]],
     watch: dict[str, npt.NDArray[Any]],  # wid, n_rcv, n_late, lambda_thr (carried)
+    watch_profiles: Profiles,  # their lateness profiles, row by row
     close: dict[str, IntArray],  # wid, at, slack, t_max (the closing arrival's seq, K and t_max)
     observe: dict[str, IntArray],  # wid, at
     flush: tuple[int, int, int] | None = None,  # (at, K, t_max): close every open window (end of stream)
@@ -240,7 +253,8 @@ def window_step(
     }
     keep = received & ~closing
     seq, ts = np.asarray(members["seq"], dtype=np.int64), np.asarray(members["ts"], dtype=np.int64)
-    buffer = {"wid": wid[keep], "seq": seq[keep], "ts": ts[keep], "v": v[keep]}
+    bucket = np.asarray(members["bucket"], dtype=np.int64)
+    buffer = {"wid": wid[keep], "seq": seq[keep], "ts": ts[keep], "v": v[keep], "bucket": bucket[keep]}
     late_rows = {"seq": seq[late], "ts": ts[late], "wid": wid[late]}
 
     # coverage: the carried watch list, the windows emitted now, and late memberships that came
@@ -252,16 +266,22 @@ def window_step(
     w_rcv = np.concatenate([np.asarray(watch["n_rcv"], dtype=np.int64), n_rcv.astype(np.int64)])
     w_late = np.concatenate([np.asarray(watch["n_late"], dtype=np.int64), np.zeros(ids.size, dtype=np.int64)])
     w_lam = np.concatenate([np.asarray(watch["lambda_thr"], dtype=np.float64), lam])
+    _, emit_row = _lookup(wid[emit], ids)  # the emitted windows' received lateness
+    w_prof = [watch_profiles, profiles(emit_row, bucket[emit], v[emit], ids.size)]
     known, _ = _lookup(late_ids, np.sort(w_wid))
     empty = float(lambda_threshold(aggregate, eps, delta, 0, 0.0)[0])  # nothing received: full coverage
+    new = int((~known).sum())
     w_wid = np.concatenate([w_wid, late_ids[~known]])
-    w_rcv = np.concatenate([w_rcv, np.zeros((~known).sum(), dtype=np.int64)])
-    w_late = np.concatenate([w_late, np.zeros((~known).sum(), dtype=np.int64)])
-    w_lam = np.concatenate([w_lam, np.full((~known).sum(), empty)])
+    w_rcv = np.concatenate([w_rcv, np.zeros(new, dtype=np.int64)])
+    w_late = np.concatenate([w_late, np.zeros(new, dtype=np.int64)])
+    w_lam = np.concatenate([w_lam, np.full(new, empty)])
     order = np.argsort(w_wid, kind="stable")
     w_wid, w_rcv, w_late, w_lam = w_wid[order], w_rcv[order], w_late[order], w_lam[order]
+    w_profiles = Profiles.concat([*w_prof, Profiles.empty(new)]).take(order)
     hit, pos = _lookup(late_ids, w_wid)
     np.add.at(w_late, pos[hit], late_counts[hit])
+    _, late_row = _lookup(wid[counted], w_wid)
+    w_profiles.add(late_row, bucket[counted], v[counted])
     o_wid = np.asarray(observe["wid"], dtype=np.int64)
     o_at = np.asarray(observe["at"], dtype=np.int64)
     seen, pos = _lookup(o_wid, w_wid)
@@ -273,6 +293,7 @@ def window_step(
         "n_rcv": w_rcv[pos[seen]],
         "n_late": w_late[pos[seen]],
         "lambda_thr": w_lam[pos[seen]],
+        "needed_us": needed_slacks(w_profiles.take(pos[seen]), aggregate, eps, w_lam[pos[seen]]),
     }
     still = ~gone
     return WindowOutput(
@@ -284,6 +305,11 @@ def window_step(
             "n_rcv": w_rcv[still],
             "n_late": w_late[still],
             "lambda_thr": w_lam[still],
+        },
+        watch_profiles=w_profiles.take(still),
+        unsettled={
+            "wid": w_wid[still],
+            "needed_us": needed_slacks(w_profiles.take(still), aggregate, eps, w_lam[still]),
         },
         observed=observed,
     )

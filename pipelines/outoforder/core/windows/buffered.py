@@ -35,6 +35,7 @@ import numpy.typing as npt
 from outoforder.core.joins.progress import NEG, previous, running_max
 from outoforder.core.windows.aggregate import grouped_aggregates, reference_aggregate
 from outoforder.core.windows.assign import Windows
+from outoforder.core.windows.lateness import bucket_of, needed_slacks, profiles
 from outoforder.core.windows.quality import check_target, lambda_threshold, received_cv
 from outoforder.core.windows.slack import SlackPolicy
 from outoforder.errors import ConfigError
@@ -70,7 +71,9 @@ class BufferedRun:
     ``slack_at_close`` and ``lag_us`` (``t_max − end`` at emission: the logical latency) and
     ``lambda_thr``. Late memberships: ``late_arrival`` (arrival index) with ``late_window``.
     Coverage observations in the order the policy saw them: ``obs_window``, ``obs_at``,
-    ``obs_received``, ``obs_late``, ``obs_lambda_thr``. ``slack`` is K after each arrival.
+    ``obs_received``, ``obs_late``, ``obs_lambda_thr`` and ``obs_needed_us`` (the smallest
+    constant K from which on the window's result would have been within ε:
+    :mod:`outoforder.core.windows.lateness`). ``slack`` is K after each arrival.
     """
 
     window_ids: IntArray
@@ -87,6 +90,7 @@ class BufferedRun:
     obs_received: IntArray
     obs_late: IntArray
     obs_lambda_thr: FloatArray
+    obs_needed_us: IntArray
     slack: IntArray
 
     @property
@@ -151,6 +155,7 @@ def buffered_reference(
             out["obs_received"].append(ob.received)
             out["obs_late"].append(ob.late)
             out["obs_lambda_thr"].append(ob.lambda_thr)
+            out["obs_needed_us"].append(ob.needed_us)
         out["slack"] += o.slack
     return _as_run(out)
 
@@ -223,10 +228,16 @@ def buffered_set(
     cand, obs_at = cand[seen], obs_at[seen]
     n_rcv = _count_by(cand, wid[received & (close_at < n)])
     n_late = _count_by(cand, wid[counted_late])
+    # each counted membership's lateness: t_max before its arrival minus the window's end
+    counted = ((received & (close_at < n)) | counted_late) & np.isin(wid, cand)
+    before = previous(t_max)[idx[counted]]
+    buckets = bucket_of(before - ends[counted])  # NEG (nothing before) is far below any end: bucket 0
+    prof = profiles(np.searchsorted(cand, wid[counted]), buckets, v_a[idx[counted]], cand.size)
     lam_of = dict(zip(ids.tolist(), lam.tolist(), strict=True))
     empty = threshold(query, [])
     obs_lam = np.array([lam_of.get(c, empty) for c in cand.tolist()], dtype=np.float64)
     obs_order = np.lexsort((cand, obs_at))
+    needed = needed_slacks(prof, query.aggregate, query.eps, obs_lam)
     return BufferedRun(
         window_ids=ids,
         values=v_out,
@@ -242,6 +253,7 @@ def buffered_set(
         obs_received=n_rcv[obs_order],
         obs_late=n_late[obs_order],
         obs_lambda_thr=obs_lam[obs_order],
+        obs_needed_us=needed[obs_order],
         slack=slack,
     )
 

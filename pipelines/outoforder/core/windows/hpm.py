@@ -15,14 +15,19 @@ On the arrival of a tuple ``(ts, v)``:
 2. for each window containing ``ts``: if it is already closed the membership is *late* and is
    returned as a :class:`~outoforder.core.protocol.Late` item (HPM's class 3, and class 2 for the
    closed windows of a class-2 tuple: a repair needs every late membership to make the results
-   exact); otherwise ``v`` joins the window;
+   exact); otherwise ``v`` joins the window. Either way the membership's lateness ``t_max − end``
+   (before the arrival) and value are counted in the window's lateness profile
+   (:mod:`outoforder.core.windows.lateness`), late ones until the coverage is observed;
 3. ``t_max`` moves to ``ts`` if ahead; ``K = policy.slack(k)``; ``C = max(C, t_max − K)``;
 4. every window that ``C`` now passes is emitted, in window order, with the aggregate of the
    tuples it received, its count, the K in force and ``λ_thr`` from its received values
    (:mod:`outoforder.core.windows.quality`). Windows that received nothing are not emitted;
 5. a closed window's coverage ``λ = n_rcv / (n_rcv + n_late)`` is *observed* once ``C`` passes
    its end by the coverage horizon ``H`` (late tuples that come later are not counted, as in HPM:
-   "within a period after the close"); the observation goes to the policy (the PD controller),
+   "within a period after the close"), with the K it needed (read off its lateness profile);
+   the observation goes to the policy (the PD controller), and so does what each window still
+   watched needs so far (its unsettled evidence: the lateness policy reacts to it before the
+   windows settle),
    after every arrival (``control="arrival"``) or at the end of each batch (``control="batch"``:
    how the pipeline's per-interval stage runs, one batch per interval; then, and only then, the
    adaptation cadence depends on the batches).
@@ -45,16 +50,23 @@ On the arrival of a tuple ``(ts, v)``:
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+import numpy as np
 
 from outoforder.core.joins.progress import NEG
 from outoforder.core.protocol import Arrival, Late, Output
 from outoforder.core.windows.aggregate import reference_aggregate
 from outoforder.core.windows.buffered import WindowQuery, threshold
+from outoforder.core.windows.lateness import EDGES, Stats, count_in, from_sparse, needed_slacks
 from outoforder.core.windows.slack import HPMSlack, SlackPolicy
 from outoforder.errors import ConfigError, StateError
+
+_EDGES = EDGES.tolist()  # bisect over a list: one membership at a time, no numpy call
+Profile = dict[int, Stats]  # lateness bucket -> [n, Σv, min, max] of its members
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +91,7 @@ class Observation:
     received: int
     late: int
     lambda_thr: float
+    needed_us: int = 0  # the smallest constant K from which on its result would have been within ε
 
     @property
     def coverage(self) -> float:
@@ -121,10 +134,17 @@ class HPM:
         self.slack_now = 0
         self.closed_upto: int | None = None  # the largest window id whose end is <= frontier
         self.open: dict[int, list[float]] = {}  # window id -> values received in time
+        self.open_profile: dict[int, Profile] = {}  # window id -> lateness profile of those values
         self._open_heap: list[int] = []
         self.watched: dict[int, list[float]] = {}  # closed, coverage not yet observed: [n_rcv, n_late, λ_thr]
+        self.watched_profile: dict[int, Profile] = {}  # their lateness profiles
         self._watch_heap: list[int] = []
-        self.pending: list[tuple[float, float]] = []  # observations the policy has not seen: (λ, λ_thr)
+        # observations the policy has not seen: (λ, λ_thr, K needed)
+        self.pending: list[tuple[float, float, int]] = []
+        # what each watched window needs so far, for the policy's unsettled evidence (recomputed
+        # from the profiles, so not in the snapshot); whether it changed since the policy saw it
+        self._unsettled: dict[int, int] = {}
+        self._dirty = True
 
     # --- the protocol ---------------------------------------------------------------------
 
@@ -157,8 +177,8 @@ class HPM:
             "frontier": self.frontier,
             "slack": self.slack_now,
             "closed_upto": self.closed_upto,
-            "open": [[w, list(v)] for w, v in self.open.items()],
-            "watched": [[w, *v] for w, v in self.watched.items()],
+            "open": [[w, list(v), _pairs(self.open_profile[w])] for w, v in self.open.items()],
+            "watched": [[w, *v, _pairs(self.watched_profile[w])] for w, v in self.watched.items()],
             "pending": [list(p) for p in self.pending],
             "policy": self.policy.snapshot(),
         }
@@ -174,15 +194,18 @@ class HPM:
             self.frontier, self.slack_now = int(snapshot["frontier"]), int(snapshot["slack"])
             upto = snapshot["closed_upto"]
             self.closed_upto = None if upto is None else int(upto)
-            self.open = {int(w): [float(x) for x in v] for w, v in snapshot["open"]}
+            self.open = {int(w): [float(x) for x in v] for w, v, _ in snapshot["open"]}
+            self.open_profile = {int(w): _profile(p) for w, _, p in snapshot["open"]}
             self.watched = {
-                int(w): [float(r), float(lt), float(lam)] for w, r, lt, lam in snapshot["watched"]
+                int(w): [float(r), float(lt), float(lam)] for w, r, lt, lam, _ in snapshot["watched"]
             }
-            self.pending = [(float(c), float(lam)) for c, lam in snapshot["pending"]]
+            self.watched_profile = {int(w): _profile(p) for w, *_, p in snapshot["watched"]}
+            self.pending = [(float(c), float(lam), int(k)) for c, lam, k in snapshot["pending"]]
             self.policy.restore(dict(snapshot["policy"]))
         except (KeyError, TypeError, ValueError) as e:
             msg = f"not an HPM snapshot ({type(e).__name__}: {e})"
             raise StateError(msg) from e
+        self._unsettled, self._dirty = {}, True
         self._open_heap = sorted(self.open)
         self._watch_heap = sorted(self.watched)
 
@@ -195,19 +218,31 @@ class HPM:
         self.policy.observe_delay(delay)
         self.k = max(self.k, delay)
         for wid in w.ids_of(t).tolist():
+            end = int(w.end_of(wid))
+            # the membership's lateness bucket: 0 when the stream had not passed the end (or was empty)
+            bucket = 0 if self.t_max == NEG else bisect_right(_EDGES, self.t_max - end)
+            value = float(a.value)
             if self.closed_upto is not None and wid <= self.closed_upto:
                 out.late.append(Late(a.id, t, wid))
                 if wid in self.watched:
                     self.watched[wid][1] += 1
-                elif int(w.end_of(wid)) + horizon > self.frontier:
+                    count_in(self.watched_profile[wid], bucket, value)
+                    self._unsettled.pop(wid, None)
+                    self._dirty = True
+                elif end + horizon > self.frontier:
                     # nothing arrived in time: coverage 0 when observed
                     self.watched[wid] = [0, 1, threshold(self.query, [])]
+                    self.watched_profile[wid] = {}
+                    count_in(self.watched_profile[wid], bucket, value)
+                    self._dirty = True
                     heapq.heappush(self._watch_heap, wid)
             else:
                 if wid not in self.open:
                     self.open[wid] = []
+                    self.open_profile[wid] = {}
                     heapq.heappush(self._open_heap, wid)
-                self.open[wid].append(float(a.value))
+                self.open[wid].append(value)
+                count_in(self.open_profile[wid], bucket, value)
         self.t_max = max(self.t_max, t)
         self.slack_now = self.policy.slack(self.k)
         out.slack.append(self.slack_now)
@@ -218,23 +253,49 @@ class HPM:
         while self._watch_heap and int(w.end_of(self._watch_heap[0])) + horizon <= self.frontier:
             wid = heapq.heappop(self._watch_heap)
             n_rcv, n_late, lam = self.watched.pop(wid)
-            ob = Observation(wid, i, int(n_rcv), int(n_late), lam)
+            needed = self._need(self.watched_profile.pop(wid), lam)
+            self._unsettled.pop(wid, None)
+            self._dirty = True
+            ob = Observation(wid, i, int(n_rcv), int(n_late), lam, needed)
             out.observations.append(ob)
-            self.pending.append((ob.coverage, lam))
+            self.pending.append((ob.coverage, lam, needed))
         self.index += 1
         if self.control == "arrival":
             self._observe()
 
     def _observe(self) -> None:
-        for coverage, lam in self.pending:
-            self.policy.observe_window(coverage, lam)
+        for coverage, lam, needed in self.pending:
+            self.policy.observe_window(coverage, lam, needed)
         self.pending.clear()
+        if self._dirty:
+            order = sorted(self.watched)
+            for wid in order:
+                if wid not in self._unsettled:
+                    self._unsettled[wid] = self._need(self.watched_profile[wid], self.watched[wid][2])
+            self.policy.observe_unsettled([self._unsettled[w] for w in order])
+            self._dirty = False
+
+    def _need(self, profile: Profile, lam: float) -> int:
+        """The K a window needs, on the members counted so far (:mod:`outoforder.core.windows.lateness`)."""
+        q = self.query
+        return int(needed_slacks(from_sparse(profile), q.aggregate, q.eps, np.array([lam]))[0])
 
     def _close(self, wid: int, at: int, slack: int, out: HPMOutput) -> None:
         vals = self.open.pop(wid)
+        self.watched_profile[wid] = self.open_profile.pop(wid)
+        self._dirty = True
         lam = threshold(self.query, vals)
         end = int(self.query.windows.end_of(wid))
         value = reference_aggregate(vals, self.query.aggregate)
         out.emitted.append(WindowResult(wid, value, len(vals), at, slack, self.t_max - end, lam))
         self.watched[wid] = [len(vals), 0, lam]
         heapq.heappush(self._watch_heap, wid)
+
+
+def _pairs(profile: Profile) -> list[list[float]]:
+    """A sparse profile as JSON-able rows [bucket, n, Σv, min, max]."""
+    return [[b, *stats] for b, stats in sorted(profile.items())]
+
+
+def _profile(rows: Sequence[Sequence[float]]) -> Profile:
+    return {int(r[0]): [float(x) for x in r[1:]] for r in rows}

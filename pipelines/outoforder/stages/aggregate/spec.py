@@ -1,6 +1,8 @@
-"""The aggregate job: streams, aggregate, sliding windows, the (ε, δ) target, HPM's controller and Γ.
+"""The aggregate job: streams, aggregate, sliding windows, the (ε, δ) target, the buffer's controller and Γ.
 
-The defaults are HPM's experiments.
+The defaults are HPM's experiments, except the controller: K is set by the lateness controller
+(:class:`~outoforder.core.windows.slack.LatenessSlack`: what recent windows needed) unless
+``--controller seed`` asks for HPM's PD controller of α (K = α·k).
 
 Every parameter is declared once here (see :mod:`outoforder.stages.spec`); the CLI, the DAGs
 ``aggregate_stream`` and ``late_repair`` and the job id derive from it. Standard library only.
@@ -17,6 +19,9 @@ from outoforder.stages.spec import Job, param
 if TYPE_CHECKING:
     from outoforder.core.control.pd import PDController
     from outoforder.core.windows.buffered import WindowQuery
+    from outoforder.core.windows.slack import LatenessSlack
+
+CONTROLLERS = ("lateness", "seed")  # core/windows/slack.py: LatenessSlack, HPMSlack
 
 
 @dataclass(frozen=True)
@@ -39,12 +44,38 @@ class AggJob(Job):
     slide_us: int = param(100_000, unit="ms", option="slide", help="window slide", above=0)
     eps: float = param(0.05, help="ε: the relative error bound", above=0, below=1)
     delta: float = param(0.05, help="δ: the share of windows allowed to miss ε", above=0, below=1)
-    k_p: float = param(0.2, option="kp", help="the PD controller's K_p")
-    k_d: float = param(4.0, option="kd", help="the PD controller's K_d")
-    alpha_initial: float = param(0.6, option="alpha0", help="initial α (K = α · largest delay)",
+    controller: str = param("lateness", help="how the buffer K is chosen", choices=CONTROLLERS)
+    max_k_us: int | None = param(
+        None,
+        unit="s",
+        option="max_k",
+        identifies=False,
+        minimum=0,
+        help="lateness: the latency bound, K never above it (none: unbounded)",
+    )
+    headroom: float = param(
+        0.8,
+        identifies=False,
+        minimum=0,
+        below=1,
+        help="lateness: K serves the share 1 - δ·(1 - headroom) of the recent windows",
+    )
+    memory: int = param(50, identifies=False, minimum=1, help="lateness: the recent windows K is read off")
+    initial_k_us: int = param(
+        1_000_000,
+        unit="s",
+        option="initial_k",
+        identifies=False,
+        minimum=0,
+        help="lateness: K before the first window's need is known",
+    )
+    k_p: float = param(0.2, option="kp", help="seed: the PD controller's K_p")
+    k_d: float = param(4.0, option="kd", help="seed: the PD controller's K_d")
+    alpha_initial: float = param(0.6, option="alpha0", help="seed: initial α (K = α · largest delay)",
                                  minimum=0, maximum=1)  # fmt: skip
     # K never below 5 % of the largest delay (docs/aggregates.md says why)
-    alpha_min: float = param(0.05, help="the floor of α (0: the paper's controller)", minimum=0, maximum=1)
+    alpha_min: float = param(0.05, help="seed: the floor of α (0: the paper's controller)", minimum=0,
+                             maximum=1)  # fmt: skip
     coverage_horizon_us: int = param(1_000_000, unit="ms", option="horizon",
                                      help="a window's coverage is observed this long after it closed",
                                      minimum=0)  # fmt: skip
@@ -70,7 +101,17 @@ class AggJob(Job):
             self.coverage_horizon_us,
         )
 
-    def controller(self) -> PDController:
+    def lateness(self) -> LatenessSlack:
+        """The lateness controller (fresh): K from what recent windows needed, within the bound.
+
+        Under the seed's controller it still runs, beside it: its statistics make the job's
+        feasibility statement.
+        """
+        from outoforder.core.windows.slack import LatenessSlack
+
+        return LatenessSlack(self.delta, self.memory, self.headroom, self.max_k_us, self.initial_k_us)
+
+    def pd_controller(self) -> PDController:
         """HPM's PD controller (the target coverage is given per window)."""
         from outoforder.core.control.pd import PDController
 

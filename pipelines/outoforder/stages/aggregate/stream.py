@@ -7,13 +7,17 @@ stream module (:func:`outoforder.spark.windows.buffered_batch`):
 1. the operator state as of ``start`` (t_max, largest delay, close frontier, α, the received
    tuples of open windows, closed windows awaiting their coverage) comes from ``silver/agg_state``,
    ``silver/agg_buffer`` and ``silver/agg_watch``;
-2. α is fixed during the interval (``K = round(α·k)`` per arrival); the windows the frontier
+2. the buffer's rule is fixed during the interval: the lateness controller's K (the default), or
+   HPM's α (``--controller seed``: ``K = round(α·k)`` per arrival); the windows the frontier
    passes are emitted and appended to ``gold/agg_results`` as version 1 (once per interval: a
    rerun writes nothing, see :mod:`outoforder.stages.interval`);
 3. every late membership goes to the ledger ``silver/agg_ledger`` (see
    :mod:`outoforder.stages.aggregate.ledger`);
-4. the coverage observations of the interval drive the PD controller, in window order; each one
-   and the α it led to is kept in ``silver/agg_control`` (the α trace);
+4. the coverage observations of the interval, each with the K its window needed, then what the
+   windows still watched need so far, drive the controller, in window order; each observation
+   and the controller after it is kept in ``silver/agg_control`` (the trace). The lateness
+   controller runs under the seed's too: its memory of needs makes the feasibility statement
+   (the K the target needs, and the share of recent windows a ``--max-k-s`` bound lets meet ε);
 5. the new state is written last; then the ledger's Γ status file for the scheduler.
 
 The repair is :mod:`outoforder.stages.aggregate.repair`, the checks
@@ -22,14 +26,15 @@ The repair is :mod:`outoforder.stages.aggregate.repair`, the checks
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from outoforder.config import Settings
 from outoforder.core.control.pd import PDState
-from outoforder.core.windows.slack import HPMSlack
+from outoforder.core.windows.slack import HPMSlack, LatenessSlack
 from outoforder.io.tables import AGG_BUFFER, AGG_CONTROL, AGG_LEDGER, AGG_RESULTS, AGG_STATE, AGG_WATCH
 from outoforder.stages.aggregate.spec import AggJob
 from outoforder.stages.interval import Interval, IntervalStage, IntervalSummary, Step
@@ -50,13 +55,32 @@ class AggIntervalSummary(IntervalSummary):
     buffered: int
     slack_mean_us: float
     alpha: float
+    controller: str = "lateness"
+    slack_next_us: int | None = None  # K for the next interval
+    needed_us: int | None = None  # the K the recent windows need (unbounded)
+    reachable: float | None = None  # the share of recent windows within the bound
+    bound_us: int | None = None
+    delta: float = 0.05
 
     def figures(self) -> str:
-        """Windows emitted, late memberships, buffered tuples, the buffer K and α."""
-        return (
+        """Windows emitted, late memberships, buffered tuples, the buffer K, and feasibility."""
+        text = (
             f"{self.emitted:,} windows emitted, {self.late:,} late memberships, {self.buffered:,} buffered, "
-            f"mean K {self.slack_mean_us / 1000:.1f} ms, α now {self.alpha:.3f}"
+            f"mean K {self.slack_mean_us / 1000:.1f} ms"
         )
+        if self.controller == "seed":
+            text += f", α now {self.alpha:.3f}"
+        elif self.slack_next_us is not None:
+            text += f", K now {self.slack_next_us / 1000:.1f} ms"
+        if self.needed_us is None or self.reachable is None:
+            return text
+        if self.bound_us is not None and self.reachable < 1.0 - self.delta:
+            return (
+                f"{text}; (ε, δ) is out of reach under the bound of {self.bound_us / 1e6:g} s: it lets "
+                f"{self.reachable:.1%} of the recent windows meet ε, the target needs K >= "
+                f"{self.needed_us / 1e6:g} s"
+            )
+        return f"{text}; the target needs K {self.needed_us / 1000:.1f} ms"
 
 
 def agg_tuples(bronze: DataFrame, job: AggJob) -> DataFrame:
@@ -100,30 +124,48 @@ class AggregateStream(IntervalStage[AggJob, AggIntervalSummary]):
         """See :func:`agg_tuples`."""
         return agg_tuples(bronze, self.job)
 
+    def policies(self, prev: Mapping[str, Any] | None) -> tuple[HPMSlack | LatenessSlack, LatenessSlack]:
+        """The controller in force and the lateness controller (the same object unless ``seed``)."""
+        lateness = self.job.lateness()
+        snap = None if prev is None else prev.get("lateness")
+        if snap:
+            lateness.restore(json.loads(snap))
+        if self.job.controller != "seed":
+            return lateness, lateness
+        pd = self.job.pd_controller()
+        seed = (
+            HPMSlack(pd) if prev is None else HPMSlack(pd, PDState(float(prev["alpha"]), prev["last_error"]))
+        )
+        return seed, lateness
+
     def step(self, interval: Interval, prev: Mapping[str, Any] | None) -> Step:
-        """The buffered window operator over the interval, α fixed; then the PD controller."""
+        """The buffered window operator over the interval, its rule fixed; then the controller."""
         from pyspark.sql import functions as F
 
-        from outoforder.spark.windows import WindowState, apply_observations, buffered_batch
+        from outoforder.spark.windows import (
+            MEMBER_SCHEMA,
+            WATCH_SCHEMA,
+            WindowState,
+            apply_observations,
+            buffered_batch,
+        )
 
         source, jid, end = self.source, self.jid, interval.end_us
         if prev is None:
             state = WindowState.empty(self.spark)
-            policy = HPMSlack(self.job.controller())
         else:
             state = WindowState(
                 prev["t_max"],
                 int(prev["k"]),
                 prev["frontier"],
                 prev["last_seq"],
-                self.snapshot(AGG_BUFFER, prev).select("wid", "seq", "ts", "v"),
-                self.snapshot(AGG_WATCH, prev).select("wid", "n_rcv", "n_late", "lambda_thr"),
+                _columns(self.snapshot(AGG_BUFFER, prev), MEMBER_SCHEMA.fieldNames()),
+                _columns(self.snapshot(AGG_WATCH, prev), WATCH_SCHEMA.fieldNames()),
             )
-            policy = HPMSlack(self.job.controller(), PDState(float(prev["alpha"]), prev["last_error"]))
+        policy, lateness = self.policies(prev)
+        rule: int | float = policy.state.alpha if isinstance(policy, HPMSlack) else policy.slack(state.k)
         query = self.job.query()
-        out, new_state = buffered_batch(
-            self.arrivals(interval.start_us, end), state, query, policy.state.alpha
-        )
+        out, new_state = buffered_batch(self.arrivals(interval.start_us, end), state, query, rule)
         w = query.windows
 
         em = out.emitted
@@ -151,12 +193,19 @@ class AggregateStream(IntervalStage[AggJob, AggIntervalSummary]):
             self.append(late, AGG_LEDGER, interval)
 
         obs = out.observations
-        trace = apply_observations(policy, obs)
+        k_now = new_state.k
+        trace = apply_observations(policy, out)
+        shadow = trace if lateness is policy else apply_observations(lateness, out)
+
+        def alpha(snap: Mapping[str, Any]) -> float:  # the seed's α, or what K is of k
+            return float(snap["alpha"]) if "alpha" in snap else _ratio(snap["k_us"], k_now)
+
         control = [
-            (source, jid, end, int(wid), int(at), int(n_rcv), int(n_lt), coverage, float(lam),
-             float(snap["alpha"]))
-            for wid, at, n_rcv, n_lt, lam, (coverage, snap) in zip(
-                obs["wid"], obs["obs_at"], obs["n_rcv"], obs["n_late"], obs["lambda_thr"], trace, strict=True
+            (source, jid, end, int(wid), int(at), int(n_rcv), int(n_lt), coverage, float(lam), alpha(snap),
+             int(need), None if after["k_us"] is None else int(after["k_us"]))
+            for wid, at, n_rcv, n_lt, lam, need, (coverage, snap), (_, after) in zip(
+                obs["wid"], obs["obs_at"], obs["n_rcv"], obs["n_late"], obs["lambda_thr"], obs["needed_us"],
+                trace, shadow, strict=True,
             )
         ]  # fmt: skip
         if control:
@@ -164,6 +213,8 @@ class AggregateStream(IntervalStage[AggJob, AggIntervalSummary]):
         buffered = out.buffered
         n = out.arrivals
         mean_slack = out.slack_sum / n if n else None
+        k_next = policy.slack(k_now)
+        a_now = policy.state.alpha if isinstance(policy, HPMSlack) else _ratio(k_next, k_now)
         return Step(
             arrivals=n,
             state={
@@ -171,8 +222,10 @@ class AggregateStream(IntervalStage[AggJob, AggIntervalSummary]):
                 "k": new_state.k,
                 "frontier": new_state.frontier,
                 "last_seq": new_state.last_seq,
-                "alpha": policy.state.alpha,
-                "last_error": policy.state.last_error,
+                "alpha": a_now,
+                "last_error": policy.state.last_error if isinstance(policy, HPMSlack) else None,
+                "slack_us": k_next,
+                "lateness": json.dumps(lateness.snapshot()),
             },
             # buffered tuples and watched windows (what stream.state_budget_rows bounds)
             state_rows=buffered + out.watched,
@@ -183,7 +236,13 @@ class AggregateStream(IntervalStage[AggJob, AggIntervalSummary]):
                 "late": n_late,
                 "buffered": buffered,
                 "slack_mean_us": float(mean_slack) if mean_slack is not None else 0.0,
-                "alpha": policy.state.alpha,
+                "alpha": a_now,
+                "controller": self.job.controller,
+                "slack_next_us": k_next,
+                "needed_us": lateness.needed_us,
+                "reachable": lateness.reachable,
+                "bound_us": self.job.max_k_us,
+                "delta": self.job.delta,
             },
         )
 
@@ -208,6 +267,20 @@ class AggregateStream(IntervalStage[AggJob, AggIntervalSummary]):
             log.info("%s", done.line())
             status = status_of(self.source, self.job, done.left)
             write_ledger_status(self.spark, self.settings, self.source, self.job, status)
+
+
+def _ratio(k_us: int | None, k: int) -> float:
+    return 0.0 if k_us is None or k <= 0 else k_us / k
+
+
+def _columns(df: DataFrame, names: Sequence[str]) -> DataFrame:
+    """``df``'s columns ``names``; one missing (a state written before it existed) as nulls."""
+    from pyspark.sql import functions as F
+
+    from outoforder.spark.windows import MEMBER_SCHEMA, WATCH_SCHEMA
+
+    types = {f.name: f.dataType for f in (*MEMBER_SCHEMA.fields, *WATCH_SCHEMA.fields)}
+    return df.select(*(F.col(c) if c in df.columns else F.lit(None).cast(types[c]).alias(c) for c in names))
 
 
 def run_interval(

@@ -3,11 +3,20 @@
 Every window once (no duplicates; after a full repair, no gaps); the stream's error at emission
 meets (ε, δ) (the share of windows with error < ε is at least 1 − δ); every window without
 pending late tuples equals the exact value. The per-window errors go to the quality measures.
+
+Under a latency bound (the job's ``max_k``) the check also asks whether (ε, δ) was reachable at
+all: from the K each judged window needed (``silver/agg_control``: read off when its tuples
+arrived, :mod:`outoforder.core.windows.lateness`), the share of windows a wait of the whole bound
+would have let meet ε. A miss the bound allowed to avoid is the controller's shortfall and fails;
+a miss the bound made unavoidable is a configuration matter: it is reported as a warning naming
+the bound that (ε, δ) needed, and does not fail the task.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -186,14 +195,24 @@ def validate(
         # their stored rows are a few per window judged: GX judges them in the driver too
         results = stored.where(F.col("window_id").between(*items)).toPandas()
     settled = frame[frame["pending"] == 0]
-    judged = pd.DataFrame(  # one row per window judged, in the driver already: GX judges it there
-        {
-            "wid": frame["wid"].astype("int64"),
-            "met_at_emission": frame["met_at_emission"].astype(bool),
-            "present_if_settled": (frame["value"].notna() | (frame["pending"] > 0)).astype(bool),
-            "exact_if_settled": np.where(frame["pending"] == 0, frame["exact_now"], True).astype(bool),
-        }
-    )
+    # one row per window judged, in the driver already: GX judges it there
+    wid_col = frame["wid"].astype("int64")
+    frames: dict[str, Any] = {
+        "agg_results": results,
+        "agg_error": pd.DataFrame({"wid": wid_col, "met_at_emission": frame["met_at_emission"].astype(bool)}),
+        "agg_quality": pd.DataFrame(
+            {
+                "wid": wid_col,
+                "present_if_settled": (frame["value"].notna() | (frame["pending"] > 0)).astype(bool),
+                "exact_if_settled": np.where(frame["pending"] == 0, frame["exact_now"], True).astype(bool),
+            }
+        ),
+    }
+    needs = window_needs(spark, settings, source, job, wid_col) if job.max_k_us is not None else {}
+    if needs:
+        frames["agg_feasibility"] = pd.DataFrame(
+            {"wid": list(needs), "within_bound": [n <= int(job.max_k_us or 0) for n in needs.values()]}
+        )
     met_share = float(frame["met_at_emission"].mean()) if len(frame) else 1.0
     wids = frame["wid"].to_numpy(dtype="int64")
     starts = wids * job.slide_us  # window i covers [i·slide, i·slide + size)
@@ -208,14 +227,56 @@ def validate(
         items,
     )  # fmt: skip
     suites = run_checkpoint(
-        settings, "aggregate", {"agg_results": results, "agg_quality": judged},
-        source=source, job=jid, run_name=run_name, delta=job.delta,
-    )  # fmt: skip
+        settings, "aggregate", frames, source=source, job=jid, run_name=run_name, delta=job.delta
+    )
     log.info(
         "[validate-aggregate] %s (%s): %s closed windows; %.2f%% met ε = %s at emission (target >= %.0f%%); "
         "%s without pending late tuples, %s of them exact; %s missing",
         source, jid, f"{len(frame):,}", 100 * met_share, job.eps, 100 * (1 - job.delta), f"{len(settled):,}",
         f"{int(settled['exact_now'].sum()):,}", f"{int(frame['value'].isna().sum()):,}",
     )  # fmt: skip
+    if {s.suite: s.success for s in suites}.get("agg_feasibility") is False:
+        values = sorted(needs.values())
+        within = sum(n <= int(job.max_k_us or 0) for n in values) / len(values)
+        needed = values[max(math.ceil((1.0 - job.delta) * len(values) - 1e-9), 1) - 1]
+        log.warning(
+            "[validate-aggregate] %s (%s): (ε, δ) = (%s, %s) is out of reach under the bound of %g s (a "
+            "wait of the whole bound lets %.2f%% of the %d windows with a known need meet ε); it needs a "
+            "bound of at least %g s (--max-k-s). The error at emission is reported, not failed.",
+            source, jid, job.eps, job.delta, (job.max_k_us or 0) / 1e6, 100 * within, len(values),
+            needed / 1e6,
+        )  # fmt: skip
     conclude(suites, "aggregates", settings.quality.fails(fail))
     return suites
+
+
+def window_needs(
+    spark: SparkSession, settings: Settings, source: str, job: AggJob, window_ids: Iterable[int]
+) -> dict[int, int]:
+    """The K each of these windows needed (µs), from its coverage observation in ``silver/agg_control``.
+
+    One row per observed window, read for the judged windows' range only: small by construction,
+    like the per-window verdicts. Windows not observed yet (or before needs were kept) are left out.
+    """
+    from pyspark.sql import functions as F
+
+    from outoforder.io import delta
+    from outoforder.io.tables import AGG_CONTROL
+
+    ids = [int(w) for w in window_ids]
+    if not ids or not delta.exists(spark, AGG_CONTROL, settings.lake_root):
+        return {}
+    control = delta.read(spark, AGG_CONTROL, settings.lake_root)
+    if "needed_us" not in control.columns:
+        return {}
+    rows = (
+        control.where(
+            where_job(source, job.job_id())
+            & F.col("window_id").between(min(ids), max(ids))
+            & F.col("needed_us").isNotNull()
+        )
+        .select("window_id", "needed_us")
+        .collect()
+    )
+    wanted = set(ids)
+    return {int(r["window_id"]): int(r["needed_us"]) for r in rows if int(r["window_id"]) in wanted}
