@@ -50,6 +50,7 @@ _EXPORTS = {
     "FixedSlack": "outoforder.core.windows.slack",
     "MaxDelaySlack": "outoforder.core.windows.slack",
     "AQSlack": "outoforder.core.windows.slack",
+    "LatenessSlack": "outoforder.core.windows.slack",
     "TopK": "outoforder.core.topk.operator",
     "TopKQuery": "outoforder.core.topk.operator",
     "Emission": "outoforder.core.topk.operator",
@@ -75,6 +76,7 @@ __all__ = [
     "KSlackJoin",
     "Late",
     "LatenessSettings",
+    "LatenessSlack",
     "MaxDelaySlack",
     "MultiCuckoo",
     "Output",
@@ -107,7 +109,7 @@ if TYPE_CHECKING:
     from outoforder.core.windows.assign import Windows
     from outoforder.core.windows.buffered import WindowQuery
     from outoforder.core.windows.hpm import HPM, WindowResult
-    from outoforder.core.windows.slack import AQSlack, FixedSlack, HPMSlack, MaxDelaySlack
+    from outoforder.core.windows.slack import AQSlack, FixedSlack, HPMSlack, LatenessSlack, MaxDelaySlack
 
 
 def __getattr__(name: str) -> Any:

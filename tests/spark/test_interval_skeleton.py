@@ -16,7 +16,7 @@ from outoforder.stages.interval import states_at
 pytestmark = [pytest.mark.spark, pytest.mark.delta]
 
 SOURCE = "test/skeleton"
-JOB = AggJob(size_us=50_000, slide_us=10_000, coverage_horizon_us=100_000, alpha_initial=0.3)
+JOB = AggJob(size_us=50_000, slide_us=10_000, coverage_horizon_us=100_000, initial_k_us=20_000)
 T0 = 1_700_000_000_000_000
 STEP = 1_000  # arrival_ts step of load_bronze: arrival i at T0 + i·STEP
 

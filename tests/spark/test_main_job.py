@@ -79,8 +79,10 @@ def test_every_operator_runs_as_the_pipeline_runs_it_and_passes_its_checks(ran):
     assert stream["intervals"] and sum(s.arrivals for s in stream["intervals"]) > 0
     assert _suites(stream["suites"])["join_results"]  # no pair stored twice
     aggregates = results["aggregates"]
-    assert aggregates["intervals"] and aggregates["final_repair"].ran
-    assert _suites(aggregates["suites"])["agg_results"]
+    # the final repair leaves every window exact (on this short replay there may be nothing left to repair)
+    final = aggregates["final_repair"]
+    assert aggregates["intervals"] and (final.ran or "no pending" in final.reason)
+    assert _suites(aggregates["suites"])["agg_results"] and _suites(aggregates["suites"])["agg_quality"]
     theta = results["theta"]
     assert theta["backfill"].output_rows > 0
     assert _suites(theta["suites"]) == {"theta_completeness": True, "theta_results": True}
