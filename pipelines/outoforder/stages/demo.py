@@ -216,7 +216,8 @@ def aggregates(spark: SparkSession, settings: Settings, source: str, run_name: s
     head = (
         f"sliding-window {job.aggregate.upper()} of the sensor speeds with HPM (DAGs aggregate_stream + "
         f"late_repair): window {job.size_us / 1e6:g} s, slide {job.slide_us / 1e6:g} s, "
-        f"(ε, δ) = ({job.eps}, {job.delta}), K from the {job.controller} controller, Γ {job.gamma_us / 1e6:g} s"
+        f"(ε, δ) = ({job.eps}, {job.delta}), K from the {job.controller} controller, "
+        f"Γ {job.gamma_us / 1e6:g} s"
     )
     intervals = _catch_up("aggregates", AggregateStream(spark, settings, source, job, repair_each=True), head)
     # the stream is over: repair what is still pending, so every window is exact

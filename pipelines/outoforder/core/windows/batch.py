@@ -15,7 +15,10 @@ each split across workers (the Spark twin, :mod:`outoforder.spark.windows`, runs
    values it received while open (carried in the state, or of this batch with ``end > C_before``
    at their arrival) and its late memberships; with its close and observe events that gives its
    emission (aggregate, count, K and ``t_max`` at the closing arrival, ``λ_thr``), its late
-   memberships for the ledger, its coverage observation, and what it carries to the next batch.
+   memberships for the ledger, its coverage observation with the K it needed, what it needs so
+   far while it is still watched, and what it carries to the next batch. Each membership carries
+   its lateness bucket (``t_max`` before its arrival minus the window's end, from step 1), so a
+   watched window's lateness profile (:mod:`outoforder.core.windows.lateness`) is carried too.
 
 ``tests/core/windows/test_batch.py`` holds the two steps, run over batches, to the reference.
 """

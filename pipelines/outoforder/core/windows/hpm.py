@@ -61,12 +61,11 @@ from outoforder.core.joins.progress import NEG
 from outoforder.core.protocol import Arrival, Late, Output
 from outoforder.core.windows.aggregate import reference_aggregate
 from outoforder.core.windows.buffered import WindowQuery, threshold
-from outoforder.core.windows.lateness import EDGES, Stats, count_in, from_sparse, needed_slacks
+from outoforder.core.windows.lateness import EDGES, Profiles, needed_slacks, profiles
 from outoforder.core.windows.slack import HPMSlack, SlackPolicy
 from outoforder.errors import ConfigError, StateError
 
 _EDGES = EDGES.tolist()  # bisect over a list: one membership at a time, no numpy call
-Profile = dict[int, Stats]  # lateness bucket -> [n, Σv, min, max] of its members
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,15 +133,16 @@ class HPM:
         self.slack_now = 0
         self.closed_upto: int | None = None  # the largest window id whose end is <= frontier
         self.open: dict[int, list[float]] = {}  # window id -> values received in time
-        self.open_profile: dict[int, Profile] = {}  # window id -> lateness profile of those values
+        self.open_buckets: dict[int, list[int]] = {}  # window id -> the lateness bucket of each value
         self._open_heap: list[int] = []
         self.watched: dict[int, list[float]] = {}  # closed, coverage not yet observed: [n_rcv, n_late, λ_thr]
-        self.watched_profile: dict[int, Profile] = {}  # their lateness profiles
+        # their lateness profiles: the members counted so far (received, then late)
+        self.watched_profile: dict[int, Profiles] = {}
         self._watch_heap: list[int] = []
         # observations the policy has not seen: (λ, λ_thr, K needed)
         self.pending: list[tuple[float, float, int]] = []
         # what each watched window needs so far, for the policy's unsettled evidence (recomputed
-        # from the profiles, so not in the snapshot); whether it changed since the policy saw it
+        # from the members, so not in the snapshot); whether it changed since the policy saw it
         self._unsettled: dict[int, int] = {}
         self._dirty = True
 
@@ -177,8 +177,8 @@ class HPM:
             "frontier": self.frontier,
             "slack": self.slack_now,
             "closed_upto": self.closed_upto,
-            "open": [[w, list(v), _pairs(self.open_profile[w])] for w, v in self.open.items()],
-            "watched": [[w, *v, _pairs(self.watched_profile[w])] for w, v in self.watched.items()],
+            "open": [[w, list(v), list(self.open_buckets[w])] for w, v in self.open.items()],
+            "watched": [[w, *v, self.watched_profile[w].sparse()] for w, v in self.watched.items()],
             "pending": [list(p) for p in self.pending],
             "policy": self.policy.snapshot(),
         }
@@ -195,11 +195,11 @@ class HPM:
             upto = snapshot["closed_upto"]
             self.closed_upto = None if upto is None else int(upto)
             self.open = {int(w): [float(x) for x in v] for w, v, _ in snapshot["open"]}
-            self.open_profile = {int(w): _profile(p) for w, _, p in snapshot["open"]}
+            self.open_buckets = {int(w): [int(b) for b in bs] for w, _, bs in snapshot["open"]}
             self.watched = {
                 int(w): [float(r), float(lt), float(lam)] for w, r, lt, lam, _ in snapshot["watched"]
             }
-            self.watched_profile = {int(w): _profile(p) for w, *_, p in snapshot["watched"]}
+            self.watched_profile = {int(w): Profiles.from_sparse(p) for w, *_, p in snapshot["watched"]}
             self.pending = [(float(c), float(lam), int(k)) for c, lam, k in snapshot["pending"]]
             self.policy.restore(dict(snapshot["policy"]))
         except (KeyError, TypeError, ValueError) as e:
@@ -218,7 +218,7 @@ class HPM:
         self.policy.observe_delay(delay)
         self.k = max(self.k, delay)
         for wid in w.ids_of(t).tolist():
-            end = int(w.end_of(wid))
+            end = wid * w.slide_us + w.size_us
             # the membership's lateness bucket: 0 when the stream had not passed the end (or was empty)
             bucket = 0 if self.t_max == NEG else bisect_right(_EDGES, self.t_max - end)
             value = float(a.value)
@@ -226,23 +226,23 @@ class HPM:
                 out.late.append(Late(a.id, t, wid))
                 if wid in self.watched:
                     self.watched[wid][1] += 1
-                    count_in(self.watched_profile[wid], bucket, value)
+                    self.watched_profile[wid].count(bucket, value)
                     self._unsettled.pop(wid, None)
                     self._dirty = True
                 elif end + horizon > self.frontier:
                     # nothing arrived in time: coverage 0 when observed
                     self.watched[wid] = [0, 1, threshold(self.query, [])]
-                    self.watched_profile[wid] = {}
-                    count_in(self.watched_profile[wid], bucket, value)
+                    self.watched_profile[wid] = Profiles.empty(1)
+                    self.watched_profile[wid].count(bucket, value)
                     self._dirty = True
                     heapq.heappush(self._watch_heap, wid)
             else:
                 if wid not in self.open:
                     self.open[wid] = []
-                    self.open_profile[wid] = {}
+                    self.open_buckets[wid] = []
                     heapq.heappush(self._open_heap, wid)
                 self.open[wid].append(value)
-                count_in(self.open_profile[wid], bucket, value)
+                self.open_buckets[wid].append(bucket)
         self.t_max = max(self.t_max, t)
         self.slack_now = self.policy.slack(self.k)
         out.slack.append(self.slack_now)
@@ -267,7 +267,7 @@ class HPM:
         for coverage, lam, needed in self.pending:
             self.policy.observe_window(coverage, lam, needed)
         self.pending.clear()
-        if self._dirty:
+        if self._dirty and self.policy.follows_unsettled:
             order = sorted(self.watched)
             for wid in order:
                 if wid not in self._unsettled:
@@ -275,14 +275,17 @@ class HPM:
             self.policy.observe_unsettled([self._unsettled[w] for w in order])
             self._dirty = False
 
-    def _need(self, profile: Profile, lam: float) -> int:
+    def _need(self, profile: Profiles, lam: float) -> int:
         """The K a window needs, on the members counted so far (:mod:`outoforder.core.windows.lateness`)."""
         q = self.query
-        return int(needed_slacks(from_sparse(profile), q.aggregate, q.eps, np.array([lam]))[0])
+        return int(needed_slacks(profile, q.aggregate, q.eps, np.array([lam]))[0])
 
     def _close(self, wid: int, at: int, slack: int, out: HPMOutput) -> None:
         vals = self.open.pop(wid)
-        self.watched_profile[wid] = self.open_profile.pop(wid)
+        buckets = self.open_buckets.pop(wid)
+        self.watched_profile[wid] = profiles(
+            np.zeros(len(vals), np.int64), np.array(buckets, np.int64), np.array(vals, np.float64), 1
+        )
         self._dirty = True
         lam = threshold(self.query, vals)
         end = int(self.query.windows.end_of(wid))
@@ -290,12 +293,3 @@ class HPM:
         out.emitted.append(WindowResult(wid, value, len(vals), at, slack, self.t_max - end, lam))
         self.watched[wid] = [len(vals), 0, lam]
         heapq.heappush(self._watch_heap, wid)
-
-
-def _pairs(profile: Profile) -> list[list[float]]:
-    """A sparse profile as JSON-able rows [bucket, n, Σv, min, max]."""
-    return [[b, *stats] for b, stats in sorted(profile.items())]
-
-
-def _profile(rows: Sequence[Sequence[float]]) -> Profile:
-    return {int(r[0]): [float(x) for x in r[1:]] for r in rows}

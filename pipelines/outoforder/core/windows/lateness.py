@@ -115,6 +115,30 @@ class Profiles:
         """How many windows."""
         return int(self.n.shape[0])
 
+    def count(self, bucket: int, value: float) -> None:
+        """Count one member into a one-row profile, in place (the tuple-at-a-time operator's update)."""
+        self.n[0, bucket] += 1
+        self.s1[0, bucket] += value
+        if value < self.lo[0, bucket]:
+            self.lo[0, bucket] = value
+        if value > self.hi[0, bucket]:
+            self.hi[0, bucket] = value
+
+    def sparse(self) -> list[list[float]]:
+        """A one-row profile's non-empty buckets as JSON-able rows ``[bucket, n, Σv, min, max]``."""
+        return [
+            [int(b), int(self.n[0, b]), float(self.s1[0, b]), float(self.lo[0, b]), float(self.hi[0, b])]
+            for b in np.flatnonzero(self.n[0])
+        ]
+
+    @classmethod
+    def from_sparse(cls, rows: list[list[float]]) -> Profiles:
+        """The one-row profile of :meth:`sparse`'s rows."""
+        out = cls.empty(1)
+        for b, n, s1, lo, hi in rows:
+            out.n[0, int(b)], out.s1[0, int(b)], out.lo[0, int(b)], out.hi[0, int(b)] = int(n), s1, lo, hi
+        return out
+
 
 def profiles(rows: IntArray, buckets: IntArray, values: FloatArray, n_rows: int) -> Profiles:
     """``n_rows`` profiles with members ``(rows[i], buckets[i], values[i])``."""
@@ -161,26 +185,3 @@ def coverage_at(p: Profiles, slack_us: int) -> FloatArray:
     inside = int(np.searchsorted(EDGES, int(slack_us), side="right"))  # buckets 0 … inside-1 are received
     total = p.n.sum(axis=1)
     return np.where(total > 0, p.n[:, :inside].sum(axis=1) / np.maximum(total, 1), 1.0)
-
-
-Stats = list[float]  # one bucket of a profile kept by the tuple-at-a-time operator: [n, Σv, min, max]
-
-
-def count_in(profile: dict[int, Stats], bucket: int, value: float) -> None:
-    """Count one member into a sparse profile (bucket → [n, Σv, min, max]), in place."""
-    s = profile.get(bucket)
-    if s is None:
-        profile[bucket] = [1.0, value, value, value]
-    else:
-        s[0] += 1.0
-        s[1] += value
-        s[2] = min(s[2], value)
-        s[3] = max(s[3], value)
-
-
-def from_sparse(profile: dict[int, Stats]) -> Profiles:
-    """The one-row :class:`Profiles` of a sparse profile."""
-    out = Profiles.empty(1)
-    for b, (n, s1, lo, hi) in profile.items():
-        out.n[0, b], out.s1[0, b], out.lo[0, b], out.hi[0, b] = int(n), s1, lo, hi
-    return out

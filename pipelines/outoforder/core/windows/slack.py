@@ -35,7 +35,7 @@ import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import InitVar, dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -44,9 +44,14 @@ from outoforder.errors import ConfigError
 
 
 class SlackPolicy(Protocol):
-    """What the buffered window operator asks of a policy."""
+    """What the buffered window operator asks of a policy.
+
+    ``follows_unsettled``: whether :meth:`observe_unsettled` is worth calling (the operator then
+    works out, after every arrival that changed them, what the closed windows need so far).
+    """
 
     name: str
+    follows_unsettled: ClassVar[bool]
 
     def observe_delay(self, delay_us: int) -> None:
         """Every arrival's delay, in arrival order."""
@@ -80,6 +85,7 @@ class FixedSlack:
 
     k_us: int
     name: str = "kslack"
+    follows_unsettled: ClassVar[bool] = False
 
     def observe_delay(self, delay_us: int) -> None:
         """Ignored."""
@@ -107,6 +113,7 @@ class MaxDelaySlack:
     """MP-K-slack: wait as long as the largest delay seen so far."""
 
     name: str = "mp-kslack"
+    follows_unsettled: ClassVar[bool] = False
 
     def observe_delay(self, delay_us: int) -> None:
         """Unused: the operator tracks the largest delay."""
@@ -136,6 +143,7 @@ class HPMSlack:
     controller: PDController
     resume: InitVar[PDState | None] = None
     name: str = "hpm"
+    follows_unsettled: ClassVar[bool] = False
     state: PDState = field(init=False)
 
     def __post_init__(self, resume: PDState | None) -> None:
@@ -260,6 +268,7 @@ class LatenessSlack:
     bound_us: int | None = None
     initial_us: int = 1_000_000
     name: str = "lateness"
+    follows_unsettled: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         if not (0.0 < self.delta < 1.0 and self.windows >= 1 and 0.0 <= self.headroom < 1.0):
@@ -358,6 +367,7 @@ class AQSlack:
     )
     history: int = 2_000
     name: str = "aq-kslack"
+    follows_unsettled: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         if self.history < 1:
