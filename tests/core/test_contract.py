@@ -165,12 +165,6 @@ CASES = [
         lambda: HPM(WINDOWS, LatenessSlack(windows=20, bound_us=60_000, initial_us=10_000)),
         windows_late,
     ),
-    Case(
-        "hpm-lateness-batch-control",
-        lambda: HPM(WINDOWS, LatenessSlack(windows=20, initial_us=10_000), "batch"),
-        windows_late,
-        batch_invariant=False,
-    ),
     Case("kslack-windows", lambda: HPM(WINDOWS, FixedSlack(40_000)), windows_late),
     Case("mp-kslack-windows", lambda: HPM(WINDOWS, MaxDelaySlack()), windows_late),
     Case("aq-kslack-windows", lambda: HPM(WINDOWS, AQSlack(history=50)), windows_late),
