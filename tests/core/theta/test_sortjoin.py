@@ -64,6 +64,15 @@ def test_a_band_join_tests_about_as_many_pairs_as_it_returns():
     assert got.tested == got.r.size == brute_force_count(heavy, heavy, Theta("band", 0.5))
 
 
+def test_an_infinite_value_is_tested_against_nothing_under_a_finite_band():
+    r, s = np.array([np.inf, -np.inf, 1.0]), np.array([0.0] * 7 + [np.inf, 1.0])
+    got = sorted_join(r, s, Theta("band", 0.0))
+    assert list(zip(got.r.tolist(), got.s.tolist(), strict=True)) == [(2, 8)]
+    assert got.tested == 1  # the infinities meet no run (Hypothesis found 14 tests for [inf, inf])
+    everything = sorted_join(r, s, Theta("band", np.inf))  # an infinite band still searches all of S
+    assert everything.r.size == brute_force_count(r, s, Theta("band", np.inf))
+
+
 def brute_force_count(r: np.ndarray, s: np.ndarray, theta: Theta) -> int:
     s_sorted = np.sort(s)
     total = 0

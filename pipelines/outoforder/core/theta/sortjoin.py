@@ -74,11 +74,13 @@ def candidate_runs(r: FloatArray, s_sorted: FloatArray, theta: Theta) -> tuple[I
     with np.errstate(over="ignore", invalid="ignore"):
         slack = (np.abs(r) + c) * _WIDEN
         low, high = r - c - slack, r + c + slack
-    # an infinite value or band (or an overflowing bound) is searched over all of S: rare, and
-    # the θ test then decides (|inf − inf| is NaN, never within the band)
-    whole = ~(np.isfinite(low) & np.isfinite(high))
-    lo = np.where(whole, 0, ss(s_sorted, np.where(whole, 0.0, low), "left"))
-    hi = np.where(whole, m, ss(s_sorted, np.where(whole, 0.0, high), "right"))
+    # an infinite value is within no finite band of anything (|±inf − b| is inf, or NaN for
+    # b = ±inf): its run is empty. An infinite band (or an overflowing bound) is searched over all
+    # of S: rare, and the θ test then decides
+    never = np.isinf(r) & bool(np.isfinite(c))
+    whole = ~(np.isfinite(low) & np.isfinite(high)) & ~never
+    lo = np.where(whole | never, 0, ss(s_sorted, np.where(whole | never, 0.0, low), "left"))
+    hi = np.where(whole, m, np.where(never, 0, ss(s_sorted, np.where(whole | never, 0.0, high), "right")))
     return lo.astype(np.int64), hi.astype(np.int64)
 
 
