@@ -39,6 +39,8 @@ quantile needs the values themselves, so for quantiles a window needs the covera
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -178,6 +180,21 @@ def needed_slacks(p: Profiles, aggregate: str, eps: float, lambda_thr: FloatArra
         # the bucket after the last one that misses ε (0 when none does)
         first = np.where(bad.any(axis=1), BUCKETS - np.argmax(bad[:, ::-1], axis=1), 0)
     return np.where(total > 0, edge[np.minimum(first, BUCKETS - 1)], 0).astype(np.int64)
+
+
+def need_at(needs: Iterable[int], level: float) -> int | None:
+    """The K that serves a share ``level`` of windows with these needs: their nearest-rank quantile.
+
+    None when there are no needs. The controller waits it; the checks name it as the bound a
+    target needed.
+
+    >>> need_at([0, 3_000, 1_000, 2_000], 0.75), need_at([0, 3_000, 1_000, 2_000], 0.9), need_at([], 0.9)
+    (2000, 3000, None)
+    """
+    ordered = sorted(int(n) for n in needs)
+    if not ordered:
+        return None
+    return ordered[max(math.ceil(level * len(ordered) - 1e-9), 1) - 1]
 
 
 def coverage_at(p: Profiles, slack_us: int) -> FloatArray:

@@ -31,7 +31,6 @@ persist between micro-batches, and ``restore`` loads it into a policy built from
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import InitVar, dataclass, field
@@ -40,6 +39,7 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from outoforder.core.control.pd import PDController, PDState
+from outoforder.core.windows.lateness import need_at
 from outoforder.errors import ConfigError
 
 
@@ -295,10 +295,7 @@ class LatenessSlack:
     @property
     def needed_us(self) -> int | None:
         """The K the recent windows need at :attr:`level`, unbounded (None before any evidence)."""
-        needs = sorted(self._pool())
-        if not needs:
-            return None
-        return needs[max(math.ceil(self.level * len(needs) - 1e-9), 1) - 1]
+        return need_at(self._pool(), self.level)
 
     @property
     def reachable(self) -> float | None:

@@ -15,13 +15,13 @@ the bound that (ε, δ) needed, and does not fail the task.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from outoforder.config import Settings
+from outoforder.core.windows.lateness import need_at
 from outoforder.core.windows.quality import rank_error, relative_error
 from outoforder.errors import InputError
 from outoforder.io.conflicts import retry_on_conflict
@@ -236,9 +236,9 @@ def validate(
         f"{int(settled['exact_now'].sum()):,}", f"{int(frame['value'].isna().sum()):,}",
     )  # fmt: skip
     if {s.suite: s.success for s in suites}.get("agg_feasibility") is False:
-        values = sorted(needs.values())
+        values = list(needs.values())
         within = sum(n <= int(job.max_k_us or 0) for n in values) / len(values)
-        needed = values[max(math.ceil((1.0 - job.delta) * len(values) - 1e-9), 1) - 1]
+        needed = need_at(values, 1.0 - job.delta) or 0
         log.warning(
             "[validate-aggregate] %s (%s): (ε, δ) = (%s, %s) is out of reach under the bound of %g s (a "
             "wait of the whole bound lets %.2f%% of the %d windows with a known need meet ε); it needs a "
