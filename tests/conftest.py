@@ -101,6 +101,6 @@ def load_bronze(spark, settings: Settings):
                 pdf[col] = None
         rows = [tuple(r) for r in pdf[BRONZE.schema.fieldNames()].itertuples(index=False)]
         df = spark.createDataFrame(rows, BRONZE.schema)
-        delta.append_once(df, BRONZE, settings.lake_root, f"test-{source}", 0)
+        delta.append_once(df, BRONZE, settings.lake_root, f"test-{source}", 0, settings.storage)
 
     return load

@@ -31,6 +31,9 @@ class SparkSettings:
     """How the SparkSession is built (see :mod:`outoforder.spark.session`)."""
 
     master: str = "local[2]"
+    # sc://host:port of the shared Spark Connect server (infra/spark-connect.sh): stages are its
+    # clients; empty: a classic session in the process (the --direct main job, benchmarks)
+    remote: str = ""
     shuffle_partitions: int = 4
     driver_memory: str = "3g"
     jars_dir: str = ""
@@ -40,6 +43,9 @@ class SparkSettings:
     def __post_init__(self) -> None:
         if not 1 <= self.shuffle_partitions <= 10_000:
             msg = f"spark.shuffle_partitions must be in 1..10000, got {self.shuffle_partitions}"
+            raise ConfigError(msg)
+        if self.remote and not self.remote.startswith("sc://"):
+            msg = f"spark.remote must be a Spark Connect address sc://host:port, got {self.remote!r}"
             raise ConfigError(msg)
 
     def jar_paths(self) -> list[str]:
@@ -297,6 +303,24 @@ class Settings:
         conf.update(self.spark.conf)
         return conf
 
+    def session_conf(self) -> dict[str, str]:
+        """The settings one Spark session may set for itself (SQL and Delta settings that are not static).
+
+        What a client of the shared Spark Connect server sets on its own session; the server was
+        started with all of :meth:`spark_conf`.
+        """
+        return {
+            k: v
+            for k, v in self.spark_conf(with_jars=False).items()
+            if k.startswith(("spark.sql.", "spark.databricks.delta.")) and k not in STATIC_SQL_CONF
+        }
+
+
+# SQL settings fixed when the server starts (a session cannot change them)
+STATIC_SQL_CONF = frozenset(
+    {"spark.sql.extensions", "spark.sql.catalog.spark_catalog", "spark.sql.warehouse.dir"}
+)
+
 
 def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(base)
@@ -374,6 +398,7 @@ def load_settings(
         spark_conf = {str(k): str(v) for k, v in spark.pop("conf", {}).items()}
         spark_settings = SparkSettings(
             master=env.get("OOO_SPARK_MASTER", spark.get("master", "local[2]")),
+            remote=env.get("OOO_SPARK_REMOTE", spark.get("remote", "")),
             shuffle_partitions=int(spark.get("shuffle_partitions", 4)),
             driver_memory=str(spark.get("driver_memory", "3g")),
             jars_dir=env.get("OOO_SPARK_JARS_DIR", spark.get("jars_dir", "")),

@@ -1,16 +1,17 @@
-"""Driver-side rows through Delta Kernel: ``append_rows`` and ``replace_rows`` against Spark's writer.
+"""Driver-side rows through Delta's writer, and the transaction ids read back from Delta's log.
 
-What they must keep from the Spark writes they replace: the same rows read back, the transaction
-ids that make an append idempotent, ``replaceWhere``'s slice semantics (a rerun replaces, rows
-outside the slice are not written), and no lost update when a commit lands between the look at
-the table and the Kernel commit.
+What must hold: the same rows read back as written, transaction ids that make an append idempotent
+(and that the log reader of :mod:`outoforder.io.deltalog` finds wherever the log keeps them: in the
+newest checksum, in a checkpoint, or in the commits after it), and ``replaceWhere``'s slice
+semantics (a rerun replaces, rows outside the slice are not written).
 """
+
+from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
 
-from outoforder.errors import SchemaError, WriteConflict
-from outoforder.io import delta
+from outoforder.io import delta, deltalog
 from outoforder.io.tables import JOIN_STATE, QUALITY_MEASURES, QUALITY_RUNS
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta]
@@ -27,34 +28,62 @@ def table(spark, t, settings, where=None):
     return sorted(tuple(r) for r in (df if where is None else df.where(where)).collect())
 
 
-def test_append_rows_reads_back_as_spark_wrote_it_and_is_idempotent(spark, settings):
+def state_row(**changes):
     row = {f.name: None for f in JOIN_STATE.schema.fields}
-    names = JOIN_STATE.schema.fieldNames()
     ints = {f.name for f in JOIN_STATE.schema.fields if f.dataType.typeName() == "long"}
-    row |= {n: 7 for n in ints} | {"source": SRC, "job": "qj-1"}
-    first = tuple(row[n] for n in names)
-    assert delta.append_rows(spark, JOIN_STATE, settings.lake_root, settings.storage, [first], "app", 0)
-    assert not delta.append_rows(spark, JOIN_STATE, settings.lake_root, settings.storage, [first], "app", 0)
-    again = tuple({**row, "as_of_us": 8}[n] for n in names)
-    assert not delta.append_rows(spark, JOIN_STATE, settings.lake_root, settings.storage, [again], "app", 0)
-    assert delta.append_rows(spark, JOIN_STATE, settings.lake_root, settings.storage, [again], "app", 1)
-    assert table(spark, JOIN_STATE, settings) == sorted([first, again])
-    # partition pruning and statistics work on the Kernel-written file as on Spark's
-    pruned = delta.read(spark, JOIN_STATE, settings.lake_root).where(F.col("source") == SRC)
-    assert pruned.where(F.col("as_of_us") == 8).count() == 1
-    other = tuple({**row, "source": "b"}[n] for n in names)
-    with pytest.raises(SchemaError, match="one partition"):
-        delta.append_rows(spark, JOIN_STATE, settings.lake_root, settings.storage, [first, other], "app", 2)
+    row |= {n: 7 for n in ints} | {"source": SRC, "job": "qj-1"} | changes
+    return tuple(row[n] for n in JOIN_STATE.schema.fieldNames())
 
 
-def test_replace_rows_appends_new_slices_and_replaces_old_ones(spark, settings, monkeypatch):
+def test_append_rows_reads_back_as_spark_wrote_it_and_is_idempotent(spark, settings):
     lake, storage = settings.lake_root, settings.storage
-    spark_writer = delta.replace_where
+    first, again = state_row(), state_row(as_of_us=8)
+    assert delta.append_rows(spark, JOIN_STATE, lake, storage, [first], "app", 0)
+    assert not delta.append_rows(spark, JOIN_STATE, lake, storage, [first], "app", 0)
+    assert not delta.append_rows(spark, JOIN_STATE, lake, storage, [again], "app", 0)
+    assert delta.append_rows(spark, JOIN_STATE, lake, storage, [again], "app", 1)
+    assert table(spark, JOIN_STATE, settings) == sorted([first, again])
+    # two partitions in one append
+    other = state_row(source="b", as_of_us=9)
+    assert delta.append_rows(spark, JOIN_STATE, lake, storage, [other, state_row(as_of_us=10)], "app", 2)
+    pruned = delta.read(spark, JOIN_STATE, lake).where(F.col("source") == SRC)
+    assert pruned.where(F.col("as_of_us") == 8).count() == 1
+    assert delta.committed_version(JOIN_STATE, lake, "app") == 2
+    assert delta.committed_version(JOIN_STATE, lake, "nobody") is None
 
-    def no_scan(*args, **kwargs):
-        pytest.fail("a new slice went through replaceWhere (a scan of the table)")
 
-    monkeypatch.setattr(delta, "replace_where", no_scan)
+def test_the_log_reader_finds_transactions_in_checksums_checkpoints_and_commits(spark, settings):
+    lake, storage = settings.lake_root, settings.storage
+    path = Path(JOIN_STATE.path(lake))
+    assert deltalog.newest_version(str(path)) is None and deltalog.transactions(str(path)) == {}
+    with_checkpoints = "spark.databricks.delta.properties.defaults.checkpointInterval"
+    before = spark.conf.get(with_checkpoints, None)
+    spark.conf.set(with_checkpoints, "3")  # a checkpoint at version 3 (and 6) of the new table
+    try:
+        for v in range(8):
+            delta.append_rows(spark, JOIN_STATE, lake, storage, [state_row(as_of_us=v)], f"app-{v % 3}", v)
+    finally:
+        if before is None:
+            spark.conf.unset(with_checkpoints)
+        else:
+            spark.conf.set(with_checkpoints, before)
+    log = path / "_delta_log"
+    assert sorted(p.name for p in log.glob("*.checkpoint.parquet"))  # the reader has a checkpoint to read
+    expected = {"app-0": 6, "app-1": 7, "app-2": 5}
+    newest = deltalog.newest_version(str(path))
+    assert deltalog.transactions(str(path)) == expected
+    # without checksums: the newest checkpoint and the commits after it
+    for crc in log.glob("*.crc"):
+        crc.unlink()
+    assert deltalog.transactions(str(path)) == expected
+    assert deltalog.newest_version(str(path)) == newest
+    # what Delta itself decides from the same log: a replayed (app, version) is skipped
+    assert not delta.append_rows(spark, JOIN_STATE, lake, storage, [state_row(as_of_us=99)], "app-1", 7)
+    assert delta.read(spark, JOIN_STATE, lake).where(F.col("as_of_us") == 99).count() == 0
+
+
+def test_replace_rows_appends_new_slices_and_replaces_old_ones(spark, settings):
+    lake, storage = settings.lake_root, settings.storage
     match = {"source": SRC, "job": "qj-1", "measure": "join_recall"}
     delta.replace_rows(
         spark, QUALITY_MEASURES, lake, storage, measures("qj-1", range(0, 5), 1), match, ("item", 0, 5)
@@ -67,7 +96,6 @@ def test_replace_rows_appends_new_slices_and_replaces_old_ones(spark, settings, 
     delta.replace_rows(
         spark, QUALITY_MEASURES, lake, storage, measures("qj-2", range(0, 5), 1), other, ("item", 0, 5)
     )
-    monkeypatch.setattr(delta, "replace_where", spark_writer)
     # a rerun of an old slice replaces it; rows outside the slice (item 9) are dropped, not written
     delta.replace_rows(
         spark, QUALITY_MEASURES, lake, storage, measures("qj-1", range(3, 10), 2), match, ("item", 3, 9)
@@ -75,7 +103,7 @@ def test_replace_rows_appends_new_slices_and_replaces_old_ones(spark, settings, 
     got = table(spark, QUALITY_MEASURES, settings, F.col("job") == "qj-1")
     assert got == sorted(measures("qj-1", range(0, 3), 1) + measures("qj-1", range(3, 9), 2))
     assert len(table(spark, QUALITY_MEASURES, settings, F.col("job") == "qj-2")) == 5
-    # a whole-job slice (no range) with files in it goes through replaceWhere as well
+    # a whole-job slice (no range)
     delta.replace_rows(spark, QUALITY_MEASURES, lake, storage, measures("qj-2", [1], 3), other)
     assert table(spark, QUALITY_MEASURES, settings, F.col("job") == "qj-2") == measures("qj-2", [1], 3)
 
@@ -89,53 +117,3 @@ def test_replace_rows_into_an_unpartitioned_table(spark, settings):
         spark, QUALITY_RUNS, lake, storage, [(*row[:5], False, 1, 2, ["x"], "fail", None, 6)], match
     )
     assert table(spark, QUALITY_RUNS, settings) == [(*row[:5], False, 1, 2, ["x"], "fail", None, 6)]
-
-
-def slip_in(monkeypatch, writes):
-    """Make each look at the table (``_may_hold``) be followed by the next of ``writes`` (a commit)."""
-    looked = delta._may_hold
-    pending = list(writes)
-
-    def look_then_commit(spark_, snapshot, predicate):
-        found = looked(spark_, snapshot, predicate)
-        if pending:
-            pending.pop(0)()
-        return found
-
-    monkeypatch.setattr(delta, "_may_hold", look_then_commit)
-
-
-def test_replace_rows_looks_again_when_a_commit_lands_before_its_own(spark, settings, monkeypatch):
-    lake, storage = settings.lake_root, settings.storage
-    match = {"source": SRC, "job": "qj-1", "measure": "join_recall"}
-    other = {**match, "job": "qj-2"}
-
-    def rival(job, at, slice_):
-        df = spark.createDataFrame(measures(job, [1], at), QUALITY_MEASURES.schema)
-        return lambda: delta.replace_where(df, QUALITY_MEASURES, lake, slice_, ("item", 1, 2))
-
-    # a commit to another slice in between: looked at again, still empty, appended by Kernel
-    slip_in(monkeypatch, [rival("qj-2", 9, other)])
-    delta.replace_rows(
-        spark, QUALITY_MEASURES, lake, storage, measures("qj-1", [1], 2), match, ("item", 1, 2)
-    )
-    assert table(spark, QUALITY_MEASURES, settings) == sorted(
-        measures("qj-1", [1], 2) + measures("qj-2", [1], 9)
-    )
-    # a commit into the same slice in between: the second look finds it, replaceWhere replaces it
-    slip_in(monkeypatch, [rival("qj-1", 7, match)])
-    delta.replace_rows(
-        spark, QUALITY_MEASURES, lake, storage, measures("qj-1", [1], 3), {**match}, ("item", 1, 2)
-    )
-    slip_in(monkeypatch, [])
-    got = table(spark, QUALITY_MEASURES, settings)
-    assert got == sorted(measures("qj-1", [1], 3) + measures("qj-2", [1], 9))
-    # a commit before every look: the conflict goes to the caller's retry, nothing of it is visible
-    busy = [rival("qj-2", 10 + k, other) for k in range(delta._LOOKS)]
-    slip_in(monkeypatch, busy)
-    with pytest.raises(WriteConflict):
-        delta.replace_rows(
-            spark, QUALITY_MEASURES, lake, storage, measures("qj-1", [5], 4), match, ("item", 5, 6)
-        )
-    slip_in(monkeypatch, [])
-    assert table(spark, QUALITY_MEASURES, settings, F.col("job") == "qj-1") == measures("qj-1", [1], 3)

@@ -5,7 +5,7 @@ import gzip
 import pytest
 from pyspark.sql import functions as F
 
-from outoforder.io import delta
+from outoforder.io import delta, deltalog
 from outoforder.io.tables import BRONZE, INGEST_LOG, QUARANTINE, SEQ_PER_FILE
 from outoforder.quality.bronze import validate_bronze
 from outoforder.stages.cli import main
@@ -28,17 +28,15 @@ def write(path, lines, gz=False):
 
 
 def version(spark, table, settings):
-    from delta.tables import DeltaTable
-
-    return DeltaTable.forPath(spark, table.path(settings.lake_root)).history(1).first()["version"]
+    return deltalog.newest_version(table.path(settings.lake_root))
 
 
 def test_delta_round_trip_and_transaction_ids_make_appends_idempotent(spark, settings):
     delta.ensure(spark, QUARANTINE, settings.lake_root)
     rows = [("s", "id", "f", 1, "raw", "column_count", "d")]
     df = spark.createDataFrame(rows, QUARANTINE.schema)
-    delta.append_once(df, QUARANTINE, settings.lake_root, "app", 0)
-    delta.append_once(df, QUARANTINE, settings.lake_root, "app", 0)  # replay: skipped by Delta
+    assert delta.append_once(df, QUARANTINE, settings.lake_root, "app", 0)
+    assert not delta.append_once(df, QUARANTINE, settings.lake_root, "app", 0)  # replay: skipped
     back = delta.read(spark, QUARANTINE, settings.lake_root).collect()
     assert [tuple(r) for r in back] == rows
     delta.append_once(df, QUARANTINE, settings.lake_root, "app", 1)  # next version: applied
@@ -120,21 +118,21 @@ def test_an_interrupted_ingest_resumes_without_loss_or_duplicates(spark, setting
     small = dataclasses.replace(settings, ingest=ingest)
     f = write(tmp_path / "big.csv", [*soccer_lines(100), soccer_lines(1)[0]])  # the last line repeats
     g = write(tmp_path / "other.csv", soccer_lines(40, start=1000))
-    real_commit = delta.commit_files
+    real_append = delta.append_once
 
-    def crash_after_bronze(spark_, table, *args, **kwargs):
-        committed = real_commit(spark_, table, *args, **kwargs)
+    def crash_after_bronze(df, table, *args, **kwargs):
+        committed = real_append(df, table, *args, **kwargs)
         if table is BRONZE:
             raise RuntimeError("simulated crash")
         return committed
 
-    monkeypatch.setattr(delta, "commit_files", crash_after_bronze)
+    monkeypatch.setattr(delta, "append_once", crash_after_bronze)
     with pytest.raises(RuntimeError, match="simulated crash"):
         ingest_file(spark, small, f, "debs2013", "t/crash")
     # bronze is committed, the quarantined duplicate and the log's done row are not
     assert delta.read(spark, BRONZE, small.lake_root).count() == 100
     assert delta.read(spark, QUARANTINE, small.lake_root).count() == 0
-    monkeypatch.setattr(delta, "commit_files", real_commit)
+    monkeypatch.setattr(delta, "append_once", real_append)
     # another file gets in between: it must not take the crashed file's sequence numbers
     other = ingest_file(spark, small, g, "debs2013", "t/other")
     s = ingest_file(spark, small, f, "debs2013", "t/crash")

@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from outoforder.errors import ConfigError
+from outoforder.spark.estimates import parallelism
 from outoforder.spark.mcf import SAMPLE_KEYS, estimate_kept, prefilter
 
 pytestmark = [pytest.mark.spark]
@@ -74,7 +75,7 @@ def test_mcf_drops_most_absent_keys_and_reports_its_filters(spark):
     b = wide(spark, 1, [(i, float(i * 10)) for i in range(2_000)])
     _, stats = prefilter([a, b], ["s0_v", "s1_v"], "mcf")
     # built by the executors: Spark cannot size these frames, so a shard per core each
-    assert stats.applied and stats.shards == 2 * spark.sparkContext.defaultParallelism
+    assert stats.applied and stats.shards == 2 * parallelism(spark)
     assert stats.rows_kept[0] >= 200  # keys 0, 10, …, 1990 join
     assert stats.rows_kept[0] <= 200 + 0.01 * 1_800  # f = 16: ε ≈ 1.2e-4 per absent key
     assert stats.distinct_keys == [2_000, 2_000] and stats.filter_bytes > 0  # counted by the build

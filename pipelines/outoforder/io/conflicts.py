@@ -22,6 +22,7 @@ import functools
 import logging
 import os
 import random
+import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -44,24 +45,34 @@ def conflicts_seen() -> dict[str, int]:
     return dict(_seen)
 
 
+# Delta's error conditions of a commit that lost to a concurrent one (a classic session raises
+# them as delta.exceptions classes, a Spark Connect client as Spark's errors carrying the condition)
+CONFLICT_CONDITIONS = (
+    "DELTA_CONCURRENT_APPEND",
+    "DELTA_CONCURRENT_DELETE_DELETE",
+    "DELTA_CONCURRENT_DELETE_READ",
+    "DELTA_CONCURRENT_TRANSACTION",
+    "DELTA_CONCURRENT_WRITE",
+    "DELTA_METADATA_CHANGED",
+    "DELTA_PROTOCOL_CHANGED",
+)
+
+
 def _retryable(e: BaseException) -> bool:
-    if isinstance(e, WriteConflict):  # a Delta Kernel commit lost (io.delta.commit_files)
+    """Whether ``e`` is a Delta commit that lost to a concurrent one (its condition, or its message's).
+
+    >>> _retryable(ValueError("[DELTA_CONCURRENT_APPEND.WITH_PARTITION_HINT] Transaction conflict"))
+    True
+    >>> _retryable(ValueError("DELTA_CONCURRENT_APPEND")), _retryable(WriteConflict("lost"))
+    (False, True)
+    """
+    if isinstance(e, WriteConflict):
         return True
-    try:
-        from delta.exceptions import base
-    except ImportError:  # no Delta, so no Delta conflict
-        return False
-    kinds = (
-        base.DeltaConcurrentModificationException,
-        base.ConcurrentWriteException,
-        base.MetadataChangedException,
-        base.ProtocolChangedException,
-        base.ConcurrentAppendException,
-        base.ConcurrentDeleteReadException,
-        base.ConcurrentDeleteDeleteException,
-        base.ConcurrentTransactionException,
-    )
-    return isinstance(e, kinds)
+    found = getattr(e, "getCondition", lambda: None)() or ""
+    if not found:  # a classic session's Delta exceptions carry the condition in their message only
+        leading = re.match(r"\[([A-Z_.]+)\]", str(e).lstrip())
+        found = leading.group(1) if leading else ""
+    return any(found == c or found.startswith(c + ".") for c in CONFLICT_CONDITIONS)
 
 
 def _attempts() -> int:

@@ -1,31 +1,54 @@
 """Reading and writing Delta tables: the only module that touches storage.
 
-Writes are idempotent through Delta's transaction identifiers (``txnAppId`` / ``txnVersion``): a
+Appends are idempotent through Delta's transaction identifiers (``txnAppId`` / ``txnVersion``): a
 write tagged with an (app id, version) that the table has already committed is skipped by Delta
-itself, so re-running a batch after a crash or a retry changes nothing.
+itself, so re-running a batch after a crash or a retry changes nothing. MERGE, DELETE and the
+maintenance statements are Delta's SQL. Nothing here needs more of Spark than DataFrames and SQL,
+so the same code runs on a classic session and as a client of the shared Spark Connect server
+(no py4j, no Delta Python API, which Spark Connect lacks).
 """
 
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import delta.exceptions  # noqa: F401 (a classic session then raises Delta's conflicts with their condition)
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from outoforder.config import StorageSettings
-from outoforder.errors import SchemaError, WriteConflict
+from outoforder.config import StorageSettings, is_remote
+from outoforder.errors import SchemaError
+from outoforder.io import deltalog
 from outoforder.io.tables import ALL_TABLES, VOLATILE_COLUMNS, Table
 
 
 def exists(spark: SparkSession, table: Table, lake_root: Path | str) -> bool:
-    """Whether the Delta table has been created."""
-    from delta.tables import DeltaTable
+    """Whether the Delta table has been created.
 
-    return bool(DeltaTable.isDeltaTable(spark, table.path(lake_root)))
+    A local lake's log is looked at directly; an object store's through Spark (the analysis of a
+    read, no job), remembered once the table is there (a table is never dropped).
+    """
+    path = table.path(lake_root)
+    if not is_remote(path):
+        return deltalog.newest_version(path) is not None
+    if path in _known:
+        return True
+    from pyspark.errors import AnalysisException
+
+    try:
+        spark.read.format("delta").load(path).schema  # noqa: B018 (the analysis is the question)
+    except AnalysisException:
+        return False
+    _known.add(path)
+    return True
+
+
+_known: set[str] = set()
 
 
 def ensure(spark: SparkSession, table: Table, lake_root: Path | str) -> None:
@@ -53,14 +76,34 @@ def conform(df: DataFrame, table: Table) -> DataFrame:
     return df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in table.schema.fields])
 
 
-def append_once(df: DataFrame, table: Table, lake_root: Path | str, app_id: str, version: int) -> bool:
+def committed_version(
+    table: Table, lake_root: Path | str, app_id: str, storage: StorageSettings | None = None
+) -> int | None:
+    """The newest transaction version committed to ``table`` under ``app_id`` (None: none yet).
+
+    Read from the table's log (:mod:`outoforder.io.deltalog`); ``storage`` is needed for a lake on
+    the object store.
+    """
+    return deltalog.committed_version(table.path(lake_root), app_id, storage)
+
+
+def append_once(
+    df: DataFrame,
+    table: Table,
+    lake_root: Path | str,
+    app_id: str,
+    version: int,
+    storage: StorageSettings | None = None,
+    options: Mapping[str, str] | None = None,
+) -> bool:
     """Append ``df`` unless this (app_id, version) -- or a later version of app_id -- was committed.
 
     Returns whether it appended. The table's transaction ids are looked at first, so a rerun
-    neither computes ``df`` nor writes; the write itself carries the id too, so of two attempts
-    racing past the look, Delta commits one.
+    neither computes ``df`` nor writes; the write itself carries the id too (Delta's idempotent
+    write), so of two attempts racing past the look, Delta commits one. ``storage``: the object
+    store's settings, needed to look at a lake on it; ``options``: more options of Spark's writer.
     """
-    done = committed_version(df.sparkSession, table, lake_root, app_id)
+    done = committed_version(table, lake_root, app_id, storage)
     if done is not None and done >= version:
         return False
     writer = (
@@ -70,205 +113,12 @@ def append_once(df: DataFrame, table: Table, lake_root: Path | str, app_id: str,
         .option("txnAppId", app_id)
         .option("txnVersion", version)
         .option("mergeSchema", "true")  # tables written before a column was added gain it
+        .options(**(options or {}))
     )
     if table.partition_by:
         writer = writer.partitionBy(*table.partition_by)
     writer.save(table.path(lake_root))
     return True
-
-
-def _kernel(spark: SparkSession) -> tuple[Any, Any, Any]:
-    """The JVM, Delta Kernel's classes and an engine on the session's Hadoop configuration (s3a included)."""
-    jvm = spark.sparkContext._jvm
-    if jvm is None:
-        msg = "committing files needs a classic Spark session with a JVM (not Spark Connect)"
-        raise SchemaError(msg)
-    engine = _engines.get(id(spark.sparkContext))
-    if engine is None:
-        conf = spark.sparkContext._jsc.hadoopConfiguration()
-        engine = jvm.io.delta.kernel.defaults.engine.DefaultEngine.create(conf)
-        _engines[id(spark.sparkContext)] = engine
-    return jvm, jvm.io.delta.kernel, engine
-
-
-_engines: dict[int, Any] = {}
-
-
-def _snapshot(spark: SparkSession, table: Table, lake_root: Path | str) -> Any:
-    _, kernel, engine = _kernel(spark)
-    return kernel.TableManager.loadSnapshot(table.path(lake_root)).build(engine)
-
-
-def _transaction(
-    spark: SparkSession,
-    table: Table,
-    lake_root: Path | str,
-    app: tuple[str, int] | None,
-    snapshot: Any = None,
-    retries: int | None = None,
-) -> Any:
-    """A Kernel write transaction on ``snapshot`` (default: the newest).
-
-    ``retries`` 0 commits only right after that snapshot: a concurrent commit raises instead of
-    being rebased over (what a write that looked at the snapshot first needs).
-    """
-    _, kernel, engine = _kernel(spark)
-    snapshot = snapshot if snapshot is not None else _snapshot(spark, table, lake_root)
-    builder = snapshot.buildUpdateTableTransaction("outoforder", kernel.Operation.WRITE)
-    if app is not None:
-        builder = builder.withTransactionId(app[0], app[1])
-    if retries is not None:
-        builder = builder.withMaxRetries(retries)
-    return builder.build(engine)
-
-
-def _partition(spark: SparkSession, table: Table, partition: Mapping[str, str]) -> Any:
-    if sorted(partition) != sorted(table.partition_by):
-        msg = f"{table.name} is partitioned by {table.partition_by}, got values for {sorted(partition)}"
-        raise SchemaError(msg)
-    jvm, kernel, _ = _kernel(spark)
-    values = jvm.java.util.HashMap()
-    for col, value in partition.items():
-        values.put(col, kernel.expressions.Literal.ofString(value))
-    return values
-
-
-def table_folder(
-    spark: SparkSession, table: Table, lake_root: Path | str, partition: Mapping[str, str]
-) -> str:
-    """Where the files of one partition of ``table`` go (Delta's own path escaping), as a path or URI."""
-    ensure(spark, table, lake_root)
-    return _folder(spark, table, _transaction(spark, table, lake_root, None), partition)
-
-
-def _folder(spark: SparkSession, table: Table, txn: Any, partition: Mapping[str, str]) -> str:
-    jvm, kernel, engine = _kernel(spark)
-    state = txn.getTransactionState(engine)
-    target = kernel.Transaction.getWriteContext(engine, state, _partition(spark, table, partition))
-    return str(jvm.org.apache.hadoop.fs.Path(target.getTargetDirectory()).toString())
-
-
-def stats_columns(table: Table) -> list[str]:
-    """The columns Delta keeps file statistics of: the first 32 that are not partition columns."""
-    return [f.name for f in table.schema.fields if f.name not in table.partition_by][:32]
-
-
-def committed_version(spark: SparkSession, table: Table, lake_root: Path | str, app_id: str) -> int | None:
-    """The newest transaction version committed to ``table`` under ``app_id`` (None: none yet)."""
-    _, kernel, engine = _kernel(spark)
-    if not exists(spark, table, lake_root):
-        return None
-    snapshot = kernel.TableManager.loadSnapshot(table.path(lake_root)).build(engine)
-    found = snapshot.getLatestTransactionVersion(engine, app_id)
-    return int(found.get()) if found.isPresent() else None
-
-
-def commit_files(
-    spark: SparkSession,
-    table: Table,
-    lake_root: Path | str,
-    partition: Mapping[str, str],
-    files: Sequence[Any],
-    app_id: str,
-    version: int,
-) -> bool:
-    """Commit Parquet files written by tasks (:class:`outoforder.io.files.WrittenFile`) as one append.
-
-    Idempotent like :func:`append_once`: nothing is committed when ``(app_id, version)`` (or a later
-    version of ``app_id``) is in the table already, and False is returned. Delta Kernel writes the
-    commit (with the transaction id) and, every tenth version, the checkpoint that keeps reads fast.
-    A concurrent writer's commit is retried by Kernel; one that changed the table's schema raises
-    :class:`~outoforder.errors.WriteConflict`, which the caller's conflict retry redoes
-    (:mod:`outoforder.io.conflicts`).
-    """
-    from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
-
-    ensure(spark, table, lake_root)
-    done = committed_version(spark, table, lake_root, app_id)
-    if done is not None and done >= version:
-        return False
-    try:
-        txn = _transaction(spark, table, lake_root, (app_id, version))
-    except Py4JJavaError as e:
-        if "ConcurrentTransactionException" in str(e.java_exception.getClass().getName()):
-            return False  # another attempt committed this transaction id since the check above
-        raise
-    return _commit(spark, table, txn, partition, files, f"this append ({app_id}, {version})")
-
-
-def _commit(
-    spark: SparkSession, table: Table, txn: Any, partition: Mapping[str, str], files: Sequence[Any], what: str
-) -> bool:
-    """Commit ``files`` (of one partition) in ``txn``; False if its transaction id was committed meanwhile."""
-    from py4j.protocol import Py4JJavaError
-
-    jvm, kernel, engine = _kernel(spark)
-    state = txn.getTransactionState(engine)
-    context = kernel.Transaction.getWriteContext(engine, state, _partition(spark, table, partition))
-    schema = txn.getSchema(engine)
-    statuses = jvm.java.util.ArrayList()
-    for f in files:
-        stats = kernel.statistics.DataFileStatistics.deserializeFromJson(f.stats, schema)
-        statuses.add(kernel.utils.DataFileStatus(f.uri, f.size, f.modified_ms, stats))
-    actions = kernel.Transaction.generateAppendActions(
-        engine, state, kernel.internal.util.Utils.toCloseableIterator(statuses.iterator()), context
-    )
-    try:
-        result = txn.commit(engine, kernel.utils.CloseableIterable.inMemoryIterable(actions))
-    except Py4JJavaError as e:
-        name = str(e.java_exception.getClass().getName())
-        if name.endswith("ConcurrentTransactionException"):
-            return False
-        if name.endswith(("ConcurrentWriteException", "MaxCommitRetryLimitReachedException")):
-            msg = f"a concurrent commit to {table.name} conflicts with {what}"
-            raise WriteConflict(msg) from e
-        raise
-    for hook in result.getPostCommitHooks():
-        hook.threadSafeInvoke(engine)
-    return True
-
-
-# --- a few rows from the driver ----------------------------------------------------------------
-#
-# A state row, a check's verdicts, the measures of the periods it judged: a handful of rows that
-# the driver holds anyway. Spark's writer spends about a second on each such commit (planning, a
-# job, a replaceWhere's scan for the rows it replaces); one Parquet file written here and a Kernel
-# commit take about a tenth of that, and an interval writes several (docs/benchmarks/scale.md).
-
-
-_STATS_TYPES = frozenset({"long", "integer", "double", "string", "boolean"})
-
-
-def _rows_file(
-    spark: SparkSession, table: Table, txn: Any, storage: StorageSettings, rows: Sequence[Sequence[Any]]
-) -> tuple[dict[str, str], Any]:
-    """``rows`` (the table's column order, one partition) as one Parquet file in their partition's folder."""
-    import pyarrow as pa
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    from outoforder.io.files import write_parquet
-
-    names = table.schema.fieldNames()
-    records = [dict(zip(names, r, strict=True)) for r in rows]
-    partitions = {tuple(str(r[c]) for c in table.partition_by) for r in records}
-    if len(partitions) != 1:
-        msg = (
-            f"rows for {table.name} must lie in one partition of {table.partition_by}, got {len(partitions)}"
-        )
-        raise SchemaError(msg)
-    partition = dict(zip(table.partition_by, partitions.pop(), strict=True))
-    data = pa.Table.from_pylist(records, schema=to_arrow_schema(table.schema)).drop_columns(
-        list(table.partition_by)
-    )
-    flat = {f.name for f in table.schema.fields if f.dataType.typeName() in _STATS_TYPES}
-    stats = [c for c in stats_columns(table) if c in flat]
-    folder = _folder(spark, table, txn, partition)
-    return partition, write_parquet(data, folder, "part-driver", storage, stats)
-
-
-def _same_schema(table: Table, snapshot: Any) -> bool:
-    """Whether the table on disk has exactly the declared columns (else Spark's writer merges them)."""
-    return list(snapshot.getSchema().fieldNames()) == table.schema.fieldNames()
 
 
 def append_rows(
@@ -280,68 +130,13 @@ def append_rows(
     app_id: str,
     version: int,
 ) -> bool:
-    """Append a few driver-side rows (table column order, one partition) once, like :func:`append_once`.
-
-    Written as one Parquet file and committed by Delta Kernel with the transaction id; a table
-    whose columns differ from the declared ones (written before a column was added) goes through
-    Spark's writer instead, which merges the schema.
-    """
-    ensure(spark, table, lake_root)
+    """Append a few driver-side rows (the table's column order) once, like :func:`append_once`."""
     if not rows:
         return False
-    snapshot = _snapshot(spark, table, lake_root)
-    if not _same_schema(table, snapshot):
-        return append_once(spark.createDataFrame(list(rows), table.schema), table, lake_root, app_id, version)
-    _, _, engine = _kernel(spark)
-    done = snapshot.getLatestTransactionVersion(engine, app_id)
-    if done.isPresent() and int(done.get()) >= version:
-        return False
-    txn = _transaction(spark, table, lake_root, (app_id, version), snapshot=snapshot)
-    partition, written = _rows_file(spark, table, txn, storage, rows)
-    return _commit(spark, table, txn, partition, [written], f"this append ({app_id}, {version})")
-
-
-def _slice_predicate(
-    spark: SparkSession, match: Mapping[str, str | int], between: tuple[str, int, int] | None
-) -> Any:
-    _, kernel, _ = _kernel(spark)
-    ex = kernel.expressions
-
-    def lit(v: str | int) -> Any:
-        return ex.Literal.ofString(v) if isinstance(v, str) else ex.Literal.ofLong(v)
-
-    def cmp(op: str, col: str, v: str | int) -> Any:
-        return ex.Predicate(op, ex.Column(col), lit(v))
-
-    parts = [cmp("=", c, v) for c, v in match.items()]
-    if between is not None:
-        col, lo, hi = between
-        parts += [cmp(">=", col, lo), cmp("<", col, hi)]
-    pred = parts[0]
-    for p in parts[1:]:
-        pred = ex.And(pred, p)
-    return pred
-
-
-def _may_hold(spark: SparkSession, snapshot: Any, predicate: Any) -> bool:
-    """Whether any file of ``snapshot`` may hold a row matching ``predicate`` (partitions and statistics)."""
-    _, _, engine = _kernel(spark)
-    files = snapshot.getScanBuilder().withFilter(predicate).build().getScanFiles(engine)
-    try:
-        while files.hasNext():
-            batch = files.next()
-            selected = batch.getRows()
-            try:
-                if selected.hasNext():
-                    return True
-            finally:
-                selected.close()
-        return False
-    finally:
-        files.close()
-
-
-_LOOKS = 5  # commits that may land between a look and the append before the caller's retry takes over
+    ensure(spark, table, lake_root)
+    return append_once(
+        spark.createDataFrame(list(rows), table.schema), table, lake_root, app_id, version, storage
+    )
 
 
 def replace_rows(
@@ -353,44 +148,9 @@ def replace_rows(
     match: dict[str, str | int],
     between: tuple[str, int, int] | None = None,
 ) -> None:
-    """:func:`replace_where` for a few driver-side rows (table column order, one partition).
-
-    When no file of the table can hold a row of the slice (by partition and file statistics: the
-    usual case, a check judging periods for the first time), the rows are appended by Delta Kernel
-    in a commit that must directly follow the snapshot that was looked at. When another commit
-    lands in between (another check's verdicts in ``gold/quality_runs``), the look is repeated on
-    the new snapshot, as Delta's own conflict check would: only a commit that may have added rows
-    to the slice sends the write to ``replaceWhere``. Otherwise, or when the table's columns differ
-    from the declared ones, Spark's ``replaceWhere`` replaces the slice.
-    """
-    ensure(spark, table, lake_root)
-    names = table.schema.fieldNames()
-
-    def inside(r: Sequence[Any]) -> bool:
-        d = dict(zip(names, r, strict=True))
-        ok = all(d[c] == v for c, v in match.items())
-        return ok and (between is None or between[1] <= d[between[0]] < between[2])
-
-    kept = [r for r in rows if inside(r)]  # as replace_where: nothing outside the slice is written
-    predicate = _slice_predicate(spark, match, between)
-    written = None
-    for attempt in range(_LOOKS):
-        snapshot = _snapshot(spark, table, lake_root)
-        if not _same_schema(table, snapshot) or _may_hold(spark, snapshot, predicate):
-            replace_where(spark.createDataFrame(kept, table.schema), table, lake_root, match, between)
-            return
-        if not kept:
-            return
-        txn = _transaction(spark, table, lake_root, None, snapshot=snapshot, retries=0)
-        written = written or _rows_file(
-            spark, table, txn, storage, kept
-        )  # written once, committed by any try
-        try:
-            _commit(spark, table, txn, written[0], [written[1]], f"replacing {where_sql(match)}")
-            return
-        except WriteConflict:
-            if attempt == _LOOKS - 1:
-                raise
+    """:func:`replace_where` for a few driver-side rows (the table's column order)."""
+    del storage  # the slice is replaced by Delta's own write: nothing of the store is looked at here
+    replace_where(spark.createDataFrame(list(rows), table.schema), table, lake_root, match, between)
 
 
 def sql_literal(value: str | int) -> str:
@@ -479,11 +239,8 @@ def merge_new(
     as its results table grew (docs/reliability.md, section 5). ``df`` is aggregated once for the
     range, so it should be cached or checkpointed.
     """
-    from delta.tables import DeltaTable
-
     spark = df.sparkSession
     ensure(spark, table, lake_root)
-    target = DeltaTable.forPath(spark, table.path(lake_root))
     clauses = [f"t.{k} = n.{k}" for k in keys]
     if prune:
         unknown = sorted(set(prune) - set(keys))
@@ -496,13 +253,11 @@ def merge_new(
                 f"t.{c} BETWEEN {int(span[2 * i])} AND {int(span[2 * i + 1])}" for i, c in enumerate(prune)
             ]
     # the MERGE's own metrics, not the table's newest commit: that may be another writer's
-    merge = (
-        target.alias("t")
-        .merge(conform(df, table).alias("n"), " AND ".join(clauses))
-        .whenNotMatchedInsertAll()
-    )
-    with _merge_broadcast_limit(spark):
-        row = merge.execute().first()
+    with _view(conform(df, table)) as new, _merge_broadcast_limit(spark):
+        row = spark.sql(
+            f"MERGE INTO {table_sql(table, lake_root)} AS t USING {new} AS n ON {' AND '.join(clauses)} "
+            "WHEN NOT MATCHED THEN INSERT *"
+        ).first()
     return 0 if row is None else int(row["num_inserted_rows"])
 
 
@@ -522,8 +277,6 @@ def delete_where(
     (one cheap read) unless ``look_first`` is off; ``only_look`` only looks. Returns whether
     anything matched (True when it did not look).
     """
-    from delta.tables import DeltaTable
-
     if not exists(spark, table, lake_root):
         return False
     cond = where_sql(match)
@@ -532,7 +285,7 @@ def delete_where(
     if (look_first or only_look) and not read(spark, table, lake_root).where(cond).limit(1).count():
         return False
     if not only_look:
-        DeltaTable.forPath(spark, table.path(lake_root)).delete(cond)
+        spark.sql(f"DELETE FROM {table_sql(table, lake_root)} WHERE {cond}").collect()
     return True
 
 
@@ -551,17 +304,42 @@ def upsert(
     new rows as ``n``). Rows of ``df`` that match nothing are inserted whole. Extra columns of
     ``df`` (flags the conditions use) are allowed; the inserted row has the table's columns.
     """
-    from delta.tables import DeltaTable
-
     spark = df.sparkSession
     ensure(spark, table, lake_root)
     on = " AND ".join([where_sql(match, alias="t"), *(f"t.{k} = n.{k}" for k in keys)])
-    merge = DeltaTable.forPath(spark, table.path(lake_root)).alias("t").merge(df.alias("n"), on)
-    for condition, columns in updates:
-        merge = merge.whenMatchedUpdate(condition=condition, set={c: f"n.{c}" for c in columns})
-    merge = merge.whenNotMatchedInsert(values={f.name: f"n.{f.name}" for f in table.schema.fields})
-    with _merge_broadcast_limit(spark):
-        merge.execute()
+    clauses = [
+        f"WHEN MATCHED AND ({condition}) THEN UPDATE SET {', '.join(f'{c} = n.{c}' for c in columns)}"
+        for condition, columns in updates
+    ]
+    names = [f.name for f in table.schema.fields]
+    clauses.append(
+        f"WHEN NOT MATCHED THEN INSERT ({', '.join(names)}) VALUES ({', '.join(f'n.{c}' for c in names)})"
+    )
+    with _view(df) as new, _merge_broadcast_limit(spark):
+        spark.sql(
+            f"MERGE INTO {table_sql(table, lake_root)} AS t USING {new} AS n ON {on} {' '.join(clauses)}"
+        ).collect()
+
+
+def table_sql(table: Table, lake_root: Path | str) -> str:
+    """The table as SQL names it (``delta.`<path>```), for MERGE, DELETE and maintenance statements.
+
+    >>> from outoforder.io.tables import BRONZE
+    >>> table_sql(BRONZE, "/tmp/a`b")
+    'delta.`/tmp/a``b/bronze/arrivals`'
+    """
+    return "delta.`" + table.path(lake_root).replace("`", "``") + "`"
+
+
+@contextmanager
+def _view(df: DataFrame) -> Iterator[str]:
+    """``df`` as a temporary view of a fresh name (the source of a SQL MERGE), dropped afterwards."""
+    name = f"ooo_{uuid.uuid4().hex}"
+    df.createOrReplaceTempView(name)
+    try:
+        yield name
+    finally:
+        df.sparkSession.catalog.dropTempView(name)
 
 
 _BROADCAST_KEYS = ("spark.sql.autoBroadcastJoinThreshold", "spark.sql.adaptive.autoBroadcastJoinThreshold")
@@ -674,22 +452,18 @@ def maintain(
     one side retries (see :mod:`outoforder.io.conflicts`). Returns the file counts before and
     after compaction and how many unreferenced files VACUUM deleted.
     """
-    from delta.tables import DeltaTable
-
     if not exists(spark, table, lake_root):
         return {"files_before": 0, "files_after": 0, "vacuumed": 0}
-    path = table.path(lake_root)
-    target = DeltaTable.forPath(spark, path)
+    name = table_sql(table, lake_root)
 
     def files() -> int:
-        row = target.detail().select("numFiles").first()
+        row = spark.sql(f"DESCRIBE DETAIL {name}").select("numFiles").first()
         return 0 if row is None else int(row[0])
 
     before = files()
     if optimize:
-        target.optimize().executeCompaction()
+        spark.sql(f"OPTIMIZE {name}").collect()
     after = files()
-    quoted = path.replace("`", "``")
-    doomed = spark.sql(f"VACUUM delta.`{quoted}` DRY RUN").count()
-    target.vacuum()
+    doomed = spark.sql(f"VACUUM {name} DRY RUN").count()
+    spark.sql(f"VACUUM {name}").collect()
     return {"files_before": before, "files_after": after, "vacuumed": int(doomed)}

@@ -54,6 +54,7 @@ from pyspark.sql import functions as F
 
 from outoforder.core.mcf.cuckoo import CuckooFilter
 from outoforder.errors import ConfigError
+from outoforder.spark.estimates import UNKNOWN_BYTES, estimated_bytes, parallelism, row_size
 
 log = logging.getLogger(__name__)
 
@@ -197,12 +198,7 @@ def prefilter(
 
 def _row_bytes(frames: Sequence[DataFrame]) -> float:
     """Spark's size estimate of a row (8 bytes of header and each column's default size), averaged."""
-    return sum(_row_size(f) for f in frames) / len(frames)
-
-
-def _row_size(df: DataFrame) -> int:
-    """Spark's own estimate of a row's bytes: a header of 8 and each column's default size."""
-    return 8 + int(df._jdf.schema().defaultSize())
+    return sum(row_size(f) for f in frames) / len(frames)
 
 
 def _filtered(
@@ -307,12 +303,10 @@ def _flat(lists: Any) -> np.ndarray[Any, np.dtype[np.int64]]:
 
 def _shards(df: DataFrame) -> int:
     """Filter shards for a frame: about :data:`KEYS_PER_SHARD` rows each, from Spark's size estimate."""
-    from outoforder.spark.theta import estimated_bytes
-
     size = estimated_bytes(df)
-    if size >= (1 << 62):  # Spark cannot tell: one shard per core
-        return max(1, df.sparkSession.sparkContext.defaultParallelism)
-    return max(1, math.ceil(size / _row_size(df) / KEYS_PER_SHARD))
+    if size == UNKNOWN_BYTES:  # Spark cannot tell: one shard per core
+        return parallelism(df.sparkSession)
+    return max(1, math.ceil(size / row_size(df) / KEYS_PER_SHARD))
 
 
 def _local(spark: Any, rows: pa.Table, schema: str) -> DataFrame:

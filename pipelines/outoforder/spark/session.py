@@ -1,13 +1,21 @@
-"""The one place a SparkSession is built: Delta-enabled, local[2] by default, settings from config.
+"""The one place a SparkSession is built: a client of the shared Spark Connect server, or a classic one.
 
-Delta's jars (and s3a's, for a lake on object storage) come from the Maven cache that
-infra/setup.sh fills and go on the class path (never ``spark.jars.packages``, which resolves
-through Ivy on every start and dies offline). The same settings
-(:meth:`outoforder.config.Settings.spark_conf`) go to spark-submit from Airflow.
+Every task of the pipeline is a client of one long-lived Spark application, the Spark Connect
+server of ``infra/spark-connect.sh`` (``spark.remote`` / ``OOO_SPARK_REMOTE``): a client connects
+in a fraction of a second instead of starting a JVM, and sets only its own session's SQL settings
+(:meth:`outoforder.config.Settings.session_conf`); the server was started with all of them, Delta's
+jars and the lake's storage. Without a remote, the process builds a classic session of its own:
+Delta-enabled, ``local[2]`` by default (the in-process main job, the benchmarks). Delta's jars (and
+s3a's) come from the Maven cache that infra/setup.sh fills and go on the class path, never through
+``spark.jars.packages`` (which resolves through Ivy on every start and dies offline).
+
+A session that is already running in the process is returned as it is: its settings are the ones
+its creator chose (a test's session keeps the tests' settings when a stage runs in-process).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import TYPE_CHECKING
 
@@ -16,19 +24,49 @@ from outoforder.config import Settings, load_settings
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+log = logging.getLogger(__name__)
+
 
 def get_spark(settings: Settings | None = None, app_name: str = "outoforder") -> SparkSession:
-    """Build (or return the running) Delta-enabled SparkSession."""
+    """The running session, else a client of ``spark.remote``, else a new classic session."""
+    from pyspark.errors import PySparkRuntimeError
     from pyspark.sql import SparkSession
 
+    try:
+        return SparkSession.active()  # the thread's active session, else the process's default one
+    except PySparkRuntimeError as e:
+        if e.getCondition() != "NO_ACTIVE_OR_DEFAULT_SESSION":
+            raise
     settings = settings or load_settings()
+    if settings.spark.remote:
+        return connect(settings)
     builder = SparkSession.builder.appName(app_name)
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
-        # Not under spark-submit: we choose the master. Under spark-submit (Airflow), the
-        # --master of the Spark connection wins, so local and cluster runs use one code path.
+        # Not under spark-submit: we choose the master. Under spark-submit (a deployment that
+        # submits one application per task), its --master wins, so both run one code path.
         builder = builder.master(settings.spark.master)
     for key, value in settings.spark_conf().items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.spark.log_level)
     return spark
+
+
+def connect(settings: Settings) -> SparkSession:
+    """A new session on the Spark Connect server at ``spark.remote``, with this job's SQL settings."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.remote(settings.spark.remote).create()
+    for key, value in settings.session_conf().items():
+        spark.conf.set(key, value)
+    return spark
+
+
+def is_remote(spark: SparkSession) -> bool:
+    """Whether ``spark`` is a Spark Connect client's session."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def master(spark: SparkSession) -> str:
+    """The master the session's application runs on (``local[2]``, ``spark://…``)."""
+    return str(spark.conf.get("spark.master", "?"))

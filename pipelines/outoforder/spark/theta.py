@@ -30,6 +30,7 @@ in :mod:`outoforder.core.theta`, tested against the brute-force oracle.
 from __future__ import annotations
 
 import math
+import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -39,7 +40,7 @@ import numpy as np
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import LongType, StructField, StructType
 
 from outoforder.core.theta.plan import (
     PARTITION_CAP,
@@ -58,21 +59,29 @@ from outoforder.core.theta.plan import (
     side_units,
 )
 from outoforder.errors import ConfigError
+from outoforder.spark.estimates import byte_string, estimated_bytes, parallelism
 
 METHODS = ("fast", "cfs", "one-bucket", "spark-sql", "cross")
 _SEED = 17  # 1-Bucket-Theta's random row/column choice: fixed so reruns shuffle alike
 
 
-class _Tally:
-    """Counters the executors add to while they join pairs (Spark accumulators).
+_TALLY = "_tally"  # the column of a pair task's tally row (null on the result rows)
+_TALLY_FIELDS = ("tested", "routed", "output", "nulls")
 
-    They cover every execution of the rows: an action run twice on an uncached result counts twice.
+
+class _Tally:
+    """Counters of the pair tasks, which add one tally row each to their output.
+
+    A tally row holds the task's rows compared, rows routed to it, rows output and null/NaN rows
+    dropped; the result rows leave it out. Spark observes their sums
+    (:class:`pyspark.sql.Observation`) in the first action that computes the rows, whatever
+    DataFrame derived from them it runs on.
     """
 
-    def __init__(self, df: DataFrame, null_rows: int = 0, complete_output: bool = True) -> None:
-        sc = df.sparkSession.sparkContext
-        self.tested, self.routed, self.output = sc.accumulator(0), sc.accumulator(0), sc.accumulator(0)
-        self.nulls = sc.accumulator(0)  # null/NaN rows the pair tasks received (the one-task path)
+    def __init__(self, null_rows: int = 0, complete_output: bool = True) -> None:
+        from pyspark.sql import Observation
+
+        self.observed = Observation(f"theta_tally_{uuid.uuid4().hex}")
         self.null_rows = null_rows  # those the statistics counted before
         # whether every output row passes through the pair tasks (full pairs joined in the JVM do not)
         self.complete_output = complete_output
@@ -80,17 +89,24 @@ class _Tally:
         # when the counters are first read
         self.counted: Callable[[], tuple[int, int]] | None = None
         self._counts: tuple[int, int] | None = None
+        self._observing = False
 
-    def add(self, tested: int, routed: int, output: int, nulls: int = 0) -> None:
-        self.tested.add(tested)
-        self.routed.add(routed)
-        self.output.add(output)
-        self.nulls.add(nulls)
+    def observe(self, out: DataFrame) -> DataFrame:
+        """The pair tasks' output without its tally rows, their sums observed."""
+        self._observing = True
+        sums = [F.coalesce(F.sum(f"{_TALLY}.{k}"), F.lit(0)).alias(k) for k in _TALLY_FIELDS]
+        return out.observe(self.observed, *sums).where(F.col(_TALLY).isNull()).drop(_TALLY)
+
+    def sums(self) -> dict[str, int]:
+        """The observed sums (zeros before the first action, or where no pair task ran)."""
+        got = self.observed.get if self._observing else {}
+        return {k: int(got.get(k) or 0) for k in _TALLY_FIELDS}
 
     def compared_and_routed(self) -> tuple[int, int]:
-        """Rows compared and rows routed to partial pairs, over every action so far (or counted once)."""
+        """Rows compared and rows routed to partial pairs (as of the first action, or counted once)."""
         if self.counted is None:
-            return int(self.tested.value), int(self.routed.value)
+            got = self.sums()
+            return got["tested"], got["routed"]
         if self._counts is None:
             self._counts = self.counted()
         return self._counts
@@ -122,9 +138,10 @@ class ThetaResult:
         """The counters as the executors left them after the actions run so far."""
         if self.tally is not None:
             self.stats.rows_compared, self.stats.replicated_rows = self.tally.compared_and_routed()
+            got = self.tally.sums()
             if self.tally.complete_output:  # else count() sets it
-                self.stats.output_rows = int(self.tally.output.value)
-            self.stats.null_rows = self.tally.null_rows + int(self.tally.nulls.value)
+                self.stats.output_rows = got["output"]
+            self.stats.null_rows = self.tally.null_rows + got["nulls"]
         return self.stats
 
     def release(self) -> None:
@@ -228,7 +245,7 @@ def _fast(
     full = [f for _, _, f in plan.pairs]
     in_full = F.element_at(_literal_array([int(f) for f in full], "array<int>"), F.col("_pair") + 1) == 1
     in_jvm = theta.op in _INEQUALITIES
-    tally = _Tally(r, stats.null_rows, complete_output=not any(full) and not in_jvm)
+    tally = _Tally(stats.null_rows, complete_output=not any(full) and not in_jvm)
     parts = []
     if not all(full):
         pra, psa = ra.where(~in_full), sa.where(~in_full)
@@ -236,9 +253,7 @@ def _fast(
             parts.append(_tested_in_jvm(pra, psa, r, s, on, theta, tally))
         else:
             # one shuffle partition per pair, up to a few per core, so that the pairs spread over the cores
-            tasks = min(
-                len(full) - sum(full), _TASKS_PER_CORE * r.sparkSession.sparkContext.defaultParallelism
-            )
+            tasks = min(len(full) - sum(full), _TASKS_PER_CORE * parallelism(r.sparkSession))
             parts.append(_sorted_pairs(pra, psa, r, s, on, theta, tasks, tally))
     if any(full):
         rf = ra.where(in_full)
@@ -284,9 +299,7 @@ def _broadcast_bytes(df: DataFrame) -> int:
     text = (df.sparkSession.conf.get("spark.sql.autoBroadcastJoinThreshold", "10485760") or "-1").strip()
     if text.startswith("-"):  # broadcasts turned off
         return -1
-    jvm = df.sparkSession.sparkContext._jvm
-    assert jvm is not None  # a classic session's
-    return int(jvm.org.apache.spark.network.util.JavaUtils.byteStringAsBytes(text))
+    return byte_string(text)
 
 
 def _full_pairs(
@@ -320,14 +333,6 @@ _TASKS_PER_CORE = 4
 _BYTES_PER_ROW = 8
 
 
-def estimated_bytes(df: DataFrame) -> int:
-    """Spark's estimate of a DataFrame's size (the optimizer's statistics: no job runs).
-
-    Long.MAX_VALUE where Spark cannot tell (an RDD, an empty local frame).
-    """
-    return int(str(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
-
-
 def _fast_in_one_task(r: DataFrame, s: DataFrame, on: tuple[str, str], theta: Theta) -> ThetaResult:
     """Inputs that are one partition's worth, by Spark's estimate, for ``=`` and bands: no statistics.
 
@@ -338,7 +343,7 @@ def _fast_in_one_task(r: DataFrame, s: DataFrame, on: tuple[str, str], theta: Th
     stats = JoinStats(
         partitions=1, partitioning="single", partition_pairs=1, r_filtered=None, s_filtered=None
     )
-    tally = _Tally(r)
+    tally = _Tally()
     ra, sa = r.withColumn("_pair", F.lit(0)), s.withColumn("_pair", F.lit(0))
     return ThetaResult(_sorted_pairs(ra, sa, r, s, on, theta, 1, tally), stats, "fast", tally=tally)
 
@@ -354,10 +359,14 @@ def _sorted_pairs(
     tally: _Tally,
 ) -> DataFrame:
     """The partial pairs of the routed sides (``_pair``), each joined by sorting in a task of its own."""
-    schema = StructType(r.schema.fields + s.schema.fields)
-    join = _pair_joiner(theta, on, (r.columns, s.columns), schema, tally)
+    # the result columns may be null on a task's tally row
+    fields = [StructField(f.name, f.dataType, True) for f in r.schema.fields + s.schema.fields]
+    schema = StructType(
+        [*fields, StructField(_TALLY, StructType([StructField(k, LongType()) for k in _TALLY_FIELDS]))]
+    )
+    join = _pair_joiner(theta, on, (r.columns, s.columns), schema)
     ra, sa = ra.repartition(tasks, "_pair"), sa.repartition(tasks, "_pair")
-    return ra.groupBy("_pair").cogroup(sa.groupBy("_pair")).applyInArrow(join, schema)
+    return tally.observe(ra.groupBy("_pair").cogroup(sa.groupBy("_pair")).applyInArrow(join, schema))
 
 
 _SUMMARY = "_side int, n long, nulls long, lo double, hi double, sample array<double>"
@@ -508,15 +517,24 @@ def _pair_joiner(
     on: tuple[str, str],
     columns: tuple[list[str], list[str]],
     schema: StructType,
-    tally: _Tally,
 ) -> Callable[[Any, Any, Any], Any]:
     """The executors' join of one partial pair's two sides (Arrow tables), by sorting.
 
-    :func:`~outoforder.core.theta.sortjoin.sorted_join`; full pairs never come here (the JVM joins them).
+    :func:`~outoforder.core.theta.sortjoin.sorted_join`; full pairs never come here (the JVM joins
+    them). Besides the joined rows, one tally row (see :class:`_Tally`).
     """
     from pyspark.sql.pandas.types import to_arrow_schema
 
     arrow_schema = to_arrow_schema(schema)
+
+    def tally_row(tested: int, routed: int, output: int, nulls: int) -> Any:
+        import pyarrow as pa
+
+        cols = [pa.nulls(1, f.type) for f in arrow_schema][:-1]
+        counts = pa.StructArray.from_arrays(
+            [pa.array([v], pa.int64()) for v in (tested, routed, output, nulls)], names=list(_TALLY_FIELDS)
+        )
+        return pa.Table.from_arrays([*cols, counts], schema=arrow_schema)
 
     def join(key: Any, left: Any, right: Any) -> Any:
         import pyarrow as pa
@@ -531,12 +549,16 @@ def _pair_joiner(
             keep_a, keep_b = ~np.isnan(a), ~np.isnan(b)
             left, right, a, b = left.filter(keep_a), right.filter(keep_b), a[keep_a], b[keep_b]
         if left.num_rows == 0 or right.num_rows == 0:
-            tally.add(0, left.num_rows + right.num_rows, 0, nulls)
-            return arrow_schema.empty_table()
+            return tally_row(0, left.num_rows + right.num_rows, 0, nulls)
         m = sorted_join(a, b, theta)
-        tally.add(m.tested, left.num_rows + right.num_rows, int(m.r.size), nulls)
         lt, rt = left.take(m.r), right.take(m.s)
-        return pa.Table.from_arrays([*lt.columns, *rt.columns], schema=arrow_schema)
+        rows = pa.Table.from_arrays(
+            [*lt.columns, *rt.columns, pa.nulls(lt.num_rows, arrow_schema.field(_TALLY).type)],
+            schema=arrow_schema,
+        )
+        return pa.concat_tables(
+            [rows, tally_row(m.tested, left.num_rows + right.num_rows, int(m.r.size), nulls)]
+        )
 
     return join
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -95,13 +96,25 @@ def configure_logging(quiet: bool = False) -> None:
     root.propagate = False  # one copy of each line, whatever the host process configured
 
 
+_owned: list[Any] = []  # Spark Connect sessions this run opened: released when it ends
+
+
 def _spark(settings: Settings, name: str) -> Any:
-    from outoforder.spark.session import get_spark
+    from pyspark.sql import SparkSession
+
+    from outoforder.spark.session import get_spark, is_remote, master
 
     t0 = time.monotonic()
+    before = SparkSession.getActiveSession()
     spark = get_spark(settings, app_name=f"outoforder-{name}")
-    # the master the session really runs on (under spark-submit, the Spark connection's)
-    log.info("[spark] session up (%s) in %.1f s", spark.sparkContext.master, time.monotonic() - t0)
+    remote = is_remote(spark)
+    if remote and before is None:
+        _owned.append(spark)
+        spark.addTag(f"outoforder-{name}")  # names this stage's jobs on the shared server
+        signal.signal(signal.SIGTERM, _interrupted)
+    kind = f"Spark Connect {settings.spark.remote}" if remote else "in-process"
+    # the master the application really runs on (the server's, or under spark-submit the connection's)
+    log.info("[spark] session up (%s, %s) in %.1f s", kind, master(spark), time.monotonic() - t0)
     return spark
 
 
@@ -781,6 +794,19 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _interrupted(signum: int, frame: Any) -> None:
+    """SIGTERM (Airflow stopping the task): cancel this run's jobs on the shared server, then exit."""
+    for spark in _owned:
+        spark.interruptAll()
+    raise SystemExit(128 + signum)
+
+
+def _release() -> None:
+    """End this run's Spark Connect sessions: the server drops their views, caches and checkpoints."""
+    while _owned:
+        _owned.pop().stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit status."""
     args = build_parser().parse_args(argv)
@@ -791,3 +817,5 @@ def main(argv: list[str] | None = None) -> int:
     except OutOfOrderError as e:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
         return 2
+    finally:
+        _release()

@@ -229,7 +229,9 @@ class IntervalStage(ABC, Generic[J, S]):
         """Append an interval's rows to one of the stage's tables, once (see the module docstring)."""
         from outoforder.io import delta
 
-        return delta.append_once(df, table, self.settings.lake_root, self._app, interval.end_us)
+        return delta.append_once(
+            df, table, self.settings.lake_root, self._app, interval.end_us, self.settings.storage
+        )
 
     def append_rows(self, rows: Sequence[Sequence[Any]], table: Table, interval: Interval) -> bool:
         """:meth:`append` for rows the driver holds (a few per window or period of the interval)."""
@@ -314,7 +316,9 @@ class IntervalStage(ABC, Generic[J, S]):
         for name, rows in done.snapshots.items():
             table = by_name[name]
             own = [f.name for f in table.schema.fields if f.name not in key]
-            delta.append_once(rows.select(*tagged, *own), table, lake, self._app, end_us)
+            delta.append_once(
+                rows.select(*tagged, *own), table, lake, self._app, end_us, self.settings.storage
+            )
         values = {
             **key,
             "interval_start_us": first,

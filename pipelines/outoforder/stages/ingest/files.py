@@ -1,7 +1,7 @@
 """Ingest stage: raw files -> bronze arrivals + quarantine + ingest log, in Spark tasks, idempotently.
 
-The driver plans and commits; Spark tasks read, hash, parse and write (functions in
-:mod:`outoforder.stages.ingest.tasks`). For a set of files, in this order:
+The driver plans; Spark tasks read, hash and parse (functions in
+:mod:`outoforder.stages.ingest.tasks`); Delta's writer appends. For a set of files, in this order:
 
 1. **identify** (a task per file): size, SHA-256, gzip or not. The content hash gives each file
    an ``ingest_id``; a file whose ingest log has a ``done`` row is skipped ("already ingested").
@@ -15,18 +15,17 @@ The driver plans and commits; Spark tasks read, hash, parse and write (functions
    parts know their first line number) and the hash of every line that could be accepted. A
    hash seen twice in the source, or already in bronze for the source, is a *suspect*.
 5. **parse pass** (a task per part, with its suspects): lines parsed
-   (:class:`~outoforder.sources.readers.LineParser`), accepted rows written straight into bronze's
-   folder as Parquet files (not yet visible to anyone), and back come only the files' names and
-   statistics, the part's counts, its quarantined lines and its suspect rows.
+   (:class:`~outoforder.sources.readers.LineParser`) into the part's accepted rows, counts,
+   quarantined lines and suspect rows, kept by Spark (memory, else local disk) until the commits.
 6. **duplicates**: of the accepted rows with one content in one source, the first in arrival
    order is kept; later ones in the same file are quarantined as ``duplicate_row`` (an earlier
    line of this file), and so is every one whose content an earlier file or ingest delivered.
    A source with one part and no history is deduplicated inside its task (the same rule).
-7. **commit**, per file: bronze's files in one Delta commit with the transaction id
-   (``ingest_id``, 0), quarantine's likewise; then one MERGE of every file's ``done`` row with
-   its counts. A crash anywhere is resumed by running the stage again: the claimed ordinals are
-   reused, the numbers come out the same, commits already made are skipped by their transaction
-   ids, and files written by the crashed attempt stay unreferenced (VACUUM removes them).
+7. **commit**, per file: its accepted rows appended to bronze by Delta's writer with the
+   transaction id (``ingest_id``, 0), its quarantined lines likewise; then one MERGE of every
+   file's ``done`` row with its counts. A crash anywhere is resumed by running the stage again:
+   the claimed ordinals are reused, the numbers come out the same, and commits already made are
+   skipped by their transaction ids (files a crashed write left unreferenced, VACUUM removes).
 
 For every file: lines = header + blank + accepted + quarantined, and the ingest log, bronze and
 quarantine agree (checked by the bronze suite, :mod:`outoforder.quality.bronze`).
@@ -47,7 +46,6 @@ from outoforder.config import Settings
 from outoforder.errors import ConfigError
 from outoforder.io import delta
 from outoforder.io.conflicts import retry_on_conflict
-from outoforder.io.files import WrittenFile
 from outoforder.io.tables import BRONZE, INGEST_LOG, QUARANTINE, SEQ_PER_FILE
 from outoforder.sources.declaration import Declaration
 from outoforder.sources.declared import DeclaredReader, check_fields, check_sample, header_fields
@@ -143,12 +141,20 @@ def _uri(path: str, settings: Settings) -> str:
 
 
 def _arrow_df(spark: SparkSession, rows: list[dict[str, Any]], fields: list[tuple[str, Any]]) -> DataFrame:
-    """A DataFrame of ``rows`` with one row per partition (each becomes its own task)."""
+    """A DataFrame of ``rows`` with one row per partition (each becomes its own task).
+
+    The rows are numbered and range-partitioned on their number into as many partitions as rows:
+    every number is then a partition bound, so each partition holds exactly one row.
+    """
     import pyarrow as pa
     from pyspark.sql.pandas.types import from_arrow_schema
+    from pyspark.sql.types import LongType, StructField, StructType
 
     schema = from_arrow_schema(pa.schema(fields))
-    return spark.createDataFrame(spark.sparkContext.parallelize(rows, max(len(rows), 1)), schema)
+    numbered = StructType([StructField("_task", LongType(), False), *schema.fields])
+    names = [name for name, _ in fields]
+    data = [(i, *(r[n] for n in names)) for i, r in enumerate(rows)]
+    return spark.createDataFrame(data, numbered).repartitionByRange(max(len(rows), 1), "_task").drop("_task")
 
 
 def _spark_schema(schema: Any) -> Any:
@@ -239,7 +245,7 @@ def claim_ordinals(spark: SparkSession, settings: Settings, files: list[PlannedF
         )
 
 
-def _part_rows(settings: Settings, files: list[PlannedFile], folders: dict[str, str]) -> list[dict[str, Any]]:
+def _part_rows(settings: Settings, files: list[PlannedFile]) -> list[dict[str, Any]]:
     ing = settings.ingest
     rows: list[dict[str, Any]] = []
     for f in files:
@@ -256,9 +262,9 @@ def _part_rows(settings: Settings, files: list[PlannedFile], folders: dict[str, 
                     "end": end,
                     "first_line": 1, "reader": f.reader or f.spec.reader, "lo": lo, "hi": hi,
                     "max_line_bytes": ing.max_line_bytes, "batch_lines": ing.batch_rows,
-                    "file_rows": ing.file_rows, "ingest_id": f.ingest_id, "source": f.spec.source,
+                    "ingest_id": f.ingest_id, "source": f.spec.source,
                     "shown": f.shown,
-                    "base": f.ordinal * SEQ_PER_FILE, "folder": folders[f.spec.source], "local": False,
+                    "base": f.ordinal * SEQ_PER_FILE, "local": False,
                     "parquet": f.parquet, "suspects": None,
                 }
             )  # fmt: skip
@@ -347,11 +353,6 @@ def _suspects(
     return suspects
 
 
-def _written(r: Any) -> WrittenFile:
-    """A task's row describing a file it wrote (``tasks.WRITTEN_SCHEMA``)."""
-    return WrittenFile(r["uri"], int(r["size"]), int(r["modified_ms"]), int(r["rows"]), r["stats"])
-
-
 def _decide(rows: DataFrame, suspects: DataFrame, ordinal_of: DataFrame) -> DataFrame:
     """Suspect rows with ``keep`` and, for the others, the duplicate's detail and quarantined raw line."""
     from pyspark.sql import Window
@@ -419,16 +420,23 @@ def ingest_files(
     return [summaries[id(f)] for f in files]
 
 
+def bronze_options(settings: Settings) -> dict[str, str]:
+    """Spark writer options of bronze's appends: files of at most ``ingest.file_rows`` rows.
+
+    Row groups of about 8 MB: they are what Spark splits a file at when it reads it, so a large
+    file is read by several tasks.
+    """
+    return {"maxRecordsPerFile": str(settings.ingest.file_rows), "parquet.block.size": str(8 << 20)}
+
+
 def _ingest(
     spark: SparkSession, settings: Settings, files: list[PlannedFile], now: int, t0: float
 ) -> list[IngestSummary]:
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     lake, storage = settings.lake_root, settings.storage
-    sources = sorted({f.spec.source for f in files})
-    bronze_dir = {s: delta.table_folder(spark, BRONZE, lake, {"source": s}) for s in sources}
-    quarantine_dir = {s: delta.table_folder(spark, QUARANTINE, lake, {"source": s}) for s in sources}
-    rows = _part_rows(settings, files, bronze_dir)
+    rows = _part_rows(settings, files)
     megabytes = sum(f.size for f in files) / 1e6
     log.info("[ingest] %d files (%.1f MB) in %d parts", len(files), megabytes, len(rows))
     suspects = _suspects(spark, settings, files, rows, _sources_with_history(spark, settings, files))
@@ -442,22 +450,14 @@ def _ingest(
             .join(F.broadcast(per_source), "source", "left")
             .select(*[name for name, _ in tasks.PART_FIELDS])
         )
-    stats_cols = delta.stats_columns(BRONZE)
+    # parsed once, kept until every file's rows are committed (memory, else the executors' disk)
     out = parts.mapInArrow(
-        lambda it: tasks.parse_pass(it, storage, stats_cols), _spark_schema(tasks.PARSE_SCHEMA)
-    ).localCheckpoint()
-    small = out.where(F.col("kind").isin("file", "counts")).collect()
-    files_written: dict[int, list[WrittenFile]] = defaultdict(list)
-    seq_range: dict[int, list[int]] = defaultdict(list)
+        lambda it: tasks.parse_pass(it, storage), _spark_schema(tasks.PARSE_SCHEMA)
+    ).persist(StorageLevel.MEMORY_AND_DISK)
     counts: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for r in small:
-        i = int(r["file_idx"])
-        if r["kind"] == "file":
-            files_written[i].append(_written(r))
-            seq_range[i] += [int(r["seq_lo"]), int(r["seq_hi"])]
-        else:
-            for k in ("lines", "header_lines", "blank_lines", "accepted", "quarantined"):
-                counts[i][k] += int(r[k])
+    for r in out.where(F.col("kind") == "counts").collect():
+        for k in ("lines", "header_lines", "blank_lines"):
+            counts[int(r["file_idx"])][k] += int(r[k])
     parsed = sum(c["lines"] for c in counts.values())
     log.info(
         "[ingest] parse pass: %s lines, %.0f lines/s",
@@ -466,83 +466,71 @@ def _ingest(
     )
 
     meta = spark.createDataFrame(
-        [(f.idx, f.ordinal, f.spec.source, f.ingest_id, f.shown, bronze_dir[f.spec.source],
-          quarantine_dir[f.spec.source]) for f in files],
-        "file_idx long, ordinal long, source string, ingest_id string, source_file string, folder string, "
-        "quarantine_folder string",
-    )  # fmt: skip
+        [(f.idx, f.ordinal, f.spec.source, f.ingest_id, f.shown) for f in files],
+        "file_idx long, ordinal long, source string, ingest_id string, source_file string",
+    )
+    bronze_cols = ["file_idx", *tasks.BRONZE_ROW_COLUMNS]
+    accepted = out.where(F.col("kind") == "row").select(*bronze_cols)
     rejects = out.where(F.col("kind") == "reject").select(
         "file_idx", "line_no", "raw_line", "reason", "detail"
     )
-    dup_rows = None
+    decided = None
     if suspects is not None:
         held = out.where(F.col("kind") == "suspect").join(
             F.broadcast(meta.select("file_idx", "source")), "file_idx"
         )
-        decided = _decide(held, suspects, meta.select("file_idx", "ordinal")).localCheckpoint()
-        kept = decided.where("keep").join(
-            F.broadcast(meta.select("file_idx", "ingest_id", "source_file", "folder")), "file_idx"
+        decided = _decide(held, suspects, meta.select("file_idx", "ordinal")).persist(
+            StorageLevel.MEMORY_AND_DISK
         )
-        written = kept.select("file_idx", "folder", *tasks.BRONZE_FILE_COLUMNS).mapInArrow(
-            lambda it: tasks.write_rows(it, storage, list(tasks.BRONZE_FILE_COLUMNS), stats_cols, "kept"),
-            _spark_schema(tasks.WRITTEN_SCHEMA),
-        )
-        for r in written.collect():
-            i = int(r["file_idx"])
-            files_written[i].append(_written(r))
-            seq_range[i] += [int(r["seq_lo"]), int(r["seq_hi"])]
-            counts[i]["accepted"] += int(r["rows"])
+        accepted = accepted.unionByName(decided.where("keep").select(*bronze_cols))
         dup_rows = decided.where(~F.col("keep")).select(
             "file_idx", "line_no", F.col("dup_raw").alias("raw_line"), F.lit("duplicate_row").alias("reason"),
             F.col("dup_detail").alias("detail"),
         )  # fmt: skip
         rejects = rejects.unionByName(dup_rows)
+    with_meta = F.broadcast(meta.select("file_idx", "source", "ingest_id", "source_file"))
+    bronze = accepted.join(with_meta, "file_idx")
+    quarantine = rejects.join(with_meta, "file_idx")
+    seq_range: dict[int, tuple[int, int]] = {}
+    for r in (
+        bronze.groupBy("file_idx").agg(F.count("*"), F.min("arrival_seq"), F.max("arrival_seq")).collect()
+    ):
+        counts[int(r[0])]["accepted"] = int(r[1])
+        seq_range[int(r[0])] = (int(r[2]), int(r[3]))
     reasons: dict[int, dict[str, int]] = defaultdict(dict)
     for r in rejects.groupBy("file_idx", "reason").count().collect():
         reasons[int(r["file_idx"])][r["reason"]] = int(r["count"])
-    q_cols = [f.name for f in QUARANTINE.schema.fields if f.name != "source"]
-    q_stats = delta.stats_columns(QUARANTINE)
-    q_written: dict[int, list[WrittenFile]] = defaultdict(list)
-    if any(reasons.values()):
-        quarantined = (
-            rejects.join(F.broadcast(meta.select("file_idx", "ingest_id", "source_file",
-                                                 F.col("quarantine_folder").alias("folder"))), "file_idx")
-            .select("file_idx", "folder", *q_cols)
-        )  # fmt: skip
-        for r in quarantined.mapInArrow(
-            lambda it: tasks.write_rows(it, storage, q_cols, q_stats, "quarantine"),
-            _spark_schema(tasks.WRITTEN_SCHEMA),
-        ).collect():
-            q_written[int(r["file_idx"])].append(_written(r))
 
     summaries, done_rows = [], []
     for f in files:
         c = counts[f.idx]
         n_quarantined = sum(reasons[f.idx].values())
-        if files_written[f.idx]:
-            delta.commit_files(
-                spark, BRONZE, lake, {"source": f.spec.source}, files_written[f.idx], f.ingest_id, 0
+        mine = F.col("file_idx") == f.idx
+        if c["accepted"]:
+            delta.append_once(
+                bronze.where(mine), BRONZE, lake, f.ingest_id, 0, storage, options=bronze_options(settings)
             )
-        if q_written[f.idx]:
-            delta.commit_files(
-                spark, QUARANTINE, lake, {"source": f.spec.source}, q_written[f.idx], f.ingest_id, 0
-            )
-        seqs = seq_range[f.idx]
-        accepted = c["accepted"]
+        if n_quarantined:
+            delta.append_once(quarantine.where(mine), QUARANTINE, lake, f.ingest_id, 0, storage)
+        seqs = seq_range.get(f.idx)
+        n = c["accepted"]
         done_rows.append(
             (f.ingest_id, "done", f.ordinal, f.spec.source, f.shown, f.sha256, f.size, f.spec.reader,
-             c["lines"], c["header_lines"], c["blank_lines"], accepted + n_quarantined, accepted,
-             n_quarantined, min(seqs) if seqs else None, max(seqs) if seqs else None, now)
+             c["lines"], c["header_lines"], c["blank_lines"], n + n_quarantined, n,
+             n_quarantined, seqs[0] if seqs else None, seqs[1] if seqs else None, now)
         )  # fmt: skip
         summaries.append(
             IngestSummary(
-                f.spec.source, f.shown, f.ingest_id, False, c["lines"], accepted + n_quarantined, accepted,
+                f.spec.source, f.shown, f.ingest_id, False, c["lines"], n + n_quarantined, n,
                 n_quarantined, dict(reasons[f.idx]), time.monotonic() - t0,
             )
         )  # fmt: skip
     delta.merge_new(
         spark.createDataFrame(done_rows, INGEST_LOG.schema), INGEST_LOG, lake, ("ingest_id", "status")
     )
+    out.unpersist()
+    if decided is not None:
+        decided.unpersist()
     return summaries
 
 

@@ -48,7 +48,7 @@ from outoforder.io.tables import BRONZE, INGEST_LOG, KAFKA_OFFSETS, QUARANTINE, 
 from outoforder.sources.declaration import Declaration
 from outoforder.sources.declared import DeclaredReader, check_sample
 from outoforder.stages.ingest import tasks
-from outoforder.stages.ingest.files import FileSpec, PlannedFile, claim_ordinals
+from outoforder.stages.ingest.files import FileSpec, PlannedFile, bronze_options, claim_ordinals
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -436,9 +436,17 @@ def _ingest(
     seqs = bronze.agg(F.count("*"), F.min("arrival_seq"), F.max("arrival_seq")).first()
     accepted = int(seqs[0]) if seqs else 0
     quarantined = sum(reasons.values())
-    delta.append_once(bronze.select(*[f.name for f in BRONZE.schema]), BRONZE, lake, batch.ingest_id, 0)
+    delta.append_once(
+        bronze.select(*[f.name for f in BRONZE.schema]),
+        BRONZE,
+        lake,
+        batch.ingest_id,
+        0,
+        settings.storage,
+        options=bronze_options(settings),
+    )
     if quarantined:
-        delta.append_once(rejects, QUARANTINE, lake, batch.ingest_id, 0)
+        delta.append_once(rejects, QUARANTINE, lake, batch.ingest_id, 0, settings.storage)
     blank = batch.records - accepted - quarantined  # empty payloads (tombstones)
     first_seq, last_seq = (seqs[1], seqs[2]) if accepted and seqs else (None, None)
     done = [

@@ -8,12 +8,10 @@ A *part* is one byte range of a plain file, or a whole gzip file (see
 - :func:`hash_pass`: a part's line count and the hashes of its lines that could be accepted, as
   sorted blobs per hash bucket; :func:`bronze_buckets` the same of bronze's earlier rows, and
   :func:`find_suspects` (a task per bucket) the hashes seen twice, or seen before in bronze;
-- :func:`parse_pass`: a part parsed (:class:`~outoforder.sources.readers.LineParser`), its
-  accepted rows written as bronze Parquet files of at most ``file_rows`` rows, and back to the
-  driver only what is small or rare: the files written, the part's counts, quarantined lines and
-  the accepted rows whose hash is a *suspect* (decided over the whole source afterwards);
-- :func:`write_rows`: rows of a table (quarantined lines, suspects that were kept) written as
-  Parquet files, one per input file;
+- :func:`parse_pass`: a part parsed (:class:`~outoforder.sources.readers.LineParser`) into
+  tagged rows: its accepted rows (bronze's columns), its counts, its quarantined lines and the
+  accepted rows whose hash is a *suspect* (decided over the whole source afterwards). Delta's own
+  writer then appends the rows of each file to bronze and quarantine;
 - :func:`parse_records`: Kafka records (one payload each) in arrival order, parsed like lines
   (:mod:`outoforder.stages.ingest.kafka`).
 """
@@ -29,7 +27,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from outoforder.config import StorageSettings
-from outoforder.io.files import WrittenFile, file_size, open_input, write_parquet
+from outoforder.io.files import file_size, open_input
 from outoforder.sources.lines import (
     LineBatch,
     is_gzip,
@@ -52,12 +50,10 @@ PART_FIELDS = [
     ("hi", pa.int64()),
     ("max_line_bytes", pa.int64()),
     ("batch_lines", pa.int64()),
-    ("file_rows", pa.int64()),
     ("ingest_id", pa.string()),
     ("source", pa.string()),
     ("shown", pa.string()),
     ("base", pa.int64()),
-    ("folder", pa.string()),
     ("local", pa.bool_()),  # the part is its source's only part in this ingest: dedupe in the task
     ("parquet", pa.bool_()),  # a Parquet file (one part): its rows are read as JSON lines
     ("suspects", pa.list_(pa.int64())),
@@ -82,35 +78,24 @@ HASH_SCHEMA = pa.schema(
 )
 SUSPECT_SCHEMA = pa.schema([("source", pa.string()), ("row_hash", pa.int64()), ("in_bronze", pa.bool_())])
 BUCKET_BITS = 6  # the duplicate search is split into 2**6 ranges of hashes, by their top bits
-# bronze's columns in a written file (the partition column ``source`` is in the Delta log, not here)
-BRONZE_FILE_COLUMNS = (
+# bronze's columns a parsed row carries (the driver adds source, ingest_id and source_file per file)
+BRONZE_ROW_COLUMNS = (
     "stream", "key", "event_ts", "arrival_seq", "arrival_ts", "x", "y", "z", "value", "attrs", "row_hash",
-    "ingest_id", "source_file", "line_no",
+    "line_no",
 )  # fmt: skip
 _STAGED = [(f.name, f.type) for f in STAGED_SCHEMA if f.name not in ("line_no", "raw_line")]
-# a Parquet file a task wrote: what the Delta commit needs, and the arrival_seq range it holds
-_WRITTEN = [
-    ("uri", pa.string()),
-    ("size", pa.int64()),
-    ("modified_ms", pa.int64()),
-    ("rows", pa.int64()),
-    ("stats", pa.string()),
-    ("seq_lo", pa.int64()),
-    ("seq_hi", pa.int64()),
-]
 PARSE_SCHEMA = pa.schema(
     [
-        ("kind", pa.string()),  # file | counts | reject | suspect
+        ("kind", pa.string()),  # row | counts | reject | suspect
         ("part", pa.int64()),
         ("file_idx", pa.int64()),
-        *_WRITTEN,
         # a part's counts
         ("lines", pa.int64()),
         ("header_lines", pa.int64()),
         ("blank_lines", pa.int64()),
         ("accepted", pa.int64()),
         ("quarantined", pa.int64()),
-        # a quarantined line, or a suspect row
+        # an accepted row, a quarantined line, or a suspect row
         ("line_no", pa.int64()),
         ("raw_line", pa.string()),
         ("reason", pa.string()),
@@ -235,24 +220,6 @@ def find_suspects(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]
             )
 
 
-def _bronze_rows(accepted: pa.Table, row: dict[str, Any]) -> pa.Table:
-    n = accepted.num_rows
-    seq = pa.compute.add(accepted.column("line_no"), pa.scalar(row["base"], pa.int64()))
-    table = accepted.append_column("arrival_seq", seq)
-    table = table.append_column("ingest_id", pa.array([row["ingest_id"]] * n, pa.string()))
-    table = table.append_column("source_file", pa.array([row["shown"]] * n, pa.string()))
-    return table.select(list(BRONZE_FILE_COLUMNS))
-
-
-def _file_row(row: dict[str, Any], f: WrittenFile, seq: pa.ChunkedArray) -> dict[str, Any]:
-    bounds = pa.compute.min_max(seq)
-    return {
-        "kind": "file", "part": row["part"], "file_idx": row["file_idx"], "uri": f.uri, "size": f.size,
-        "modified_ms": f.modified_ms, "rows": f.rows, "stats": f.stats, "seq_lo": bounds["min"].as_py(),
-        "seq_hi": bounds["max"].as_py(),
-    }  # fmt: skip
-
-
 def _tagged(table: pa.Table, kind: str, row: dict[str, Any]) -> pa.RecordBatch:
     n = table.num_rows
     cols = {f.name: pa.nulls(n, f.type) for f in PARSE_SCHEMA}
@@ -262,86 +229,35 @@ def _tagged(table: pa.Table, kind: str, row: dict[str, Any]) -> pa.RecordBatch:
     for name in table.column_names:
         if name in cols:
             cols[name] = table.column(name).combine_chunks().cast(PARSE_SCHEMA.field(name).type)
-    if kind == "suspect":
+    if kind in ("row", "suspect"):
         cols["arrival_seq"] = pa.compute.add(cols["line_no"], pa.scalar(row["base"], pa.int64()))
     return pa.RecordBatch.from_arrays([cols[f.name] for f in PARSE_SCHEMA], schema=PARSE_SCHEMA)
 
 
-def _write_bronze(
-    pending: list[pa.Table], row: dict[str, Any], storage: StorageSettings, stats_columns: list[str]
-) -> pa.RecordBatch:
-    table = pa.concat_tables(pending)
-    f = write_parquet(table, row["folder"], f"part-{row['part']:05d}", storage, stats_columns)
-    return pa.RecordBatch.from_pylist([_file_row(row, f, table.column("arrival_seq"))], PARSE_SCHEMA)
-
-
-def parse_pass(
-    batches: Iterator[pa.RecordBatch], storage: StorageSettings, stats_columns: list[str]
-) -> Iterator[pa.RecordBatch]:
-    """Parse each part; write its accepted rows as bronze files; return files, counts, rejects, suspects."""
+def parse_pass(batches: Iterator[pa.RecordBatch], storage: StorageSettings) -> Iterator[pa.RecordBatch]:
+    """Parse each part: its accepted rows, counts, rejects and suspects, as PARSE_SCHEMA rows by kind."""
     for row in _rows(batches):
         reader = make_reader(row["reader"])
         suspects = np.array(row["suspects"] or [], dtype=np.int64)
         parser = LineParser(reader, (row["lo"], row["hi"]), local=row["local"], suspects=suspects)
         totals = dict.fromkeys(("lines", "header_lines", "blank_lines", "accepted", "quarantined"), 0)
-        pending: list[pa.Table] = []
         for batch in _lines(row, storage):
             out = parser.parse(batch)
             for k in totals:
                 totals[k] += getattr(out.counts, k)
             if out.accepted.num_rows:
-                pending.append(_bronze_rows(out.accepted, row))
+                yield _tagged(out.accepted, "row", row)
             if out.quarantined.num_rows:
                 yield _tagged(out.quarantined, "reject", row)
             if out.suspects is not None and out.suspects.num_rows:
                 yield _tagged(out.suspects, "suspect", row)
-            size = row["file_rows"]
-            if sum(t.num_rows for t in pending) >= size:  # full files of file_rows rows; the rest waits
-                table = pa.concat_tables(pending)
-                full = table.num_rows // size * size
-                for lo in range(0, full, size):
-                    yield _write_bronze([table.slice(lo, size)], row, storage, stats_columns)
-                pending = [table.slice(full)] if full < table.num_rows else []
-        if pending:
-            yield _write_bronze(pending, row, storage, stats_columns)
         yield pa.RecordBatch.from_pylist(
             [{"kind": "counts", "part": row["part"], "file_idx": row["file_idx"], **totals}], PARSE_SCHEMA
         )
 
 
-WRITTEN_SCHEMA = pa.schema([("file_idx", pa.int64()), *_WRITTEN])
-
-
-def write_rows(
-    batches: Iterator[pa.RecordBatch],
-    storage: StorageSettings,
-    columns: list[str],
-    stats_columns: list[str],
-    prefix: str,
-) -> Iterator[pa.RecordBatch]:
-    """Rows with ``file_idx`` and ``folder`` as one Parquet file of ``columns`` per input file."""
-    received = [b for b in batches if b.num_rows]
-    if not received:
-        return
-    table = pa.Table.from_batches(received)
-    for idx in sorted(set(table.column("file_idx").to_pylist())):
-        mine = table.filter(pa.compute.equal(table.column("file_idx"), idx))
-        folder = mine.column("folder")[0].as_py()
-        f = write_parquet(mine.select(columns), folder, f"{prefix}-{idx:05d}", storage, stats_columns)
-        seq = mine.column("arrival_seq") if "arrival_seq" in mine.column_names else None
-        lo, hi = (None, None)
-        if seq is not None:
-            bounds = pa.compute.min_max(seq)
-            lo, hi = bounds["min"].as_py(), bounds["max"].as_py()
-        yield pa.RecordBatch.from_pylist(
-            [{"file_idx": idx, "uri": f.uri, "size": f.size, "modified_ms": f.modified_ms, "rows": f.rows,
-              "stats": f.stats, "seq_lo": lo, "seq_hi": hi}],
-            WRITTEN_SCHEMA,
-        )  # fmt: skip
-
-
 __all__ = [
-    "BRONZE_FILE_COLUMNS",
+    "BRONZE_ROW_COLUMNS",
     "BUCKET_BITS",
     "HASH_SCHEMA",
     "IDENTITY_SCHEMA",
@@ -349,13 +265,11 @@ __all__ = [
     "PART_FIELDS",
     "REJECT_SCHEMA",
     "SUSPECT_SCHEMA",
-    "WRITTEN_SCHEMA",
     "bronze_buckets",
     "find_suspects",
     "hash_pass",
     "identify",
     "parse_pass",
-    "write_rows",
 ]
 
 

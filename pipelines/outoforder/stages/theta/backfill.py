@@ -23,8 +23,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pyspark.accumulators import AccumulatorParam
-
 from outoforder.errors import StateError
 from outoforder.io.conflicts import retry_on_conflict
 from outoforder.stages.theta.spec import ThetaJob
@@ -328,19 +326,9 @@ def _join_window(bronze: DataFrame, source: str, job: ThetaJob, w0: int) -> tupl
     return rows, row
 
 
-_GROUPED = "window_start_us long, seqs array<bigint>, vals array<double>"
-
-
-class _PerWindow(AccumulatorParam):  # type: ignore[type-arg]
-    """Per window start: the tasks' counters (θ tests, results, seconds, rows kept per stream), added."""
-
-    def zero(self, value: dict[int, list[float]]) -> dict[int, list[float]]:
-        return {}
-
-    def addInPlace(self, a: dict[int, list[float]], b: dict[int, list[float]]) -> dict[int, list[float]]:
-        for key, v in b.items():
-            a[key] = [x + y for x, y in zip(a[key], v, strict=True)] if key in a else list(v)
-        return a
+# a window's result rows, and one tally row per window (``tally``: θ tests, results, seconds,
+# rows kept per stream; null on result rows)
+_GROUPED = "window_start_us long, seqs array<bigint>, vals array<double>, tally array<double>"
 
 
 def _join_grouped(
@@ -351,26 +339,33 @@ def _join_grouped(
     from pyspark.sql import functions as F
 
     w = len(job.streams)
-    tally = spark.sparkContext.accumulator({}, _PerWindow())
     index = F.expr(f"(event_ts - {start_us}) div {job.window_us}")
     rows = bronze.select(
         index.alias("_w"), "stream", "arrival_seq", F.col(job.column).cast("double").alias("_v")
     )
     if alone:
         rows = rows.where(~F.col("_w").isin(*[(a - start_us) // job.window_us for a in alone]))
-    joined = rows.groupBy("_w").applyInArrow(_window_joiner(job, start_us, tally), _GROUPED)
-    out = joined.select(*_result_columns(source, job.job_id()), "window_start_us", "seqs", "vals").persist(
-        StorageLevel.MEMORY_AND_DISK
+    joined = (
+        rows.groupBy("_w")
+        .applyInArrow(_window_joiner(job, start_us), _GROUPED)
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    per: dict[int, _WindowRow] = {}
+    for r in joined.where(F.col("tally").isNotNull()).select("window_start_us", "tally").collect():
+        v = r["tally"]
+        kept = [int(x) for x in v[3:]] if job.prefilter != "none" else None
+        per[int(r["window_start_us"])] = _WindowRow(int(v[1]), int(v[0]), w - 1, float(v[2]), kept)
+    out = (
+        joined.where(F.col("tally").isNull())
+        .select(*_result_columns(source, job.job_id()), "window_start_us", "seqs", "vals")
+        .persist(StorageLevel.MEMORY_AND_DISK)
     )
     out.count()
-    per: dict[int, _WindowRow] = {}
-    for w0, v in tally.value.items():
-        kept = [int(x) for x in v[3:]] if job.prefilter != "none" else None
-        per[int(w0)] = _WindowRow(int(v[1]), int(v[0]), w - 1, float(v[2]), kept)
+    joined.unpersist()
     return out, per
 
 
-def _window_joiner(job: ThetaJob, start_us: int, tally: Any) -> Callable[[Any, Any], Any]:
+def _window_joiner(job: ThetaJob, start_us: int) -> Callable[[Any, Any], Any]:
     """The executors' join of one window's rows (an Arrow table): pre-filter, then the chain."""
     streams, thetas, pre, width = list(job.streams), job.thetas(), job.prefilter, job.window_us
 
@@ -398,13 +393,20 @@ def _window_joiner(job: ThetaJob, start_us: int, tally: Any) -> Callable[[Any, A
             np.stack([idx[j][chain.rows[:, j]] for j in range(k)], axis=1) if n else np.zeros((0, k), int)
         )
         offsets = pa.array(np.arange(0, n * k + 1, k, dtype=np.int32))
-        tally.add({w0: [float(chain.tested), float(n), time.perf_counter() - t, *kept]})
+        tally = [float(chain.tested), float(n), time.perf_counter() - t, *kept]
         return pa.table(
             {
-                "window_start_us": pa.array(np.full(n, w0, dtype=np.int64)),
-                "seqs": pa.ListArray.from_arrays(offsets, pa.array(seq[picked].ravel(), pa.int64())),
-                "vals": pa.ListArray.from_arrays(offsets, pa.array(v[picked].ravel(), pa.float64())),
+                "window_start_us": pa.array(np.full(n + 1, w0, dtype=np.int64)),
+                "seqs": pa.concat_arrays(
+                    [pa.ListArray.from_arrays(offsets, pa.array(seq[picked].ravel(), pa.int64())),
+                     pa.nulls(1, pa.list_(pa.int64()))]
+                ),
+                "vals": pa.concat_arrays(
+                    [pa.ListArray.from_arrays(offsets, pa.array(v[picked].ravel(), pa.float64())),
+                     pa.nulls(1, pa.list_(pa.float64()))]
+                ),
+                "tally": pa.array([None] * n + [tally], pa.list_(pa.float64())),
             }
-        )
+        )  # fmt: skip
 
     return join

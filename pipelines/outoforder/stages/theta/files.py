@@ -35,8 +35,9 @@ class FilesJoinSummary:
 def read_user_frames(spark: SparkSession, paths: list[Path], column: str) -> list[DataFrame]:
     """One stream per file: its row number (``s{i}_seq``) and the join column as a double (``s{i}_v``).
 
-    Row numbers come from Spark's ``zipWithIndex`` (a count per partition, then offsets): no task
-    ever holds the whole file.
+    Row numbers are each row's number within its partition plus the rows of the partitions before
+    it (a count per partition, then offsets): no task ever holds the whole file. The values are
+    checkpointed first, so both passes see the same partitions.
     """
     from pyspark.sql import functions as F
 
@@ -51,9 +52,25 @@ def read_user_frames(spark: SparkSession, paths: list[Path], column: str) -> lis
             msg = f"{path} has no column {column!r} (columns: {', '.join(df.columns)})"
             raise InputError(msg)
         # a value that does not parse becomes null: excluded from the join and counted
-        values = df.select(F.col(column).try_cast("double").alias(f"s{i}_v"))
-        numbered = values.rdd.zipWithIndex().map(lambda pair: (pair[1], pair[0][0]))
-        frames.append(spark.createDataFrame(numbered, f"s{i}_seq long, s{i}_v double"))
+        values = (
+            df.select(F.col(column).try_cast("double").alias(f"s{i}_v"))
+            .withColumn("_part", F.spark_partition_id())
+            .withColumn("_id", F.monotonically_increasing_id())
+            .localCheckpoint()
+        )
+        sizes = sorted((int(r[0]), int(r[1])) for r in values.groupBy("_part").count().collect())
+        before, offsets = 0, []
+        for part, n in sizes:
+            offsets.append((part, before))
+            before += n
+        offset = spark.createDataFrame(offsets, "_part int, _offset long")
+        # monotonically_increasing_id: the partition in the upper 31 bits, the row's number in it below
+        within = F.col("_id") - F.shiftleft(F.col("_part").cast("long"), 33)
+        frames.append(
+            values.join(F.broadcast(offset), "_part").select(
+                (F.col("_offset") + within).alias(f"s{i}_seq"), f"s{i}_v"
+            )
+        )
     return frames
 
 
