@@ -13,8 +13,13 @@
 # and API), OOO_AIRFLOW_LOG_PORT=8793 and OOO_AIRFLOW_TRIGGER_LOG_PORT=8794 (log servers),
 # SQLite metadata DB (PostgreSQL when AIRFLOW__DATABASE__SQL_ALCHEMY_CONN points at one: see
 # infra/postgres.sh), LocalExecutor with 4 task slots, one API server worker, one parsing process.
-# Spark: the connection spark_default follows spark.master (OOO_SPARK_MASTER), so
-# `eval "$(bash infra/spark-cluster.sh env)"` before start puts every stage on the cluster.
+# Spark: every stage task is a client of the shared Spark Connect server (infra/spark-connect.sh,
+# started here when it is not running, and stopped again by stop if this script started it): the
+# connection outoforder_spark (a spark_connect connection to it, its secret read from the server's
+# token file). The server runs spark.master (OOO_SPARK_MASTER), so
+# `eval "$(bash infra/spark-cluster.sh env)"` before start puts every stage on the cluster. Set
+# AIRFLOW_CONN_OUTOFORDER_SPARK to a `spark` connection ({"conn_type": "spark", "host": "local[2]"})
+# for spark-submit, one application per task, instead.
 # The lake, reports and data folders follow the usual OOO_* variables (README, Configuration).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -26,7 +31,7 @@ export AIRFLOW__CORE__DAGS_FOLDER="$OOO_REPO/dags"
 export AIRFLOW__CORE__PLUGINS_FOLDER="$OOO_REPO/plugins"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
 export AIRFLOW__CORE__EXECUTOR=LocalExecutor
-# 2 cores: at most 4 tasks at once (each a spark-submit of its own), 2 per DAG
+# 2 cores: at most 4 tasks at once (each a client of the shared Spark server), 2 per DAG
 export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-4}"
 export AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG="${AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG:-2}"
 export AIRFLOW__API__WORKERS=1
@@ -47,11 +52,13 @@ export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="admin:admin"
 mkdir -p "$AIRFLOW_HOME"
 AIRFLOW_HOME="$(cd "$AIRFLOW_HOME" && pwd)"
 export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-sqlite:///$AIRFLOW_HOME/airflow.db?timeout=60}"
-# The Spark connection follows the configuration (spark.master, OOO_SPARK_MASTER): local[2] by
-# default, the standalone cluster of infra/spark-cluster.sh when pointed at it.
-if [ -z "${AIRFLOW_CONN_SPARK_DEFAULT:-}" ]; then
-  spark_master="$("$OOO_SPARK_VENV/bin/python" -c 'from outoforder.config import load_settings; print(load_settings().spark.master)' 2>/dev/null || echo 'local[2]')"
-  export AIRFLOW_CONN_SPARK_DEFAULT="{\"conn_type\":\"spark\",\"host\":\"$spark_master\"}"
+# The stages' Spark: the shared Spark Connect server, unless the environment names another
+connect_dir="${OOO_SPARK_CONNECT_DIR:-$OOO_LOCAL/spark-connect}"
+if [ -z "${AIRFLOW_CONN_OUTOFORDER_SPARK:-}" ]; then
+  own_server=1
+  export AIRFLOW_CONN_OUTOFORDER_SPARK="{\"conn_type\":\"spark_connect\",\"host\":\"localhost\",\"port\":${OOO_SPARK_CONNECT_PORT:-15002},\"extra\":{\"token_file\":\"$connect_dir/token\"}}"
+else
+  own_server=0
 fi
 export PATH="$OOO_SPARK_VENV/bin:$OOO_AIRFLOW_VENV/bin:$PATH"
 pidfile="$AIRFLOW_HOME/standalone.pid"
@@ -75,6 +82,12 @@ case "${1:-start}" in
     if curl -fsS -o /dev/null "$url/api/v2/monitor/health" 2>/dev/null; then
       say "port $port is taken by another server: set OOO_AIRFLOW_PORT" >&2
       exit 1
+    fi
+    if [ "$own_server" -eq 1 ]; then
+      if ! bash "$here/spark-connect.sh" status >/dev/null 2>&1; then
+        bash "$here/spark-connect.sh" start
+        touch "$AIRFLOW_HOME/spark-connect.started"  # stop ends it again
+      fi
     fi
     db_kind="${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN%%:*}"; [ "$db_kind" = sqlite ] && db_kind="SQLite under $AIRFLOW_HOME"
     say "migrating the metadata DB ($db_kind)"
@@ -109,6 +122,10 @@ case "${1:-start}" in
       say "not running"
     fi
     rm -f "$pidfile"
+    if [ -f "$AIRFLOW_HOME/spark-connect.started" ]; then
+      bash "$here/spark-connect.sh" stop
+      rm -f "$AIRFLOW_HOME/spark-connect.started"
+    fi
     ;;
   status)
     if running && healthy; then say "running (pid $(cat "$pidfile")): UI at $url"; else say "not running"; exit 3; fi

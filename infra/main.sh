@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Set everything up (idempotent) and run the main job on the embedded default through Airflow:
 # the DAG `pipeline` (ingest -> stream join -> aggregates and repair -> θ-join -> top-k -> quality
-# report), each step a Spark stage on local Spark (local[2]) over Delta tables under .local/lake,
-# with the real datasets from ../shared/data. Ends with the report's location and the headline tables.
+# report), each step a Spark stage over Delta tables under .local/lake, with the real datasets from
+# ../shared/data, as a client of the shared Spark application (the Spark Connect server of
+# infra/spark-connect.sh on local[2]: started here if it is not running, and stopped again at the
+# end if it was started here). Ends with the report's location and the headline tables.
 #
 #   bash infra/main.sh                   the whole pipeline through Airflow (`airflow dags test pipeline`)
 #   bash infra/main.sh --preset qjoin_d1 another disorder preset for the replay
@@ -33,6 +35,13 @@ if [ "$direct" -eq 1 ]; then
 fi
 
 eval "$(bash "$here/airflow.sh" env)"
+started=0
+if ! bash "$here/spark-connect.sh" status >/dev/null 2>&1; then
+  bash "$here/spark-connect.sh" start
+  started=1
+fi
+trap '[ "$started" -eq 1 ] && bash "$here/spark-connect.sh" stop >/dev/null' EXIT
+eval "$(bash "$here/spark-connect.sh" env)"   # the closing report is a client too
 mkdir -p "$AIRFLOW_HOME"
 log="$OOO_LOCAL/main-job.log"
 t0=$SECONDS

@@ -1,4 +1,4 @@
-"""The project's own services for the tests: MinIO, a Spark standalone cluster, PostgreSQL, Kafka.
+"""The project's own services for the tests: the Spark Connect server, MinIO, a Spark cluster, PostgreSQL, Kafka.
 
 Each is started by its infra script (the same one a user runs) on free loopback ports, with its data
 and logs in a test folder, and stopped afterwards. Standard library only: the Spark-venv and the
@@ -118,3 +118,32 @@ def postgres(folder: Path) -> Iterator[dict[str, str]]:
     finally:
         _script("postgres.sh", "stop", env, timeout=120)
         shutil.rmtree(data, ignore_errors=True)
+
+
+def connect_env(folder: Path) -> dict[str, str]:
+    """Where a Spark Connect server of the tests listens and keeps its state (free loopback ports)."""
+    return {
+        "OOO_SPARK_CONNECT_PORT": str(free_port()),
+        "OOO_SPARK_CONNECT_UI_PORT": str(free_port()),
+        "OOO_SPARK_CONNECT_DIR": str(folder / "spark-connect"),
+    }
+
+
+def connect_client(env: dict[str, str]) -> dict[str, str]:
+    """What makes a stage a client of the server ``env`` names (its address and its secret)."""
+    token = Path(env["OOO_SPARK_CONNECT_DIR"], "token").read_text().strip()
+    return {
+        "OOO_SPARK_REMOTE": f"sc://localhost:{env['OOO_SPARK_CONNECT_PORT']}",
+        "SPARK_CONNECT_AUTHENTICATE_TOKEN": token,
+    }
+
+
+@contextmanager
+def spark_connect(env: dict[str, str]) -> Iterator[dict[str, str]]:
+    """The shared Spark Connect server at ``env``'s :func:`connect_env`; yields its clients' settings."""
+    env = {**os.environ, **env}
+    try:
+        _script("spark-connect.sh", "start", env, timeout=600)
+        yield connect_client(env)
+    finally:
+        _script("spark-connect.sh", "stop", env, timeout=120)

@@ -78,3 +78,40 @@ def test_job_declarations_and_the_cli_parser_import_nothing_heavy():
     )
     light = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert light.stdout.strip() == "[]"
+
+
+# What Spark Connect does not offer: the JVM behind a classic session (py4j), the SparkContext,
+# RDDs and accumulators. The stage code runs as a client of the shared server (DESIGN, "Stages and
+# orchestration"), so none of it may appear where the stages' code lives.
+CONNECT_LAYERS = ("stages", "io", "spark", "quality")
+CLASSIC_ONLY_ATTRS = frozenset(
+    {"sparkContext", "_jvm", "_jsc", "_jdf", "_jsparkSession", "_gateway", "rdd", "accumulator", "parallelize"}
+)
+CLASSIC_ONLY_MODULES = ("py4j", "pyspark.accumulators", "pyspark.rdd", "pyspark.context", "delta.tables")
+
+
+def classic_only(source: str) -> list[str]:
+    """Attribute uses and imports of what only a classic session has."""
+    found = forbidden_imports(source, CLASSIC_ONLY_MODULES)
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr in CLASSIC_ONLY_ATTRS:
+            found.append(node.attr)
+    return found
+
+
+def test_the_connect_checker_catches_the_jvm_the_context_and_rdds():
+    src = (
+        "from py4j.protocol import Py4JJavaError\nsc = spark.sparkContext\nx = df._jdf.schema()\n"
+        "def f(df):\n    return df.rdd.zipWithIndex()\n"
+    )
+    assert classic_only(src) == ["py4j.protocol", "sparkContext", "_jdf", "rdd"]
+
+
+def test_stage_code_uses_only_what_spark_connect_offers():
+    offenders = {}
+    for layer in CONNECT_LAYERS:
+        for path in sorted((PACKAGE / layer).rglob("*.py")):
+            bad = classic_only(path.read_text())
+            if bad:
+                offenders[str(path.relative_to(PACKAGE))] = bad
+    assert offenders == {}

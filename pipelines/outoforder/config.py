@@ -66,6 +66,7 @@ class SparkSettings:
             "spark.driver.memory": self.driver_memory,
             "spark.ui.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
+            "spark.log.level": self.log_level,
             # Delta reads its log with 50 partitions by default: far too many on 2 cores.
             "spark.databricks.delta.snapshotPartitions": "2",
             "spark.sql.execution.arrow.pyspark.enabled": "true",

@@ -1,26 +1,45 @@
 """``StageOperator``: one pipeline stage (``python -m outoforder.stages <stage>``) on Spark.
 
-It is the Spark provider's ``SparkSubmitOperator`` with the project's settings filled in: the
-stage entry point, the Spark configuration of ``include/config/outoforder.toml`` (or the file in
-the DAG's ``config`` Param), Delta's jars from the Maven cache (resolved when the task runs, so a
-DAG parses on machines without the cache), the Spark connection (``spark_default``: ``local[2]``,
-or a cluster) and, for interval stages, the run's data interval as ``--start``/``--end``.
+How the stage reaches Spark is the connection's choice (``outoforder_spark`` by default), not the
+DAG's:
+
+- a **Spark Connect** connection (``spark_connect``, the default that infra/airflow.sh defines):
+  the task runs the stage as a thin client of the shared Spark application, the Spark Connect
+  server of infra/spark-connect.sh, in the Spark venv's Python. No JVM starts: a task's fixed cost
+  is a Python process and a connection (seconds), so the stream DAGs can run every minute. The
+  server's secret comes from the connection's password, or from the file its extra
+  ``token_file`` names, and reaches the stage in its environment (never its command line);
+- a **Spark** connection (``spark``): spark-submit, one Spark application per task, for a
+  deployment that wants that (the provider's ``SparkSubmitHook``, with the project's Spark
+  settings, Delta's jars and s3a's, resolved when the task runs).
+
+Either way the stage gets the DAG's ``config`` Param as ``OOO_CONFIG`` and, for interval stages,
+the run's data interval as ``--start``/``--end``; its progress lines go to the task's log.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+from collections import deque
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import BaseHook, BaseOperator
 
 from outoforder.config import REPO_ROOT, load_settings
 from outoforder_airflow.links import DataDocsLink, QualityReportLink
 
 APP = str(REPO_ROOT / "pipelines" / "outoforder" / "stages" / "spark_entry.py")
+CONN_ID = "outoforder_spark"  # the Spark the stages run on (see the module docstring)
 
 RUN_NAME = "{{ dag.dag_id }}__{{ run_id }}"  # names a run's validations and its report page
+
+
+class StageFailed(RuntimeError):
+    """The stage exited with an error (its last lines are in the message; all of them in the log)."""
 
 
 # Airflow 3 runs ``schedule=timedelta(...)`` as a trigger timetable: a run's data interval is empty,
@@ -52,8 +71,18 @@ def judged_args(interval: timedelta) -> list[str]:
     return ["--since", interval_start(interval), "--until", INTERVAL_END]
 
 
-class StageOperator(SparkSubmitOperator):
-    """Submit one stage of the pipeline to Spark.
+def _spark_python(env: dict[str, str]) -> str:
+    """The Spark venv's Python, where the stages' code and the Spark Connect client live."""
+    if env.get("PYSPARK_PYTHON"):
+        return env["PYSPARK_PYTHON"]
+    if env.get("OOO_SPARK_VENV"):
+        return str(Path(env["OOO_SPARK_VENV"]) / "bin" / "python")
+    msg = "PYSPARK_PYTHON (or OOO_SPARK_VENV) must name the Spark venv's Python (infra/env.sh sets it)"
+    raise StageFailed(msg)
+
+
+class StageOperator(BaseOperator):
+    """Run one stage of the pipeline on Spark (see the module docstring).
 
     :param stage: the CLI stage, e.g. ``topk-stream``
     :param stage_args: its options (templated)
@@ -61,8 +90,11 @@ class StageOperator(SparkSubmitOperator):
     :param validation: a validation stage: adds ``--on-violation {{ params.on_violation }}`` and
         names the validation after the DAG run (Data Docs, quality report)
     :param report: the report stage: adds the run's name (its own report page)
+    :param conn_id: the Spark connection (Spark Connect, or spark-submit)
+    :param config: the stage's settings file, ``OOO_CONFIG`` (templated; empty: the worker's own)
     """
 
+    template_fields: ClassVar[Sequence[str]] = ("stage_args", "config")
     operator_extra_links = (QualityReportLink(), DataDocsLink())
     ui_color = "#e8f1fb"
 
@@ -74,32 +106,91 @@ class StageOperator(SparkSubmitOperator):
         interval: timedelta | None = None,
         validation: bool = False,
         report: bool = False,
-        conn_id: str = "spark_default",
+        conn_id: str = CONN_ID,
+        config: str = "{{ params.config }}",
         **kwargs: Any,
     ) -> None:
+        super().__init__(**kwargs)
         args = [stage, *stage_args, *(interval_args(interval) if interval else [])]
         if validation:
             args += ["--on-violation", "{{ params.on_violation }}", "--run-name", RUN_NAME]
         if report:
             args += ["--run-name", RUN_NAME]
-        kwargs.setdefault("name", f"outoforder-{stage}")
-        kwargs.setdefault("verbose", False)
-        super().__init__(
-            application=APP,
-            application_args=args,
-            conn_id=conn_id,
-            conf=load_settings().spark_conf(with_jars=False),
-            env_vars={"OOO_CONFIG": "{{ params.config }}"},
-            **kwargs,
-        )
         self.stage = stage
+        self.stage_args = args
+        self.conn_id = conn_id
+        self.config = config
+        self._process: subprocess.Popen[str] | None = None
+        self._hook: Any = None
 
     def execute(self, context: Any) -> None:
-        """Resolve the jars (Delta's, and s3a's for a remote lake), then submit."""
-        # resolved here, not at parse: a DAG file must parse where the jar cache is not set up
-        self.conf = {**(self.conf or {}), **load_settings().spark_conf()}
-        if not (self.env_vars or {}).get("OOO_CONFIG"):
-            # an empty config Param: the stage reads the worker's own OOO_CONFIG, as the Spark
-            # settings above do, rather than none at all
-            self.env_vars = {k: v for k, v in (self.env_vars or {}).items() if k != "OOO_CONFIG"}
-        super().execute(context)
+        """Run the stage as the connection says: a Spark Connect client, or spark-submit."""
+        conn = BaseHook.get_connection(self.conn_id)
+        env = dict(os.environ)
+        if self.config:
+            env["OOO_CONFIG"] = self.config
+        if conn.conn_type == "spark_connect":
+            self._run_client(conn, env)
+        elif conn.conn_type == "spark":
+            self._submit(env)
+        else:
+            msg = (
+                f"connection {self.conn_id} is of type {conn.conn_type!r}: a stage runs on a "
+                "'spark_connect' connection (the shared server) or a 'spark' one (spark-submit)"
+            )
+            raise StageFailed(msg)
+
+    def _run_client(self, conn: Any, env: dict[str, str]) -> None:
+        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+        env["OOO_SPARK_REMOTE"] = SparkConnectHook(self.conn_id).get_connection_url()
+        token_file = (conn.extra_dejson or {}).get("token_file")
+        if token_file and not conn.password:
+            env["SPARK_CONNECT_AUTHENTICATE_TOKEN"] = Path(token_file).read_text().strip()
+        python = _spark_python(env)
+        self.log.info("stage %s as a client of %s", self.stage, env["OOO_SPARK_REMOTE"].split(";")[0])
+        last: deque[str] = deque(maxlen=20)
+        self._process = subprocess.Popen(
+            [python, "-m", "outoforder.stages", *self.stage_args],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+        )
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            line = line.rstrip("\n")
+            last.append(line)
+            self.log.info("%s", line)
+        code = self._process.wait()
+        if code != 0:
+            msg = f"stage {self.stage} exited with status {code}: " + " | ".join(
+                x for x in last if x.strip()
+            )[-2000:]
+            raise StageFailed(msg)
+
+    def _submit(self, env: dict[str, str]) -> None:
+        from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+        settings = load_settings(env.get("OOO_CONFIG") or None, env=env)
+        self._hook = SparkSubmitHook(
+            conf=settings.spark_conf(),  # resolved here: a DAG parses where the jar cache is not set up
+            conn_id=self.conn_id,
+            name=f"outoforder-{self.stage}",
+            application_args=list(self.stage_args),
+            env_vars={"OOO_CONFIG": self.config} if self.config else None,
+            verbose=False,
+        )
+        self._hook.submit(APP)
+
+    def on_kill(self) -> None:
+        """Stop the stage: a client ends its jobs on the shared server when told (SIGTERM)."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+        if self._hook is not None:
+            self._hook.on_kill()

@@ -6,11 +6,12 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests import sparkconf
+from tests import services, sparkconf
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -27,6 +28,7 @@ def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     if not spark_venv or not Path(spark_venv, "bin", "spark-submit").exists():
         pytest.fail("OOO_SPARK_VENV is not set up: run the tests through infra/test.sh")
     home = tmp_path_factory.mktemp("airflow-home")
+    connect = services.connect_env(home)
     env = dict(os.environ)
     env.update(
         {
@@ -35,7 +37,16 @@ def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
             "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
-            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+            # the stage tasks' Spark: the session's Spark Connect server (fixture spark_server)
+            **connect,
+            "AIRFLOW_CONN_OUTOFORDER_SPARK": json.dumps(
+                {
+                    "conn_type": "spark_connect",
+                    "host": "localhost",
+                    "port": int(connect["OOO_SPARK_CONNECT_PORT"]),
+                    "extra": {"token_file": str(Path(connect["OOO_SPARK_CONNECT_DIR"]) / "token")},
+                }
+            ),
             "OOO_LAKE_ROOT": str(home / "lake"),
             "PATH": f"{spark_venv}/bin:{Path(sys.executable).parent}:{env.get('PATH', '')}",
             "PYSPARK_PYTHON": f"{spark_venv}/bin/python",
@@ -43,6 +54,16 @@ def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         }
     )
     return env
+
+
+@pytest.fixture(scope="session")
+def spark_server(airflow_env: dict[str, str]) -> Iterator[dict[str, str]]:
+    """The session's Spark Connect server, which every DAG test's stage tasks are clients of.
+
+    Yields :func:`airflow_env` with the client settings (for stages the tests run themselves).
+    """
+    with services.spark_connect(airflow_env) as client:
+        yield {**airflow_env, **client}
 
 
 def run_probe(python: str, code: str, tag: str, env: dict[str, str], *args: str) -> dict:

@@ -40,7 +40,7 @@ for dag in bag.dags.values():
     for t in dag.tasks:
         templated += [str(getattr(t, f, "")) for f in t.template_fields]
         if isinstance(t, StageOperator):
-            raw = list(t.application_args)
+            raw = list(t.stage_args)
             rendered = [jinja2.Template(a).render(**context) for a in raw]
             tasks[t.task_id] = {"stage": t.stage, "raw": raw, "args": rendered}
     out["dags"][dag.dag_id] = {"params": defaults, "tasks": tasks, "templated": templated}

@@ -1,4 +1,4 @@
-"""`airflow dags test` on SQLite: real spark-submit, real Delta, real GX.
+"""`airflow dags test` on SQLite: stage tasks as clients of a real Spark Connect server, real Delta, real GX.
 
 The ingest DAG (its plan task hands the datasets to the stage through XCom), and the aggregate
 DAG whose Γ-rule task emits the asset that schedules ``late_repair``. That every run ends with its
@@ -26,11 +26,11 @@ pytestmark = [pytest.mark.airflow, pytest.mark.integration, pytest.mark.timeout(
 
 
 @pytest.fixture(scope="module")
-def migrated(airflow_env):
+def migrated(spark_server):
     """The session's metadata database, migrated once for the DAG runs of this module."""
-    migrate = airflow_cli(airflow_env, "db", "migrate")
+    migrate = airflow_cli(spark_server, "db", "migrate")
     assert migrate.returncode == 0, migrate.stderr[-3000:]
-    return airflow_env
+    return spark_server
 
 
 def test_ingest_dag_runs_end_to_end(migrated):
@@ -54,12 +54,12 @@ def test_ingest_dag_runs_end_to_end(migrated):
 
 
 @pytest.fixture(scope="module")
-def replayed(airflow_env):
+def replayed(spark_server):
     """A 3 s synthetic replay in the session's lake (its arrival clock: 10,753 s after the epoch)."""
     spark_python = Path(os.environ["OOO_SPARK_VENV"]) / "bin" / "python"
     args = ["-m", "outoforder.stages", "replay", "--model", "hpm_game1", "--seconds", "3", "--seed", "1"]
     replay = subprocess.run(
-        [str(spark_python), *args], env=airflow_env, capture_output=True, text=True, timeout=600, check=False
+        [str(spark_python), *args], env=spark_server, capture_output=True, text=True, timeout=600, check=False
     )
     assert replay.returncode == 0, replay.stderr[-3000:]
     return "synthetic/hpm_game1-3s-seed1"

@@ -47,16 +47,15 @@ def test_stage_operator_fills_in_the_stage_interval_and_validation(plugin_path, 
         interval=timedelta(minutes=1),
         validation=True,
     )
-    args = op.application_args
+    args = op.stage_args
     assert args[:3] == ["validate-topk", "--k", "5"]
     assert args[args.index("--on-violation") + 1] == "{{ params.on_violation }}"
     assert args[args.index("--run-name") + 1] == "{{ dag.dag_id }}__{{ run_id }}"
     assert "--start" in args and "--end" in args
-    assert op.application.endswith("spark_entry.py")
-    assert op.conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
+    assert (op.conn_id, op.config) == ("outoforder_spark", "{{ params.config }}")
     assert {type(link).__name__ for link in op.operator_extra_links} == {"QualityReportLink", "DataDocsLink"}
     plain = StageOperator(task_id="s", stage="topk-stream")
-    assert plain.application_args == ["topk-stream"]
+    assert plain.stage_args == ["topk-stream"]
 
 
 def test_links_point_at_the_run_report_and_data_docs(plugin_path):

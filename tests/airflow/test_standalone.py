@@ -33,7 +33,7 @@ from outoforder.stages.theta.spec import ThetaJob
 from outoforder.stages.topk.spec import DEMO_JOB as TOPK_DEMO
 from tests import sparkconf
 from tests.airflow.conftest import REPO, run_probe
-from tests.services import free_port
+from tests.services import connect_client, connect_env, free_port
 
 # the module's Airflow and its pipeline run inside the first test's set-up
 pytestmark = [pytest.mark.airflow, pytest.mark.integration, pytest.mark.timeout(2400)]
@@ -124,24 +124,29 @@ def standalone(tmp_path_factory: pytest.TempPathFactory):
             "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "900",
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "900",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "900",
+            # infra/airflow.sh starts the Spark Connect server the tasks are clients of, here
+            **connect_env(home),
             **sparkconf.stage_env(home),
         }
     )
-    _stage(env, "replay", "--seconds", str(SECONDS))
-    # the direct runs get a copy of the same bronze (same arrival sequence numbers)
-    shutil.copytree(home / "lake", home / "direct-lake")
-    start = _run(["bash", str(REPO / "infra" / "airflow.sh"), "start"], env, timeout=600)
+    start = _run(["bash", str(REPO / "infra" / "airflow.sh"), "start"], env, timeout=900)
     try:
         assert start.returncode == 0, start.stdout[-3000:] + start.stderr[-3000:]
         ready = next(ln for ln in start.stdout.splitlines() if "ready: UI at" in ln)
         password = ready.split("password ")[1].split(")")[0]
+        client = {**env, **connect_client(env)}  # the test's own stages use the same server
+        _stage(client, "replay", "--seconds", str(SECONDS))
+        # the direct runs get a copy of the same bronze (same arrival sequence numbers)
+        shutil.copytree(home / "lake", home / "direct-lake")
         yield {
             "env": env,
+            "client": client,
             "home": home,
             "url": f"http://127.0.0.1:{env['OOO_AIRFLOW_PORT']}",
             "password": password,
         }
     finally:
+        # also stops the server it started
         _run(["bash", str(REPO / "infra" / "airflow.sh"), "stop"], env, timeout=120)
 
 
@@ -228,9 +233,9 @@ def test_scheduler_runs_the_pipeline_and_a_backfill_like_a_direct_run(standalone
     assert [r["state"] for r in pipeline["theta"]] == ["success"]
     spark_python = str(Path(env["OOO_SPARK_VENV"]) / "bin" / "python")
 
-    # the same stages run directly on a copy of the same bronze, in one process (one Spark session)
-    # that then reads both lakes' outputs
-    direct = dict(env, OOO_LAKE_ROOT=str(home / "direct-lake"))
+    # the same stages run directly on a copy of the same bronze, in one process (one Spark Connect
+    # session) that then reads both lakes' outputs
+    direct = dict(standalone["client"], OOO_LAKE_ROOT=str(home / "direct-lake"))
     runs = [
         ["topk-stream", "--source", SOURCE, *TOPK_DIRECT, "--start", TOPK_SPAN[0], "--end", TOPK_SPAN[1],
          "--every-s", "60"],

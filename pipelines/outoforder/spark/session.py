@@ -47,9 +47,7 @@ def get_spark(settings: Settings | None = None, app_name: str = "outoforder") ->
         builder = builder.master(settings.spark.master)
     for key, value in settings.spark_conf().items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(settings.spark.log_level)
-    return spark
+    return builder.getOrCreate()
 
 
 def connect(settings: Settings) -> SparkSession:
