@@ -1,4 +1,4 @@
-"""The project's own services for the tests: the Spark Connect server, MinIO, a Spark cluster, PostgreSQL, Kafka.
+"""The project's own services for the tests: Spark Connect, MinIO, a Spark cluster, PostgreSQL, Kafka.
 
 Each is started by its infra script (the same one a user runs) on free loopback ports, with its data
 and logs in a test folder, and stopped afterwards. Standard library only: the Spark-venv and the

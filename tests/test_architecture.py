@@ -85,7 +85,8 @@ def test_job_declarations_and_the_cli_parser_import_nothing_heavy():
 # orchestration"), so none of it may appear where the stages' code lives.
 CONNECT_LAYERS = ("stages", "io", "spark", "quality")
 CLASSIC_ONLY_ATTRS = frozenset(
-    {"sparkContext", "_jvm", "_jsc", "_jdf", "_jsparkSession", "_gateway", "rdd", "accumulator", "parallelize"}
+    {"sparkContext", "_jvm", "_jsc", "_jdf", "_jsparkSession", "_gateway", "rdd", "accumulator"}
+    | {"parallelize"}
 )
 CLASSIC_ONLY_MODULES = ("py4j", "pyspark.accumulators", "pyspark.rdd", "pyspark.context", "delta.tables")
 

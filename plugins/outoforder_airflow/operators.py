@@ -165,9 +165,10 @@ class StageOperator(BaseOperator):
             self.log.info("%s", line)
         code = self._process.wait()
         if code != 0:
-            msg = f"stage {self.stage} exited with status {code}: " + " | ".join(
-                x for x in last if x.strip()
-            )[-2000:]
+            msg = (
+                f"stage {self.stage} exited with status {code}: "
+                + " | ".join(x for x in last if x.strip())[-2000:]
+            )
             raise StageFailed(msg)
 
     def _submit(self, env: dict[str, str]) -> None:
