@@ -23,20 +23,39 @@ from outoforder.stages.topk.spec import DEMO_JOB as TOPK_DEMO
 from outoforder.stages.topk.spec import TopKJob
 
 
-def _params(
-    job: type[spec.Job], defaults: spec.Job | None = None, extra: tuple[spec.Setting, ...] = ()
-) -> dict[str, Any]:
+def params(declared: dict[str, tuple[Any, dict[str, Any]]], *tables: str) -> dict[str, Any]:
+    """``declared`` Params (name -> (default, JSON-schema keywords)) with the config's ``[dags]`` defaults.
+
+    ``[dags]``'s top-level keys apply to every DAG that has the Param, the ``tables`` (a job's, then
+    the DAG's own) to this one: a key there that is not one of its Params fails the DAG's import,
+    naming it. What scheduled runs use and what a manual run's form starts from.
+    """
     from airflow.sdk import Param
 
-    return {
-        name: Param(default, **kw)
-        for name, (default, kw) in spec.dag_params(job, defaults, extra=extra).items()
-    }
+    from outoforder.config import load_settings
+    from outoforder.errors import ConfigError
+
+    settings = load_settings()
+    own: dict[str, Any] = {}
+    for table in tables:
+        own |= settings.dags.get(table, {})
+    unknown = sorted(set(own) - set(declared))
+    if unknown:
+        msg = f"[dags.{'/'.join(tables)}] sets {unknown}: not Params of these DAGs ({', '.join(declared)})"
+        raise ConfigError(msg)
+    given = {k: v for k, v in settings.dag_param_defaults(*tables).items() if k in declared}
+    return {name: Param(given.get(name, default), **kw) for name, (default, kw) in declared.items()}
+
+
+def _params(
+    job: type[spec.Job], table: str, defaults: spec.Job | None = None, extra: tuple[spec.Setting, ...] = ()
+) -> dict[str, Any]:
+    return params(spec.dag_params(job, defaults, extra=extra), table)
 
 
 def join_params() -> dict[str, Any]:
     """The Params that define a stream-join job (the same in every join DAG, so the job ids agree)."""
-    return _params(JoinJob)
+    return _params(JoinJob, "join")
 
 
 JOIN_ARGS = spec.stage_args(JoinJob)
@@ -44,7 +63,7 @@ JOIN_ARGS = spec.stage_args(JoinJob)
 
 def agg_params() -> dict[str, Any]:
     """The Params that define an aggregate job (shared by aggregate_stream and late_repair)."""
-    return _params(AggJob)
+    return _params(AggJob, "aggregate")
 
 
 AGG_ARGS = spec.stage_args(AggJob)
@@ -55,7 +74,7 @@ LEDGER_DUE_URI = "outoforder://silver/agg_ledger/repair-due"
 
 def theta_params() -> dict[str, Any]:
     """The Params of a θ-join backfill job: the main job's query by default, and the check's sample."""
-    return _params(ThetaJob, THETA_DEMO, extra=(spec.SAMPLE,))
+    return _params(ThetaJob, "theta", THETA_DEMO, extra=(spec.SAMPLE,))
 
 
 THETA_ARGS = spec.stage_args(ThetaJob)
@@ -68,7 +87,7 @@ def topk_params() -> dict[str, Any]:
     replay that would close no window, so the DAG defaults to the main job's scaled query (the CLI
     keeps the seed's).
     """
-    return _params(TopKJob, TOPK_DEMO)
+    return _params(TopKJob, "topk", TOPK_DEMO)
 
 
 TOPK_ARGS = spec.stage_args(TopKJob)

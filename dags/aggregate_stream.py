@@ -78,6 +78,7 @@ def aggregate_stream() -> None:
         stage="aggregate-stream",
         stage_args=AGG_ARGS,
         interval=INTERVAL,
+        catch_up=True,
     )
     ledger_due = EmptyOperator(task_id="ledger_due", outlets=[Asset(LEDGER_DUE_URI)])
     validate_aggregate = StageOperator(
@@ -89,7 +90,12 @@ def aggregate_stream() -> None:
     aggregate_interval >> gamma_rule() >> ledger_due
     aggregate_interval >> validate_aggregate
     report = StageOperator(
-        task_id="quality_report", stage="report", report=True, interval=INTERVAL, trigger_rule="all_done"
+        task_id="quality_report",
+        stage="report",
+        stage_args=["--sections", "aggregate"],
+        report=True,
+        interval=INTERVAL,
+        trigger_rule="all_done",
     )
     validate_aggregate >> report
 

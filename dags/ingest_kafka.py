@@ -10,7 +10,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pendulum
-from airflow.sdk import Param, dag
+from _spark_stage import params
+from airflow.sdk import dag
 from outoforder_airflow.operators import StageOperator
 
 from outoforder.stages import spec
@@ -24,7 +25,7 @@ DOC = """
    docs/sources.md), and commits bronze, quarantine and the ingest log together with the offsets.
    The arrival order is (log-append time, partition, offset). Offsets that expired before they
    were read, or a topic deleted and created again, fail the task naming the partitions and offsets.
-2. **validate_bronze** runs the bronze suites.
+2. **validate_bronze** runs the bronze suites over what this run ingested.
 
 The stream DAGs (`join_stream`, `aggregate_stream`, `topk_stream`) on the same source never run
 ahead of this one: an interval that the Kafka ingest does not cover yet fails and is retried.
@@ -40,17 +41,26 @@ ahead of this one: an interval that the Kafka ingest does not cover yet fails an
     tags=["outoforder", "bronze", "ingest", "kafka"],
     doc_md=DOC,
     default_args={"retries": 2, "retry_delay": timedelta(seconds=20), "owner": "outoforder"},
-    params={
-        "source": Param("yard", type="string", description="a source declared with a topic"),
-        **{s.name: Param(s.default, **s.json_schema()) for s in (spec.ON_VIOLATION, spec.CONFIG)},
-    },
+    params=params(
+        {
+            "source": ("yard", {"type": "string", "description": "a source declared with a topic"}),
+            **{s.name: (s.default, s.json_schema()) for s in (spec.ON_VIOLATION, spec.CONFIG)},
+        },
+        "ingest_kafka",
+    ),
 )
 def ingest_kafka() -> None:
     """Ingest what arrived on the topic, then check bronze."""
     ingest = StageOperator(
         task_id="ingest", stage="ingest-kafka", stage_args=["--source", "{{ params.source }}"]
     )
-    validate_bronze = StageOperator(task_id="validate_bronze", stage="validate-bronze", validation=True)
+    # what this run ingested (its batches finish after the run started): a cost that follows the batch
+    validate_bronze = StageOperator(
+        task_id="validate_bronze",
+        stage="validate-bronze",
+        stage_args=["--since", "{{ dag_run.start_date }}"],
+        validation=True,
+    )
     ingest >> validate_bronze
 
 

@@ -49,6 +49,7 @@ def join_stream() -> None:
         stage="join-stream",
         stage_args=JOIN_ARGS,
         interval=INTERVAL,
+        catch_up=True,
     )
     validate_join = StageOperator(
         task_id="validate_join",
@@ -57,7 +58,12 @@ def join_stream() -> None:
         validation=True,
     )
     report = StageOperator(
-        task_id="quality_report", stage="report", report=True, interval=INTERVAL, trigger_rule="all_done"
+        task_id="quality_report",
+        stage="report",
+        stage_args=["--sections", "join"],
+        report=True,
+        interval=INTERVAL,
+        trigger_rule="all_done",
     )
     join_interval >> validate_join >> report
 

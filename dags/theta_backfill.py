@@ -63,7 +63,12 @@ def theta_backfill() -> None:
         validation=True,
     )
     report = StageOperator(
-        task_id="quality_report", stage="report", report=True, interval=INTERVAL, trigger_rule="all_done"
+        task_id="quality_report",
+        stage="report",
+        stage_args=["--sections", "theta"],
+        report=True,
+        interval=INTERVAL,
+        trigger_rule="all_done",
     )
     theta_join >> validate_theta >> report
 

@@ -50,6 +50,7 @@ def topk_stream() -> None:
         stage="topk-stream",
         stage_args=TOPK_ARGS,
         interval=INTERVAL,
+        catch_up=True,
     )
     validate_topk = StageOperator(
         task_id="validate_topk",
@@ -58,7 +59,12 @@ def topk_stream() -> None:
         validation=True,
     )
     report = StageOperator(
-        task_id="quality_report", stage="report", report=True, interval=INTERVAL, trigger_rule="all_done"
+        task_id="quality_report",
+        stage="report",
+        stage_args=["--sections", "topk"],
+        report=True,
+        interval=INTERVAL,
+        trigger_rule="all_done",
     )
     topk_interval >> validate_topk >> report
 

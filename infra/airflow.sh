@@ -56,7 +56,7 @@ export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="${AIRFLOW__DATABASE__SQL_ALCHEMY_CON
 connect_dir="${OOO_SPARK_CONNECT_DIR:-$OOO_LOCAL/spark-connect}"
 if [ -z "${AIRFLOW_CONN_OUTOFORDER_SPARK:-}" ]; then
   own_server=1
-  export AIRFLOW_CONN_OUTOFORDER_SPARK="{\"conn_type\":\"spark_connect\",\"host\":\"localhost\",\"port\":${OOO_SPARK_CONNECT_PORT:-15002},\"extra\":{\"token_file\":\"$connect_dir/token\"}}"
+  export AIRFLOW_CONN_OUTOFORDER_SPARK="{\"conn_type\":\"spark_connect\",\"host\":\"localhost\",\"port\":${OOO_SPARK_CONNECT_PORT:-15002},\"extra\":{\"token_file\":\"$connect_dir/token\",\"runner\":\"$connect_dir/runner.sock\"}}"
 else
   own_server=0
 fi

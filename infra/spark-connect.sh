@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The shared Spark application: a Spark Connect server that every task of the pipeline is a client
 # of (Airflow's stage tasks, the live mode, the DAG tests), on loopback, in the background, under a
-# supervisor that restarts it when it dies.
+# supervisor that restarts it when it dies. Beside it, the stage runner (outoforder.stages.runner):
+# a warm Python process with the stages' imports done, which Airflow's tasks ask to fork their
+# stage, on a Unix socket only the owner can reach ($OOO_SPARK_CONNECT_DIR/runner.sock).
 #
 #   bash infra/spark-connect.sh start    set up (idempotent), start, wait until a client gets an
 #                                        answer, print its address
@@ -32,8 +34,8 @@ ui_port="${OOO_SPARK_CONNECT_UI_PORT:-4040}"
 dir="${OOO_SPARK_CONNECT_DIR:-$OOO_LOCAL/spark-connect}"
 remote="sc://localhost:$port"
 supervisor_pid="$dir/supervisor.pid"
-server_pid="$dir/server.pid"
-log="$dir/server.log"
+server_pid="$dir/serve.pid"
+log="$dir/serve.log"
 say() { echo "[spark-connect] $*"; }
 
 running() { [ -f "$supervisor_pid" ] && kill -0 "$(cat "$supervisor_pid")" 2>/dev/null; }
@@ -43,35 +45,53 @@ probe() {  # a client's round trip: the server answers queries, not only the por
     "$OOO_SPARK_VENV/bin/python" -m outoforder.spark.server probe "$remote" 2>>"$dir/probe.log"
 }
 
+properties() {  # the server's settings, from the project's as they are now (owner-only)
+  (umask 077
+   "$OOO_SPARK_VENV/bin/python" -m outoforder.spark.server properties --port "$port" --ui-port "$ui_port" \
+     --dir "$dir" --token-file "$dir/token" >"$dir/spark.properties.new")
+  mv "$dir/spark.properties.new" "$dir/spark.properties"
+}
+
 serve() {  # the server in the foreground: spark-submit execs its JVM
-  umask 077
-  "$OOO_SPARK_VENV/bin/python" -m outoforder.spark.server properties --port "$port" --ui-port "$ui_port" \
-    --dir "$dir" --token-file "$dir/token" >"$dir/spark.properties"
   mkdir -p "$dir/checkpoints" "$dir/tmp"
   SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON="$OOO_SPARK_VENV/bin/python" \
     exec "$OOO_SPARK_VENV/bin/spark-submit" --properties-file "$dir/spark.properties" \
     --class org.apache.spark.sql.connect.service.SparkConnectServer spark-internal
 }
 
-supervise() {  # restart the server whenever it exits, until stopped
+runner() {  # the stage runner in the foreground
+  PYSPARK_PYTHON="$OOO_SPARK_VENV/bin/python" \
+    exec "$OOO_SPARK_VENV/bin/python" -m outoforder.stages.runner serve --socket "$dir/runner.sock"
+}
+
+keep() {  # name: run `bash $0 name` again whenever it exits, until told to stop
+  local name=$1 restarts=0 rc child
   stopping=0
-  child=""
-  trap 'stopping=1; [ -n "$child" ] && kill -TERM "$child" 2>/dev/null' TERM INT
-  restarts=0
+  trap 'stopping=1; [ -n "${child:-}" ] && kill -TERM "$child" 2>/dev/null' TERM INT
   while [ "$stopping" -eq 0 ]; do
-    bash "$0" serve >>"$log" 2>&1 &
+    bash "$0" "$name" >>"$dir/$name.log" 2>&1 &
     child=$!
-    echo "$child" >"$server_pid"
+    echo "$child" >"$dir/$name.pid"
     rc=0
     wait "$child" || rc=$?
-    # a trapped signal interrupts wait: wait again for the server to be gone
+    # a trapped signal interrupts wait: wait again for it to be gone
     while kill -0 "$child" 2>/dev/null; do wait "$child" || true; done
     [ "$stopping" -eq 1 ] && break
     restarts=$((restarts + 1))
-    echo "[spark-connect] $(date -u +%FT%TZ) the server exited (status $rc): restart $restarts" >>"$log"
+    echo "[spark-connect] $(date -u +%FT%TZ) $name exited (status $rc): restart $restarts" >>"$dir/$name.log"
     sleep $((restarts < 5 ? 2 : 15))
   done
-  rm -f "$server_pid"
+  rm -f "$dir/$name.pid"
+}
+
+supervise() {  # the server and the runner, each restarted when it exits, until stopped
+  bash "$0" keep serve &
+  local a=$!
+  bash "$0" keep runner &
+  local b=$!
+  trap 'kill -TERM "$a" "$b" 2>/dev/null' TERM INT
+  wait "$a" "$b" || true
+  while kill -0 "$a" 2>/dev/null || kill -0 "$b" 2>/dev/null; do wait || true; done
 }
 
 case "${1:-start}" in
@@ -93,9 +113,10 @@ case "${1:-start}" in
       if [ ! -s "$dir/token" ]; then  # the clients' shared secret, made once, owner-only
         (umask 077; "$OOO_SPARK_VENV/bin/python" -c 'import secrets; print(secrets.token_urlsafe(32))' >"$dir/token")
       fi
+      properties  # a settings error stops here, before anything runs
       say "starting the server at $remote (UI http://127.0.0.1:$ui_port; log $log)"
       # a session of its own, so that stop ends the supervisor, spark-submit and the JVM together
-      setsid bash "$0" supervise >>"$log" 2>&1 </dev/null &
+      setsid bash "$0" supervise >>"$dir/supervisor.log" 2>&1 </dev/null &
       echo $! >"$supervisor_pid"
     fi
     t0=$SECONDS
@@ -110,6 +131,10 @@ case "${1:-start}" in
         exit 1
       fi
       sleep 1
+    done
+    until [ -S "$dir/runner.sock" ]; do
+      if [ $((SECONDS - t0)) -ge 240 ]; then say "the stage runner is not up; see $dir/runner.log" >&2; exit 1; fi
+      sleep 0.5
     done
     say "ready in $((SECONDS - t0)) s: $remote, master $(grep '^spark.master ' "$dir/spark.properties" | cut -d' ' -f2)"
     ;;
@@ -140,9 +165,12 @@ case "${1:-start}" in
     ;;
   env)
     echo "export OOO_SPARK_REMOTE='$remote'"
+    echo "export OOO_STAGE_RUNNER='$dir/runner.sock'"
     echo "export SPARK_CONNECT_AUTHENTICATE_TOKEN=\"\$(cat '$dir/token')\""
     ;;
   serve) serve ;;
+  runner) runner ;;
+  keep) keep "$2" ;;
   supervise) supervise ;;
   *)
     echo "usage: bash infra/spark-connect.sh start|stop|restart|status|env" >&2

@@ -36,6 +36,9 @@ def test_a_user_file_overrides_only_what_it_names(tmp_path):
         ("[ingest.plausible_event_us]\nooo = [5, 1]\n", "lower bound"),
         ("[spark\n", "not valid TOML"),
         ("[ingest]\nbatch_rows = 'many'\n", "invalid setting"),
+        ("[quality]\ncumulative_every_s = -1\n", "cumulative_every_s"),
+        ("[spark]\nremote = 'localhost:15002'\n", "sc://host:port"),
+        ("[kafka]\ncover_poll_s = 0\n", "cover_poll_s"),
     ],
 )
 def test_bad_settings_fail_with_a_clear_message(tmp_path, text, match):

@@ -212,8 +212,13 @@ class QualitySettings:
     reports_dir: Path = Path(".local/reports")
     docs_dir: Path = Path(".local/reports/data_docs")  # the published Great Expectations Data Docs
     build_docs: bool = True
+    # the cumulative report page is rebuilt by a report at most this often (s); 0: by every report
+    cumulative_every_s: float = 0.0
 
     def __post_init__(self) -> None:
+        if self.cumulative_every_s < 0:
+            msg = f"quality.cumulative_every_s must be >= 0, got {self.cumulative_every_s}"
+            raise ConfigError(msg)
         if self.on_violation not in ("fail", "warn"):
             msg = f"quality.on_violation must be 'fail' or 'warn', got {self.on_violation!r}"
             raise ConfigError(msg)
@@ -235,6 +240,10 @@ class KafkaSettings:
     bootstrap: str = "127.0.0.1:9092"  # infra/kafka.sh's default
     # how long a task waits for a fetch: offsets are listed before reading, so a wait is a broker problem
     poll_timeout_ms: int = 30_000
+    # how long a stream stage waits for the ingest to cover its interval before it fails, and how
+    # often it looks (the ingest and the stream runs of a minute start together)
+    cover_wait_s: float = 50.0
+    cover_poll_s: float = 2.0
 
     def __post_init__(self) -> None:
         if not self.bootstrap.strip():
@@ -242,6 +251,12 @@ class KafkaSettings:
             raise ConfigError(msg)
         if self.poll_timeout_ms < 100:
             msg = f"kafka.poll_timeout_ms must be at least 100, got {self.poll_timeout_ms}"
+            raise ConfigError(msg)
+        if self.cover_wait_s < 0 or self.cover_poll_s <= 0:
+            msg = (
+                "kafka.cover_wait_s must be >= 0 and kafka.cover_poll_s > 0, "
+                f"got {self.cover_wait_s} and {self.cover_poll_s}"
+            )
             raise ConfigError(msg)
 
 
@@ -265,6 +280,8 @@ class Settings:
     work_root: Path | None = None
     sources: Mapping[str, Declaration] = field(default_factory=dict)  # declared sources, by name
     kafka: KafkaSettings = field(default_factory=KafkaSettings)
+    # [dags]: defaults of the DAGs' Params; "" holds the keys for every DAG, else a job or DAG's
+    dags: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # accept a Path (tests and callers build settings with dataclasses.replace)
@@ -303,6 +320,21 @@ class Settings:
             conf |= {"spark.driver.extraClassPath": path, "spark.executor.extraClassPath": path}
         conf.update(self.spark.conf)
         return conf
+
+    def dag_param_defaults(self, *names: str) -> dict[str, Any]:
+        """``[dags]``'s Param defaults for a DAG: the keys every DAG takes, then its own tables'.
+
+        ``names`` are the tables that apply, in order (a job's, e.g. ``join``, then the DAG id's).
+
+        >>> s = load_settings(env={})
+        >>> s2 = __import__("dataclasses").replace(s, dags={"": {"source": "a"}, "join": {"q_user": 0.9}})
+        >>> s2.dag_param_defaults("join", "join_stream")
+        {'source': 'a', 'q_user': 0.9}
+        """
+        out = dict(self.dags.get("", {}))
+        for name in names:
+            out |= self.dags.get(name, {})
+        return out
 
     def session_conf(self) -> dict[str, str]:
         """The settings one Spark session may set for itself (SQL and Delta settings that are not static).
@@ -430,6 +462,8 @@ def load_settings(
         kafka_settings = KafkaSettings(
             bootstrap=str(env.get("OOO_KAFKA_BOOTSTRAP", kafka.get("bootstrap", KafkaSettings.bootstrap))),
             poll_timeout_ms=int(kafka.get("poll_timeout_ms", KafkaSettings.poll_timeout_ms)),
+            cover_wait_s=float(kafka.get("cover_wait_s", KafkaSettings.cover_wait_s)),
+            cover_poll_s=float(kafka.get("cover_poll_s", KafkaSettings.cover_poll_s)),
         )
         for name, decl in sources.items():
             if name in BUILTIN_READERS:
@@ -439,7 +473,14 @@ def load_settings(
                 msg = f"ingest.plausible_event_us.{name}: give a declared source's bounds in sources.{name}"
                 raise ConfigError(msg)
             bounds[name] = decl.plausible_event_us
+        dags: dict[str, dict[str, Any]] = {"": {}}
+        for key, value in raw.get("dags", {}).items():
+            if isinstance(value, Mapping):
+                dags[str(key)] = dict(value)
+            else:
+                dags[""][str(key)] = value
         return Settings(
+            dags=dags,
             lake_root=lake_root,
             data_dir=_path(env.get("OOO_DATA_DIR", data.get("shared_dir", "../shared/data"))),
             spark=spark_settings,
@@ -461,6 +502,7 @@ def load_settings(
                 reports_dir=_path(reports),
                 docs_dir=_path(docs),
                 build_docs=_flag(env.get("OOO_BUILD_DOCS", quality.get("build_docs", True))),
+                cumulative_every_s=float(quality.get("cumulative_every_s", 0.0)),
             ),
             stream=StreamSettings(
                 state_budget_rows=int(

@@ -5,10 +5,12 @@ DAG's:
 
 - a **Spark Connect** connection (``spark_connect``, the default that infra/airflow.sh defines):
   the task runs the stage as a thin client of the shared Spark application, the Spark Connect
-  server of infra/spark-connect.sh, in the Spark venv's Python. No JVM starts: a task's fixed cost
-  is a Python process and a connection (seconds), so the stream DAGs can run every minute. The
-  server's secret comes from the connection's password, or from the file its extra
-  ``token_file`` names, and reaches the stage in its environment (never its command line);
+  server of infra/spark-connect.sh. No JVM starts: the stage is forked by the warm stage runner
+  beside the server (the socket in the connection's extra ``runner``; its imports are done), or,
+  without one, started as a process of the Spark venv's Python. A task's fixed cost is then well
+  under a second, so the stream DAGs can run every minute. The server's secret comes from the
+  connection's password, or from the file its extra ``token_file`` names, and reaches the stage
+  in its environment (never its command line);
 - a **Spark** connection (``spark``): spark-submit, one Spark application per task, for a
   deployment that wants that (the provider's ``SparkSubmitHook``, with the project's Spark
   settings, Delta's jars and s3a's, resolved when the task runs).
@@ -19,7 +21,9 @@ the run's data interval as ``--start``/``--end``; its progress lines go to the t
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 from collections import deque
 from collections.abc import Sequence
@@ -66,9 +70,28 @@ def interval_args(interval: timedelta) -> list[str]:
     return ["--start", interval_start(interval), "--end", INTERVAL_END]
 
 
+def catch_up_args(interval: timedelta) -> list[str]:
+    """A stream stage's run: from where the job stopped to the run's end, in steps of the schedule's.
+
+    A trigger timetable's run times drift (a run waits for a free slot, the scheduler falls
+    behind, a run is skipped), so consecutive runs' intervals need not meet: ``--catch-up`` starts
+    where the job stopped, and ``--every-s`` cuts a long catch-up into intervals of ``interval``.
+    """
+    return ["--catch-up", "--every-s", f"{interval.total_seconds():g}"]
+
+
 def judged_args(interval: timedelta) -> list[str]:
-    """``--since``/``--until`` of a check that judges what closed in the run's interval."""
-    return ["--since", interval_start(interval), "--until", INTERVAL_END]
+    """``--since``/``--until`` of a check that judges what closed in the run's interval.
+
+    Since the previous successful run's end, when that is earlier: run times drift apart, and a
+    failed run's interval is judged by the next one, so nothing closes unjudged between runs.
+    """
+    start = interval_start(interval)[2:-2].strip()  # the expression inside {{ }}
+    since = (
+        f"{{% set s = {start} %}}{{{{ prev_data_interval_end_success "
+        "if prev_data_interval_end_success and prev_data_interval_end_success < s else s }}"
+    )
+    return ["--since", since, "--until", INTERVAL_END]
 
 
 def _spark_python(env: dict[str, str]) -> str:
@@ -87,6 +110,7 @@ class StageOperator(BaseOperator):
     :param stage: the CLI stage, e.g. ``topk-stream``
     :param stage_args: its options (templated)
     :param interval: the DAG's schedule interval: adds the run's ``--start``/``--end``
+    :param catch_up: a stream stage: adds :func:`catch_up_args` (with ``interval``)
     :param validation: a validation stage: adds ``--on-violation {{ params.on_violation }}`` and
         names the validation after the DAG run (Data Docs, quality report)
     :param report: the report stage: adds the run's name (its own report page)
@@ -106,12 +130,15 @@ class StageOperator(BaseOperator):
         interval: timedelta | None = None,
         validation: bool = False,
         report: bool = False,
+        catch_up: bool = False,
         conn_id: str = CONN_ID,
         config: str = "{{ params.config }}",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         args = [stage, *stage_args, *(interval_args(interval) if interval else [])]
+        if catch_up and interval:
+            args += catch_up_args(interval)
         if validation:
             args += ["--on-violation", "{{ params.on_violation }}", "--run-name", RUN_NAME]
         if report:
@@ -121,6 +148,7 @@ class StageOperator(BaseOperator):
         self.conn_id = conn_id
         self.config = config
         self._process: subprocess.Popen[str] | None = None
+        self._forked: int | None = None  # the runner's child running the stage
         self._hook: Any = None
 
     def execute(self, context: Any) -> None:
@@ -147,23 +175,33 @@ class StageOperator(BaseOperator):
         token_file = (conn.extra_dejson or {}).get("token_file")
         if token_file and not conn.password:
             env["SPARK_CONNECT_AUTHENTICATE_TOKEN"] = Path(token_file).read_text().strip()
-        python = _spark_python(env)
-        self.log.info("stage %s as a client of %s", self.stage, env["OOO_SPARK_REMOTE"].split(";")[0])
+        shown = env["OOO_SPARK_REMOTE"].split(";")[0]
         last: deque[str] = deque(maxlen=20)
-        self._process = subprocess.Popen(
-            [python, "-m", "outoforder.stages", *self.stage_args],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            bufsize=1,
-        )
-        assert self._process.stdout is not None
-        for line in self._process.stdout:
-            line = line.rstrip("\n")
+
+        def out(line: str) -> None:
             last.append(line)
             self.log.info("%s", line)
-        code = self._process.wait()
+
+        runner = (conn.extra_dejson or {}).get("runner")
+        if runner and Path(runner).is_socket():
+            from outoforder.stages.runner import run
+
+            self.log.info("stage %s as a client of %s, forked by the stage runner", self.stage, shown)
+            code = run(runner, list(self.stage_args), env, out, on_pid=self._started)
+        else:
+            self.log.info("stage %s as a client of %s", self.stage, shown)
+            self._process = subprocess.Popen(
+                [_spark_python(env), "-m", "outoforder.stages", *self.stage_args],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                bufsize=1,
+            )
+            assert self._process.stdout is not None
+            for line in self._process.stdout:
+                out(line.rstrip("\n"))
+            code = self._process.wait()
         if code != 0:
             msg = (
                 f"stage {self.stage} exited with status {code}: "
@@ -180,13 +218,20 @@ class StageOperator(BaseOperator):
             conn_id=self.conn_id,
             name=f"outoforder-{self.stage}",
             application_args=list(self.stage_args),
-            env_vars={"OOO_CONFIG": self.config} if self.config else None,
+            # an application of its own: not a client of a server this process knows of
+            env_vars={"OOO_SPARK_REMOTE": "", **({"OOO_CONFIG": self.config} if self.config else {})},
             verbose=False,
         )
         self._hook.submit(APP)
 
+    def _started(self, pid: int) -> None:
+        self._forked = pid
+
     def on_kill(self) -> None:
         """Stop the stage: a client ends its jobs on the shared server when told (SIGTERM)."""
+        if self._forked is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._forked, signal.SIGTERM)
         if self._process is not None and self._process.poll() is None:
             self._process.terminate()
             try:

@@ -44,7 +44,10 @@ def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
                     "conn_type": "spark_connect",
                     "host": "localhost",
                     "port": int(connect["OOO_SPARK_CONNECT_PORT"]),
-                    "extra": {"token_file": str(Path(connect["OOO_SPARK_CONNECT_DIR"]) / "token")},
+                    "extra": {
+                        "token_file": str(Path(connect["OOO_SPARK_CONNECT_DIR"]) / "token"),
+                        "runner": str(Path(connect["OOO_SPARK_CONNECT_DIR"]) / "runner.sock"),
+                    },
                 }
             ),
             "OOO_LAKE_ROOT": str(home / "lake"),

@@ -35,6 +35,7 @@ for dag in bag.dags.values():
         "params": defaults, "data_interval_start": end - timedelta(minutes=1), "data_interval_end": end,
         "logical_date": end, "macros": SimpleNamespace(timedelta=timedelta), "run_id": "manual__t",
         "dag": SimpleNamespace(dag_id=dag.dag_id), "ti": SimpleNamespace(xcom_pull=lambda **kw: "ooo/d-1"),
+        "dag_run": SimpleNamespace(start_date=end),
     }
     tasks, templated = {}, []
     for t in dag.tasks:
@@ -101,3 +102,20 @@ def test_every_param_of_a_dag_is_read_by_one_of_its_tasks(dags):
         used = {spec.ON_VIOLATION.name, spec.CONFIG.name}
         used |= {p for p in dag["params"] if any(f"params.{p}" in a for a in dag["templated"])}
         assert set(dag["params"]) <= used, f"{dag_id}: Params no task reads: {set(dag['params']) - used}"
+
+
+def test_the_configs_dags_table_sets_the_defaults_of_scheduled_runs(airflow_env, tmp_path):
+    # what live mode does (infra/live.sh): every DAG's source, and one job's own values
+    cfg = tmp_path / "dags.toml"
+    cfg.write_text('[dags]\nsource = "yard"\n[dags.join]\nq_user = 0.9\nwindow_ms = 250\n')
+    env = {**airflow_env, "OOO_CONFIG": str(cfg)}
+    dags = run_probe(sys.executable, PROBE, "PARAMS", env, str(REPO / "dags"))["dags"]
+    for dag_id in ("join_stream", "join_adapt", "aggregate_stream", "topk_stream", "ingest_kafka"):
+        assert dags[dag_id]["params"]["source"] == "yard", dag_id
+    for dag_id in ("join_stream", "join_adapt"):  # one job: the same in both, so their job ids agree
+        assert (dags[dag_id]["params"]["q_user"], dags[dag_id]["params"]["window_ms"]) == (0.9, 250)
+    # a key that is not one of the job's Params fails the DAGs' import, naming it
+    cfg.write_text("[dags.join]\nq_usr = 0.9\n")
+    bad = run_probe(sys.executable, PROBE, "PARAMS", env, str(REPO / "dags"))
+    assert {k.rsplit("/", 1)[-1] for k in bad["errors"]} == {"join_stream.py", "join_adapt.py"}
+    assert all("q_usr" in e for e in bad["errors"].values())

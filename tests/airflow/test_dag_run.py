@@ -53,6 +53,20 @@ def test_ingest_dag_runs_end_to_end(migrated):
     assert (reports / "quality" / "index.html").is_file()
 
 
+def test_a_spark_connection_submits_each_stage_as_an_application_of_its_own(migrated):
+    # the same DAG on a `spark` connection: spark-submit, one application per task, no DAG edited
+    env = {
+        **migrated,
+        "AIRFLOW_CONN_OUTOFORDER_SPARK": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+    }
+    run = airflow_cli(env, "dags", "test", "maintenance")
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-5000:]
+    assert "Spark-Submit cmd" in out  # the provider's hook, not a client of the server
+    assert "session up (in-process, local[2])" in out  # its own application, on the connection's master
+    assert "[maintain]" in out
+
+
 @pytest.fixture(scope="module")
 def replayed(spark_server):
     """A 3 s synthetic replay in the session's lake (its arrival clock: 10,753 s after the epoch)."""

@@ -1,9 +1,10 @@
 """The ingest_landing DAG on the scaled-out stack: PostgreSQL metadata, MinIO lake and landing, Spark cluster.
 
-Every service is the project's own, started by its infra script (tests/services.py). Files dropped
-into the landing bucket are ingested once (a second copy of the same content is recognised), moved
-under ingested/ or rejected/ with a reason, bronze lands on s3a, the reports are published to a
-bucket, and the run is recorded in PostgreSQL.
+Every service is the project's own, started by its infra script (tests/services.py): the shared
+Spark Connect server runs on the standalone cluster with the s3a lake (one driver commits every
+table), and every task is its client. Files dropped into the landing bucket are ingested once (a
+second copy of the same content is recognised), moved under ingested/ or rejected/ with a reason,
+bronze lands on s3a, the reports are published to a bucket, and the run is recorded in PostgreSQL.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ print("AFTER" + json.dumps({
 @pytest.fixture(scope="module")
 def stack(airflow_env, tmp_path_factory):
     folder = tmp_path_factory.mktemp("scale-out")
+    connect = services.connect_env(folder)
     with (
         services.minio(folder) as s3,
         services.spark_cluster(folder) as cluster,
@@ -70,9 +72,15 @@ def stack(airflow_env, tmp_path_factory):
             **airflow_env,
             **s3,
             **pg,
+            **connect,
             "AIRFLOW_HOME": str(folder / "airflow"),
-            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(
-                {"conn_type": "spark", "host": cluster["OOO_SPARK_MASTER"]}
+            "AIRFLOW_CONN_OUTOFORDER_SPARK": json.dumps(
+                {
+                    "conn_type": "spark_connect",
+                    "host": "localhost",
+                    "port": int(connect["OOO_SPARK_CONNECT_PORT"]),
+                    "extra": {"token_file": str(Path(connect["OOO_SPARK_CONNECT_DIR"]) / "token")},
+                }
             ),
             "OOO_SPARK_MASTER": cluster["OOO_SPARK_MASTER"],
             "OOO_LAKE_ROOT": "s3a://lake/airflow-test",
@@ -81,18 +89,21 @@ def stack(airflow_env, tmp_path_factory):
             "OOO_WORK_DIR": str(folder / "work"),
             "OOO_REPORTS_DIR": str(folder / "work" / "reports"),
         }
-        yield env
+        # the shared server, on the cluster, with the s3a lake's storage
+        with services.spark_connect(env) as client:
+            yield {**env, "client": client}
 
 
 def test_landing_files_are_ingested_once_on_the_cluster_into_an_s3a_lake_with_postgres_metadata(
     stack, data_dir
 ):
     spark_python = str(Path(os.environ["OOO_SPARK_VENV"]) / "bin" / "python")
-    dropped = run_probe(spark_python, DROP, "DROPPED", stack, str(data_dir / "ooo-dataset" / "d-1.csv.gz"))
+    env = {k: v for k, v in stack.items() if k != "client"}
+    dropped = run_probe(spark_python, DROP, "DROPPED", env, str(data_dir / "ooo-dataset" / "d-1.csv.gz"))
     assert len(dropped) == 4
-    migrate = airflow_cli(stack, "db", "migrate")
+    migrate = airflow_cli(env, "db", "migrate")
     assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
-    run = airflow_cli(stack, "dags", "test", "ingest_landing")
+    run = airflow_cli(env, "dags", "test", "ingest_landing")
     out = run.stdout + run.stderr
     (Path(stack["OOO_WORK_DIR"]).parent / "dags-test.log").write_text(out)  # kept for a failure's reader
     assert run.returncode == 0, out[-6000:]
@@ -101,9 +112,9 @@ def test_landing_files_are_ingested_once_on_the_cluster_into_an_s3a_lake_with_po
     assert "bronze_accounting: PASSED" in out
     assert "already ingested" in out  # the copy with the same content
     assert "[publish]" in out
-    assert f"session up ({stack['OOO_SPARK_MASTER']})" in out  # the stages ran on the cluster
+    assert f"{stack['OOO_SPARK_MASTER']}) in" in out  # the stages ran on the server, on the cluster
 
-    got = run_probe(spark_python, AFTER, "AFTER", {**stack, "OOO_SPARK_MASTER": "local[1]"})  # reads s3a
+    got = run_probe(spark_python, AFTER, "AFTER", {**env, **stack["client"]})  # reads s3a, a client too
     assert got["bronze"] == 9600  # once, although the file landed twice
     assert got["log"] == [["ooo", "s3a://landing/airflow-test/incoming/ooo/ooo/d-1.csv.gz", 9600]]
     assert not [k for k in got["keys"] if k.startswith("incoming/")]  # nothing left waiting

@@ -44,7 +44,7 @@ def declare(settings, tmp_path, topic, bootstrap):
     cfg = tmp_path / "kafka.toml"
     cfg.write_text(
         f'[lake]\nroot = "{settings.lake_root}"\n[quality]\non_violation = "warn"\n'
-        f'[kafka]\nbootstrap = "{bootstrap}"\n'
+        f'[kafka]\nbootstrap = "{bootstrap}"\ncover_wait_s = 3\ncover_poll_s = 1\n'
         f'[sources.yard]\ntopic = "{topic}"\nformat = "jsonl"\nkey = "tag"\n'
         'event_time = { column = "t_ms", unit = "ms" }\n'
         'stream = { column = "kind", values = ["forklift", "picker"] }\n'
@@ -130,6 +130,7 @@ def test_a_disordered_topic_is_ingested_in_batches_exactly_once_and_joined(spark
     assert "recall" in out
     far = covered + 3_600_000_000
     out = run(cfg, "join-stream", *join, "--start", far - 1, "--end", far, expect=2)
+    assert "waiting for the ingest to cover" in out  # for kafka.cover_wait_s, then it fails
     assert "the Kafka ingest covers arrivals before" in out
 
 

@@ -27,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
             "longrun",
             "scale",
             "sources",
+            "live",
         ],
         help="which benchmark",
     )
@@ -44,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     from outoforder.bench import (
         aggregate,
         join,
+        live,
         longrun,
         mcf,
         reliability,
@@ -65,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         "longrun": longrun.main,
         "scale": scale.main,
         "sources": sources.main,
+        "live": live.main,
     }
     bench = benches[args.name]
     try:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -243,3 +244,33 @@ class MemorySampler:
         """(driver, descendants, both together) in bytes."""
         with self._lock:
             return self._peak
+
+
+def spark_rest(spark: Any, path: str) -> Any:
+    """One answer of Spark's REST API about the session's application (None with its UI off).
+
+    Benchmarks read Spark's status (executors' and stages' metrics) here rather than through
+    py4j, so that they measure a Spark Connect server's application as well as a classic one.
+    """
+    from outoforder.spark.session import is_remote
+
+    if is_remote(spark):
+        if spark.conf.get("spark.ui.enabled", "true") != "true":
+            return None
+        base = f"http://127.0.0.1:{spark.conf.get('spark.ui.port', '4040')}"
+        app = spark.conf.get("spark.app.id")
+    else:
+        sc = spark.sparkContext
+        if not sc.uiWebUrl:
+            return None
+        base, app = sc.uiWebUrl, sc.applicationId
+    with urllib.request.urlopen(f"{base}/api/v1/applications/{app}/{path}", timeout=30) as r:
+        return json.loads(r.read())
+
+
+def with_spark_ui(settings: Any) -> Any:
+    """``settings`` with Spark's UI on (its REST API is :func:`spark_rest`'s source)."""
+    import dataclasses
+
+    spark = dataclasses.replace(settings.spark, conf={**settings.spark.conf, "spark.ui.enabled": "true"})
+    return dataclasses.replace(settings, spark=spark)

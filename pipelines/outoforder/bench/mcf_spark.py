@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from pyspark.sql import functions as F
 
-from outoforder.bench.harness import log
+from outoforder.bench.harness import log, spark_rest, with_spark_ui
 
 # mcf: with its cost check (skipped where it would not pay); mcf-always: applied whatever the check says
 METHODS = ("none", "mcf", "mcf-always", "semi", "spark-bloom")
@@ -33,15 +33,10 @@ class _ShuffleRecords:
     """Shuffle-write records of every stage so far (Spark's status store)."""
 
     def __init__(self, spark: Any) -> None:
-        sc = spark.sparkContext
-        self._store = sc._jsc.sc().statusStore()
-        self._jvm, self._gw = sc._jvm, sc._gateway
+        self._spark = spark
 
     def read(self) -> int:
-        every = self._jvm.java.util.ArrayList()  # an empty status filter: every stage
-        no_quantiles = self._gw.new_array(self._jvm.double, 0)
-        stages = self._store.stageList(every, False, False, no_quantiles, self._jvm.java.util.ArrayList())
-        return int(sum(stages.apply(i).shuffleWriteRecords() for i in range(stages.size())))
+        return int(sum(st["shuffleWriteRecords"] for st in spark_rest(self._spark, "stages") or []))
 
 
 def _streams(
@@ -124,7 +119,7 @@ def join_cases(quick: bool) -> list[dict[str, Any]]:
     from outoforder.errors import StateError
     from outoforder.spark.session import get_spark
 
-    spark = get_spark(load_settings())
+    spark = get_spark(with_spark_ui(load_settings()))
     spark.conf.set("spark.sql.shuffle.partitions", "4")
     spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")
     spark.conf.set("spark.sql.adaptive.enabled", "false")  # keep the planned shuffles comparable

@@ -44,7 +44,6 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -58,6 +57,7 @@ from outoforder.bench.harness import (
     markdown_table,
     run_command,
     source_commit,
+    spark_rest,
     stage_command,
     write_json,
 )
@@ -105,7 +105,7 @@ def _config(work: Path) -> Path:
 def executor_metrics(spark: SparkSession) -> dict[str, Any]:
     """Spark's own totals per executor (tasks, task time, GC, input, shuffle) from its REST API."""
     out = {}
-    for e in _rest(spark, "allexecutors") or []:
+    for e in spark_rest(spark, "allexecutors") or []:
         out[e["id"]] = {
             "tasks": e["totalTasks"],
             "task_s": round(e["totalDuration"] / 1000, 1),
@@ -118,20 +118,9 @@ def executor_metrics(spark: SparkSession) -> dict[str, Any]:
     return out
 
 
-def _rest(spark: SparkSession, path: str) -> Any:
-    """One answer of Spark's REST API for this application (None with the UI off)."""
-    sc = spark.sparkContext
-    if not sc.uiWebUrl:
-        return None
-    with urllib.request.urlopen(
-        f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/{path}", timeout=30
-    ) as r:
-        return json.loads(r.read())
-
-
 def input_bytes(spark: SparkSession) -> int:
     """Bytes every executor has read from files so far (Spark's own input metric)."""
-    return sum(e["totalInputBytes"] for e in _rest(spark, "allexecutors") or [])
+    return sum(e["totalInputBytes"] for e in spark_rest(spark, "allexecutors") or [])
 
 
 def heaviest_stages(spark: SparkSession, top: int = 12) -> list[dict[str, Any]]:
@@ -141,7 +130,7 @@ def heaviest_stages(spark: SparkSession, top: int = 12) -> list[dict[str, Any]]:
     are the heaviest of its last stages.
     """
     by: dict[str, dict[str, Any]] = {}
-    for st in _rest(spark, "stages") or []:
+    for st in spark_rest(spark, "stages") or []:
         g = by.setdefault(
             st["name"], {"name": st["name"], "stages": 0, "tasks": 0, "task_s": 0.0, "input_mb": 0.0}
         )

@@ -41,7 +41,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from outoforder.bench.harness import log, machine, markdown_table, write_json
+from outoforder.bench.harness import log, machine, markdown_table, spark_rest, with_spark_ui, write_json
 
 SEED = 7
 REPEAT_BELOW_S = 15.0  # runs shorter than this are repeated and the faster one kept
@@ -100,10 +100,11 @@ def band_width(case: Case) -> float:
 
 def main(out: Path, data_dir: Path | None, quick: bool, spark_on: bool = True) -> int:
     """Run every case; write theta.json, theta.md and theta.png under ``out``."""
+    from outoforder.config import load_settings
     from outoforder.spark.session import get_spark
 
     del data_dir  # synthetic inputs only
-    spark = get_spark(app_name="outoforder-bench-theta")
+    spark = get_spark(with_spark_ui(load_settings()), app_name="outoforder-bench-theta")
     records: list[dict[str, Any]] = []
     t0 = time.monotonic()
     _warm_up(spark)
@@ -239,10 +240,9 @@ def _run_case(spark: Any, case: Case, spark_on: bool, over: set[tuple[Any, ...]]
 
 def _bounded(spark: Any, run: Callable[[], T]) -> T | None:
     """``run()``, or None if its Spark jobs were still going after :data:`BOUND_S` seconds (cancelled)."""
-    sc = spark.sparkContext
-    group = f"theta-bench-{time.monotonic_ns()}"
-    sc.setJobGroup(group, "θ benchmark run", interruptOnCancel=True)
-    timer = threading.Timer(BOUND_S, sc.cancelJobGroup, args=(group,))
+    tag = f"theta-bench-{time.monotonic_ns()}"
+    spark.addTag(tag)
+    timer = threading.Timer(BOUND_S, spark.interruptTag, args=(tag,))
     timer.start()
     try:
         return run()
@@ -252,6 +252,7 @@ def _bounded(spark: Any, run: Callable[[], T]) -> T | None:
         return None
     finally:
         timer.cancel()
+        spark.removeTag(tag)
 
 
 def _all_pairs(rounds: list[list[Any]], n: int, ways: int) -> int:
@@ -302,11 +303,10 @@ class _ShuffleMeter:
     """Total shuffle bytes written by every executor so far (Spark's status store)."""
 
     def __init__(self, spark: Any) -> None:
-        self._store = spark.sparkContext._jsc.sc().statusStore()
+        self._spark = spark
 
     def read(self) -> int:
-        execs = self._store.executorList(False)
-        return int(sum(execs.apply(i).totalShuffleWrite() for i in range(execs.size())))
+        return int(sum(e["totalShuffleWrite"] for e in spark_rest(self._spark, "allexecutors") or []))
 
 
 def _polars(data: dict[str, np.ndarray], theta: Any) -> tuple[int, float]:

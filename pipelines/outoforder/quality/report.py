@@ -12,17 +12,21 @@ replays share one clock for event and arrival time), validations by run name.
 from __future__ import annotations
 
 import io
+import logging
 import os
-from collections.abc import Callable, Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from outoforder.config import REPO_ROOT, Settings
+from outoforder.errors import ConfigError
 from outoforder.quality.checkpoints import safe_run_name
 from outoforder.quality.suites import SUITES, out_of_reach
 
+log = logging.getLogger(__name__)
 if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
@@ -636,24 +640,30 @@ def headline_text(lake: LakeTables) -> str:
     return "\n".join(lines)
 
 
-def render(lake: LakeTables, out: Path, window: Window, title: str) -> Path:
-    """Write one report page to ``out``."""
+SECTIONS: dict[str, Callable[[LakeTables, Window], Section | None]] = {
+    "join": lambda lake, w: _join_section(lake, w),
+    "aggregate": lambda lake, w: _aggregate_section(lake, w),
+    "topk": lambda lake, w: _topk_section(lake, w),
+    "theta": lambda lake, w: _theta_section(lake, w),
+    "inputs": lambda lake, w: _inputs_section(lake, w),
+}
+
+
+def render(
+    lake: LakeTables, out: Path, window: Window, title: str, sections: Sequence[str] | None = None
+) -> Path:
+    """Write one report page to ``out`` (with the named :data:`SECTIONS` only, given ``sections``)."""
     import jinja2
 
     settings = lake.settings
     out.parent.mkdir(parents=True, exist_ok=True)
     docs_rel = Path(os.path.relpath(settings.quality.docs_dir, out.parent)).as_posix()
-    sections = [
-        s
-        for s in (
-            _join_section(lake, window),
-            _aggregate_section(lake, window),
-            _topk_section(lake, window),
-            _theta_section(lake, window),
-            _inputs_section(lake, window),
-        )
-        if s is not None
-    ]
+    unknown = sorted(set(sections or ()) - set(SECTIONS))
+    if unknown:
+        msg = f"unknown report sections {unknown}; known: {', '.join(SECTIONS)}"
+        raise ConfigError(msg)
+    chosen = [SECTIONS[name](lake, window) for name in (sections or SECTIONS)]
+    sections_ = [s for s in chosen if s is not None]
     validations, history = _validations(lake, window, docs_rel)
     scope = "everything processed so far"
     if window.start_us is not None or window.end_us is not None:
@@ -671,7 +681,7 @@ def render(lake: LakeTables, out: Path, window: Window, title: str) -> Path:
         lake=str(settings.lake_root),
         headline=_headline(lake, window),
         baselines=_baselines(lake) if window.run_name is None else [],
-        sections=sections,
+        sections=sections_,
         validations=validations,
         history=history,
         docs_index=f"{docs_rel}/index.html" if settings.quality.build_docs else "",
@@ -694,16 +704,28 @@ def build_reports(
     start_us: int | None = None,
     end_us: int | None = None,
     tables: LakeTables | None = None,
+    sections: Sequence[str] | None = None,
 ) -> list[Path]:
     """Write the cumulative report and, given a run name, the run's own page; return their paths.
 
     ``tables`` shares the tables read with a caller that also wants :func:`headline_text`.
+    ``sections`` limits the run's page to its operators' sections. A cumulative page written less
+    than ``quality.cumulative_every_s`` ago stays as it is: on a live stream the stream DAGs all
+    finish within the same minute, and one of them rebuilding it is enough.
     """
     lake = tables if tables is not None else LakeTables(spark, settings)
     cumulative, per_run = report_paths(settings, run_name)
-    written = [render(lake, cumulative, Window(), "Data quality: cumulative")]
+    written = []
+    every_s = settings.quality.cumulative_every_s
+    age = time.time() - cumulative.stat().st_mtime if cumulative.exists() else None
+    if age is None or age >= every_s:
+        written.append(render(lake, cumulative, Window(), "Data quality: cumulative"))
+    else:
+        log.info("[report] the cumulative page is %.0f s old (< %g s): kept as it is", age, every_s)
     if per_run is not None:
         written.append(
-            render(lake, per_run, Window(start_us, end_us, run_name), f"Data quality: run {run_name}")
+            render(
+                lake, per_run, Window(start_us, end_us, run_name), f"Data quality: run {run_name}", sections
+            )
         )
     return written

@@ -38,10 +38,11 @@ def get_spark(settings: Settings | None = None, app_name: str = "outoforder") ->
         if e.getCondition() != "NO_ACTIVE_OR_DEFAULT_SESSION":
             raise
     settings = settings or load_settings()
-    if settings.spark.remote:
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # under spark-submit: its application, always
+    if settings.spark.remote and not submitted:
         return connect(settings)
     builder = SparkSession.builder.appName(app_name)
-    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+    if not submitted:
         # Not under spark-submit: we choose the master. Under spark-submit (a deployment that
         # submits one application per task), its --master wins, so both run one code path.
         builder = builder.master(settings.spark.master)

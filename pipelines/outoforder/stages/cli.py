@@ -242,7 +242,11 @@ def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
         speed=args.speed,
         limit=args.limit,
         live=args.live,
+        declaration=(args.name, Path(args.declaration)) if args.declaration else None,
+        only_declare=args.only_declare,
     )
+    if args.only_declare:
+        return 0
     log.info("%s", done.line())
     log.info(
         "[produce] read it back with this in your config:\n%s",
@@ -252,11 +256,25 @@ def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
-    """Generate, inject and ingest one replay."""
-    from outoforder.stages.ingest.files import ingest_file
-    from outoforder.stages.ingest.replay import format_report, make_replay
+    """Generate, inject and ingest one replay (in one file, or in parts of ``--part-s`` seconds)."""
+    from outoforder.stages.ingest.files import FileSpec, ingest_file, ingest_files
+    from outoforder.stages.ingest.replay import format_report, make_replay, write_replay_parts
 
-    r = make_replay(settings.work_dir / "landing", args.model, args.seconds, args.seed)
+    if not 0 < args.rate <= 1:
+        msg = f"--rate must be in (0, 1] (a share of the papers' sensor rates), got {args.rate}"
+        raise ConfigError(msg)
+    if args.part_s is not None:
+        name = f"parts-{args.model}-{args.seconds:g}s-seed{args.seed}-r{args.rate:g}-{args.part_s:g}s"
+        folder = settings.work_dir / "landing" / name.replace(":", "_").replace(",", "_").replace("=", "")
+        parts = write_replay_parts(folder, args.model, args.seconds, args.seed, args.part_s, args.rate)
+        log.info("[replay] %s: %s tuples in %d parts under %s", parts.source, f"{parts.tuples:,}",
+                 len(parts.paths), folder)  # fmt: skip
+        spark = _spark(settings, "replay")
+        specs = [FileSpec(str(p), "soccer_synthetic", parts.source) for p in parts.paths]
+        for s in ingest_files(spark, settings, specs):
+            log.info("%s", s.line())
+        return 0
+    r = make_replay(settings.work_dir / "landing", args.model, args.seconds, args.seed, args.rate)
     log.info("%s", format_report(r.report))
     spark = _spark(settings, "replay")
     log.info("%s", ingest_file(spark, settings, r.path, "soccer_synthetic", r.source).line())
@@ -282,7 +300,10 @@ def cmd_validate(args: argparse.Namespace, settings: Settings) -> int:
     from outoforder.quality.bronze import validate_bronze
 
     spark = _spark(settings, "validate")
-    validate_bronze(spark, settings, fail=False if args.warn_only else _fail(args), run_name=args.run_name)
+    validate_bronze(
+        spark, settings, fail=False if args.warn_only else _fail(args), run_name=args.run_name,
+        since_us=_instant(args.since), until_us=_instant(args.until),
+    )  # fmt: skip
     return 0
 
 
@@ -337,7 +358,7 @@ def cmd_join_stream(args: argparse.Namespace, settings: Settings) -> int:
         _spark(settings, "join-stream"), settings, args.source, JoinJob.from_options(vars(args)),
         adapt_every_us=_us(args.adapt_every_s) or 0,
     )  # fmt: skip
-    stage.run(_instant(args.start), _instant(args.end), _us(args.every_s))
+    stage.run(_instant(args.start), _instant(args.end), _us(args.every_s), catch_up=args.catch_up)
     return 0
 
 
@@ -389,7 +410,7 @@ def cmd_aggregate_stream(args: argparse.Namespace, settings: Settings) -> int:
     spark = _spark(settings, "aggregate-stream")
     job = AggJob.from_options(vars(args))
     stage = AggregateStream(spark, settings, args.source, job, repair_each=args.repair)
-    stage.run(_instant(args.start), _instant(args.end), _us(args.every_s))
+    stage.run(_instant(args.start), _instant(args.end), _us(args.every_s), catch_up=args.catch_up)
     return 0
 
 
@@ -467,7 +488,7 @@ def cmd_topk_stream(args: argparse.Namespace, settings: Settings) -> int:
 
     spark = _spark(settings, "topk-stream")
     stage = TopKStream(spark, settings, args.source, TopKJob.from_options(vars(args)))
-    stage.run(_instant(args.start), _instant(args.end), _us(args.every_s))
+    stage.run(_instant(args.start), _instant(args.end), _us(args.every_s), catch_up=args.catch_up)
     return 0
 
 
@@ -494,7 +515,8 @@ def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
     start, end = _instant(args.start), _instant(args.end)
     spark = _spark(settings, "report")
     tables = LakeTables(spark, settings)
-    for path in build_reports(spark, settings, args.run_name, start, end, tables=tables):
+    sections = [x for x in (args.sections or "").replace(",", " ").split() if x] or None
+    for path in build_reports(spark, settings, args.run_name, start, end, tables=tables, sections=sections):
         log.info("[report] written %s", path)
     if args.headline:
         log.info("%s", headline_text(tables))
@@ -615,6 +637,10 @@ def _interval_options(p: argparse.ArgumentParser, every: bool = True) -> None:
     p.add_argument("--end", help="interval end, exclusive (default: after the newest arrival in bronze)")
     if every:
         p.add_argument("--every-s", type=float, help="split [start, end) into intervals of this many seconds")
+    p.add_argument(
+        "--catch-up", action="store_true",
+        help="start where the job stopped when that is before --end (scheduled runs: no gap, no overlap)",
+    )  # fmt: skip
 
 
 def _since_option(p: argparse.ArgumentParser, items: str) -> None:
@@ -696,16 +722,32 @@ def build_parser() -> argparse.ArgumentParser:
         help="shift event times by one constant so the first arrival is now (replays with their own clock)",
     )  # fmt: skip
     pd.add_argument("--name", default="replayed", help="the source name in the printed declaration")
+    pd.add_argument("--declaration", help="also write the declaration to this file, before sending")
+    pd.add_argument(
+        "--only-declare", action="store_true", help="create the topic and write the declaration; send nothing"
+    )
     r = stage("replay", cmd_replay, "synthetic soccer play with injected disorder, ingested")
     r.add_argument("--model", default="hpm_game1", help="a preset or family:key=value,...")
     r.add_argument("--seconds", type=float, default=20.0)
     r.add_argument("--seed", type=int, default=7)
+    r.add_argument(
+        "--rate", type=float, default=1.0,
+        help="the sensor rates as a share of the papers' (ball 2000 Hz, legs 200 Hz); 0.1: ~1,100 tuples/s",
+    )  # fmt: skip
+    r.add_argument(
+        "--part-s", type=float,
+        help="generate and ingest in parts of this many seconds of arrival time (long replays)",
+    )  # fmt: skip
     s = stage("stats", cmd_stats, "disorder statistics per source")
     s.add_argument("--source", nargs="*", help="source ids (default: all in bronze)")
     s.add_argument("--detail", action="store_true", help="also print per stream and per key")
     s.add_argument("--json", help="also write the full figures (per stream, per key) here")
     v = stage("validate-bronze", cmd_validate, "Great Expectations over bronze", checks)
     v.add_argument("--warn-only", action="store_true", help="the same as --on-violation warn")
+    v.add_argument(
+        "--since", help="only the ingests that finished from then on (µs or ISO 8601; default: all)"
+    )
+    v.add_argument("--until", help="and before this time (with --since)")
     d = stage("demo", cmd_demo, "the main job")
     d.add_argument("--preset", help="disorder preset for the synthetic replay")
     d.add_argument("--steps", help=f"only these steps, comma-separated ({', '.join(DEMO_STEPS)})")
@@ -777,6 +819,10 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--start", help="the run's arrival-time interval start (µs or ISO 8601)")
     rp.add_argument("--end", help="the run's interval end, exclusive")
     rp.add_argument("--headline", action="store_true", help="also print the targets and baselines tables")
+    rp.add_argument(
+        "--sections",
+        help="the run's page shows only these (join, aggregate, topk, theta, inputs; comma-separated)",
+    )
     la = stage("landing", cmd_landing, "files waiting in the landing bucket")
     la.add_argument("--json", action="store_true", help="one JSON list (the Airflow sensor reads it)")
     bu = stage("buckets", cmd_buckets, "create object-store buckets")

@@ -39,6 +39,7 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 J = TypeVar("J", bound=Job)
 PRUNE_SLACK = 16  # snapshots beyond keep_snapshots before a prune deletes them
+APPENDS_AT_ONCE = 4  # an interval's appends committed side by side
 
 
 def split_span(start: int, end: int, step: int) -> list[tuple[int, int]]:
@@ -158,6 +160,8 @@ class IntervalStage(ABC, Generic[J, S]):
         self._app = f"{source}|{self.jid}"  # the transaction id's app of every write of this job
         self._carried: Resume | None = None  # what the previous interval of this object wrote
         self._snapshots: Mapping[str, DataFrame] = {}
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: list[Future[bool]] = []
         decl = settings.sources.get(source)
         self._kafka = decl is not None and bool(decl.topic)  # intervals must wait for the Kafka ingest
 
@@ -225,20 +229,47 @@ class IntervalStage(ABC, Generic[J, S]):
             check_covered(self.spark, self.settings, self.source, end_us)
         return retrying(f"{self.name}.run_interval", lambda: self._run_interval(start_us, end_us))
 
-    def append(self, df: DataFrame, table: Table, interval: Interval) -> bool:
-        """Append an interval's rows to one of the stage's tables, once (see the module docstring)."""
+    def append(self, df: DataFrame, table: Table, interval: Interval) -> Future[bool]:
+        """Append an interval's rows to one of the stage's tables, once (see the module docstring).
+
+        The commit runs beside the step's other work (a thread of the stage's own): an interval's
+        appends are independent of each other, and each is mostly waiting (Delta's log, a small
+        job). The skeleton waits for all of them before it writes the state; the future says
+        whether the rows were appended (False: a rerun, committed before).
+        """
         from outoforder.io import delta
 
-        return delta.append_once(
-            df, table, self.settings.lake_root, self._app, interval.end_us, self.settings.storage
-        )
+        lake, storage = self.settings.lake_root, self.settings.storage
+        return self._submit(delta.append_once, df, table, lake, self._app, interval.end_us, storage)
 
-    def append_rows(self, rows: Sequence[Sequence[Any]], table: Table, interval: Interval) -> bool:
+    def append_rows(self, rows: Sequence[Sequence[Any]], table: Table, interval: Interval) -> Future[bool]:
         """:meth:`append` for rows the driver holds (a few per window or period of the interval)."""
         from outoforder.io import delta
 
         lake, storage = self.settings.lake_root, self.settings.storage
-        return delta.append_rows(self.spark, table, lake, storage, rows, self._app, interval.end_us)
+        return self._submit(
+            delta.append_rows, self.spark, table, lake, storage, rows, self._app, interval.end_us
+        )
+
+    def _submit(self, fn: Callable[..., bool], *args: Any) -> Future[bool]:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(
+                max_workers=APPENDS_AT_ONCE, thread_name_prefix=f"{self.name}-append"
+            )
+        future = self._pool.submit(fn, *args)
+        self._pending.append(future)
+        return future
+
+    def _settle(self, raising: bool = True) -> None:
+        """Wait for the interval's appends; the first failure is raised (all are waited for)."""
+        pending, self._pending = self._pending, []
+        first: BaseException | None = None
+        for f in pending:
+            error = f.exception()
+            if error is not None and first is None:
+                first = error
+        if first is not None and raising:
+            raise first
 
     def _resume(self, start_us: int) -> Resume:
         carried = self._carried
@@ -274,7 +305,12 @@ class IntervalStage(ABC, Generic[J, S]):
         before = {c: 0 if prev is None else int(prev[c]) for c in self.counters}
         first = start_us if prev is None else int(prev["interval_start_us"])
         now_us = time.time_ns() // 1000
-        done = self.step(Interval(start_us, end_us, now_us, first, before), prev)
+        try:
+            done = self.step(Interval(start_us, end_us, now_us, first, before), prev)
+        except BaseException:
+            self._settle(raising=False)  # the step's own failure is the one to report
+            raise
+        self._settle()  # every append of the step committed before the state is written
         check_state_budget(self.settings, self.what, self.source, self.jid, end_us, done.state_rows)
         state = self._write_state(end_us, first, now_us, before, done)
         kept = sorted({*resume.kept, end_us})
@@ -350,13 +386,31 @@ class IntervalStage(ABC, Generic[J, S]):
         return pending_span(self.spark, self.settings, self.source, self.last_processed())
 
     def run(
-        self, start_us: int | None = None, end_us: int | None = None, every_us: int | None = None
+        self,
+        start_us: int | None = None,
+        end_us: int | None = None,
+        every_us: int | None = None,
+        catch_up: bool = False,
     ) -> list[S]:
         """Run the intervals of ``[start, end)`` in steps of ``every_us`` (default: one interval).
 
         A missing start is where the job stopped (or the source's first arrival); a missing end is
         just after the newest arrival in bronze. Logs each interval's progress line.
+
+        ``catch_up`` (what the scheduled DAG runs ask for): when the job has stopped somewhere
+        before ``end``, start there instead of at ``start``, so that a run covers whatever its
+        predecessors left, whether the scheduler's run times drifted apart (a gap) or together
+        (an overlap), or runs were skipped. A run whose ``end`` the job has passed already reruns
+        its own interval as given (a rerun of a processed interval changes nothing).
         """
+        if catch_up and start_us is not None and end_us is not None:
+            done = self.last_processed()
+            if done is not None and done < end_us and done != start_us:
+                log.info(
+                    "[%s] %s: the job stopped at %d, the run's interval starts at %d: catching up from %d",
+                    self.name, self.source, done, start_us, done,
+                )  # fmt: skip
+                start_us = done
         if start_us is None or end_us is None:
             span = self.pending_span()
             if span is None:

@@ -478,8 +478,21 @@ def covered_until(spark: SparkSession, settings: Settings, source: str) -> int |
 
 
 def check_covered(spark: SparkSession, settings: Settings, source: str, end_us: int) -> None:
-    """Fail unless the Kafka ingest of ``source`` covers arrivals up to ``end_us`` (stream stages' guard)."""
+    """Wait until the Kafka ingest of ``source`` covers arrivals up to ``end_us`` (stream stages' guard).
+
+    A stream run and the ingest run of the same minute start together; the stream run waits for the
+    ingest's commit (up to ``kafka.cover_wait_s``, looking every ``kafka.cover_poll_s``) rather than
+    failing and waiting for a retry. After that it fails (the task's retry waits longer).
+    """
+    deadline = time.monotonic() + settings.kafka.cover_wait_s
     covered = covered_until(spark, settings, source)
+    waited = False
+    while (covered is None or covered < end_us) and time.monotonic() < deadline:
+        if not waited:
+            log.info("[kafka] %s: waiting for the ingest to cover the interval's end %d µs", source, end_us)
+            waited = True
+        time.sleep(settings.kafka.cover_poll_s)
+        covered = covered_until(spark, settings, source)
     if covered is None or covered < end_us:
         shown = "nothing yet" if covered is None else f"arrivals before {covered} µs"
         msg = (

@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from outoforder.config import Settings
@@ -76,6 +77,52 @@ def _paced(rows: Iterator[Any], speed: float, shift_us: int) -> Iterator[tuple[b
         yield record(row, shift_us)
 
 
+RANGE_ROWS = 200_000  # rows fetched at a time (an Arrow table of them in the producer's memory)
+
+
+def _in_arrival_order(
+    spark: SparkSession,
+    settings: Settings,
+    source: str,
+    rows: Any,
+    columns: list[str],
+    whole: tuple[int, int, int],
+) -> Iterator[dict[str, Any]]:
+    """The source's rows in arrival order as dicts, fetched as Arrow tables of consecutive arrivals.
+
+    The ranges are the source's ingests (each file or Kafka batch holds one dense range of arrival
+    sequence numbers, from the ingest log; ``whole``, the source's (first, last, rows), where the
+    log has none), cut into pieces of about :data:`RANGE_ROWS`: a row of an Arrow table costs far
+    less to take apart than a Spark row streamed one at a time.
+    """
+    from pyspark.sql import functions as F
+
+    from outoforder.io.tables import INGEST_LOG
+
+    log_rows = (
+        delta.read(spark, INGEST_LOG, settings.lake_root)
+        .where(F.col("status") == "done")
+        .where(F.col("source") == source)
+        .where(F.col("arrival_seq_first").isNotNull())
+        .select("arrival_seq_first", "arrival_seq_last", "rows_accepted")
+        .orderBy("arrival_seq_first")
+        .collect()
+        if delta.exists(spark, INGEST_LOG, settings.lake_root)
+        else []
+    )  # one row per ingested file or batch
+    done = [tuple(r) for r in log_rows] or [whole]
+    for lo, hi, n in done:
+        pieces = max(1, -(-int(n) // RANGE_ROWS))
+        step = -(-(int(hi) - int(lo) + 1) // pieces)
+        for start in range(int(lo), int(hi) + 1, step):
+            end = min(start + step, int(hi) + 1)
+            piece = rows.where((F.col("arrival_seq") >= start) & (F.col("arrival_seq") < end))
+            table = piece.orderBy("arrival_seq").select(*columns).toArrow()
+            cols = table.to_pydict()
+            for i in range(table.num_rows):
+                yield {c: cols[c][i] for c in columns}
+
+
 def replay(
     spark: SparkSession,
     settings: Settings,
@@ -86,12 +133,16 @@ def replay(
     speed: float = 0.0,
     limit: int | None = None,
     live: bool = False,
+    declaration: tuple[str, Path] | None = None,
+    only_declare: bool = False,
 ) -> Produced:
     """Send ``source``'s bronze rows to ``topic`` (created with log-append time if missing).
 
     ``live`` shifts every event time by one constant, so that the first arrival's time is now: a
     replay with its own clock (a synthetic game starts near 0) then looks like a stream of today
     to the stages that compare event time with log-append time. The disorder is kept.
+    ``declaration`` (a source name and a file) writes the ``[sources.<name>]`` table that reads the
+    topic back before anything is sent; ``only_declare`` stops there (the topic is created).
     """
     from pyspark.sql import functions as F
 
@@ -102,6 +153,9 @@ def replay(
         F.max("event_ts"),
         F.sort_array(F.array_distinct(F.flatten(F.collect_set(F.map_keys("attrs"))))),
         F.min("arrival_ts"),
+        F.min("arrival_seq"),
+        F.max("arrival_seq"),
+        F.count("*"),
     ).first()  # one row: the few stream and attribute names, and the event-time range
     if facts is None or facts[1] is None:
         msg = f"bronze holds no rows of source {source!r}: ingest it first"
@@ -109,9 +163,7 @@ def replay(
     shift = time.time_ns() // 1000 - int(facts[4] if facts[4] is not None else facts[1]) if live else 0
     streams, event_range = tuple(facts[0]), (int(facts[1]) + shift, int(facts[2]) + shift)
     attrs = tuple(a for a in facts[3] or () if a not in ("stream", "key", "event_ts", *VALUE_FIELDS))
-    rows = rows.orderBy("arrival_seq").select(
-        "stream", "key", "event_ts", "arrival_ts", *VALUE_FIELDS, "attrs"
-    )
+    columns = ["stream", "key", "event_ts", "arrival_ts", *VALUE_FIELDS, "attrs"]
     created = kafka.create_topic(settings.kafka.bootstrap, topic, partitions)
     log.info(
         "[produce] %s topic %r (%s)",
@@ -119,9 +171,18 @@ def replay(
         topic,
         settings.kafka.bootstrap,
     )
+    if declaration is not None:
+        name, path = declaration
+        # a live replay's times lie around now, in the default plausible range: none to state
+        path.write_text(declaration_toml(name, topic, streams, None if live else event_range, attrs))
+        log.info("[produce] the declaration of %r that reads %r back: %s", name, topic, path)
+    if only_declare:
+        return Produced(topic, 0, streams, 0.0, event_range, attrs)
     t0 = time.monotonic()
-    # streamed in arrival order and cut there: orderBy + limit would gather the rows on the driver
-    ordered = itertools.islice(rows.toLocalIterator(prefetchPartitions=True), limit)
+    # streamed in arrival order, one arrival range (an ingested file or batch) at a time, and cut
+    # there: orderBy + limit would gather the rows on the driver
+    whole = (int(facts[5]), int(facts[6]), int(facts[7]))
+    ordered = itertools.islice(_in_arrival_order(spark, settings, source, rows, columns, whole), limit)
     n = kafka.produce(settings.kafka.bootstrap, topic, _paced(ordered, speed, shift))
     return Produced(topic, n, streams, time.monotonic() - t0, event_range, attrs)
 

@@ -39,15 +39,32 @@ class Replay:
     report: dict[str, Any]
 
 
-def make_replay(landing: Path, model: str, seconds: float, seed: int) -> Replay:
+def soccer_config(seconds: float, seed: int, rate: float = 1.0, **more: Any) -> SoccerConfig:
+    """The generator's settings at ``rate`` times the papers' sensor rates (ball 2000 Hz, legs 200 Hz).
+
+    >>> c = soccer_config(5, 1, rate=0.1)
+    >>> (c.ball_hz, c.player_hz)
+    (200, 20)
+    """
+    if not 0 < rate <= 1:
+        msg = f"the rate scale must be in (0, 1], got {rate}"
+        raise ValueError(msg)
+    base = SoccerConfig()
+    return SoccerConfig(
+        seconds=seconds, seed=seed, ball_hz=max(1, round(base.ball_hz * rate)),
+        player_hz=max(1, round(base.player_hz * rate)), **more,
+    )  # fmt: skip
+
+
+def make_replay(landing: Path, model: str, seconds: float, seed: int, rate: float = 1.0) -> Replay:
     """Generate ``seconds`` of play, inject ``model`` with ``seed``, write it under ``landing``."""
-    play = generate_soccer(SoccerConfig(seconds=seconds, seed=seed))
+    play = generate_soccer(soccer_config(seconds, seed, rate))
     event_us = play.ts_ps // 1_000_000
     injection = inject(event_us, model, seed, streams=play.stream_of())
     # arrival in ps, keeping the sub-µs digits of the event time
     arrival_ps = play.ts_ps + (injection.arrival_us - event_us) * 1_000_000
     name = _name(model)
-    path = landing / f"soccer_{name}_{seconds:g}s_seed{seed}.csv.gz"
+    path = landing / f"soccer_{name}_{seconds:g}s_seed{seed}{_rate_suffix(rate)}.csv.gz"
     write_debs2013(path, play.csv(injection.order, arrival_ps))
     report = injection.report()
     report["per_stream"] = {k: v.as_report() for k, v in injection.per_stream.items()}
@@ -55,7 +72,7 @@ def make_replay(landing: Path, model: str, seconds: float, seed: int) -> Replay:
     report["expected_max_delay_at_this_size"] = round(
         _expected_max(model, int(np.count_nonzero(injection.arrival_us - event_us))), 3
     )
-    return Replay(path, replay_source(model, seconds, seed), report)
+    return Replay(path, replay_source(model, seconds, seed, rate), report)
 
 
 @dataclass(frozen=True)
@@ -69,7 +86,7 @@ class ReplayParts:
 
 
 def write_replay_parts(
-    folder: Path, model: str, seconds: float, seed: int, part_s: float = 60.0
+    folder: Path, model: str, seconds: float, seed: int, part_s: float = 60.0, rate: float = 1.0
 ) -> ReplayParts:
     """``seconds`` of play delayed by ``model``, as plain CSV parts of ``part_s`` of arrival time each.
 
@@ -88,8 +105,10 @@ def write_replay_parts(
         msg = f"seconds and part_s must be positive, got {seconds} and {part_s}"
         raise ValueError(msg)
     params = {"model": model, "seconds": seconds, "seed": seed, "part_s": part_s}
+    if rate != 1.0:
+        params["rate"] = rate
     manifest = folder / "replay.json"
-    source = f"{replay_source(model, seconds, seed)}-parts{part_s:g}s"
+    source = f"{replay_source(model, seconds, seed, rate)}-parts{part_s:g}s"
     if manifest.exists():
         got = json.loads(manifest.read_text())
         paths = tuple(folder / n for n in got["parts"])
@@ -103,7 +122,7 @@ def write_replay_parts(
     for c in range(pieces):
         length = min(part_s, seconds - c * part_s)
         start_ps = KICKOFF_PS + round(c * part_s * PS_PER_S)
-        play = generate_soccer(SoccerConfig(seconds=length, seed=seed * 100_003 + c, start_ps=start_ps))
+        play = generate_soccer(soccer_config(length, seed * 100_003 + c, rate, start_ps=start_ps))
         event_us = play.ts_ps // 1_000_000
         injection = inject(event_us, model, seed * 100_003 + c)
         arrival_ps = play.ts_ps + (injection.arrival_us - event_us) * 1_000_000
@@ -158,13 +177,17 @@ def _name(model: str) -> str:
     return model.replace(":", "_").replace(",", "_").replace("=", "")
 
 
-def replay_source(model: str, seconds: float, seed: int) -> str:
+def _rate_suffix(rate: float) -> str:
+    return "" if rate == 1.0 else f"-r{rate:g}"
+
+
+def replay_source(model: str, seconds: float, seed: int, rate: float = 1.0) -> str:
     """The bronze source id of a replay (without generating it).
 
-    >>> replay_source("hpm_game1", 20.0, 7)
-    'synthetic/hpm_game1-20s-seed7'
+    >>> replay_source("hpm_game1", 20.0, 7), replay_source("hpm_game1", 60.0, 7, rate=0.1)
+    ('synthetic/hpm_game1-20s-seed7', 'synthetic/hpm_game1-60s-seed7-r0.1')
     """
-    return f"synthetic/{_name(model)}-{seconds:g}s-seed{seed}"
+    return f"synthetic/{_name(model)}-{seconds:g}s-seed{seed}{_rate_suffix(rate)}"
 
 
 def _expected_max(model: str, n_late: int) -> float:

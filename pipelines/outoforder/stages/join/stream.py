@@ -192,9 +192,10 @@ class JoinStream(IntervalStage[JoinJob, JoinIntervalSummary]):
             (d_r, d_s, version), interval.now_us,
         ).localCheckpoint()  # fmt: skip
         produced = results.count()
-        new = produced if produced and self.append(results, JOIN_RESULTS, interval) else 0
+        appended = self.append(results, JOIN_RESULTS, interval) if produced else None
         buffer = new_state.buffer.localCheckpoint()
         buffered = buffer.count()
+        new = produced if appended is not None and appended.result() else 0
         return Step(
             arrivals=n,
             state={"m_r": new_state.m_r, "m_s": new_state.m_s, "h_r": new_state.h_r, "h_s": new_state.h_s},

@@ -1,0 +1,565 @@
+"""Live soak: the pipeline as a user runs it, through Airflow's own scheduler on a live stream.
+
+Each case starts live mode (``infra/live.sh start``: the broker, the shared Spark Connect server,
+Airflow standalone, and the synthetic game replayed into a topic at its own pace, with the
+``hpm_game1`` disorder), lets the scheduler run the DAGs every minute for ``MINUTES`` minutes of
+real time, stops the replay, waits for the last runs, and measures:
+
+- **lag** per DAG and run: when the run's stage task committed its results (the task's end) minus
+  the end of the arrival interval it covers (its logical date); its trend (the mean of the last
+  tenth of the runs against the first tenth's) and every run's state;
+- **freshness**: for every result row the stream stages wrote (join pairs, aggregate windows,
+  top-k windows), its commit minus the arrival time of the tuple that produced it, p50 and p95;
+- the machine's **CPU** share (busy time from ``/proc/stat``), and the **memory** (PSS) of the
+  Spark Connect server (its JVM and Python workers) and of Airflow (every process of standalone);
+- at the end, **accounting**: records sent = bronze accepted + quarantined, and the checks'
+  verdicts (every validation run of the session, from ``gold/quality_runs``).
+
+Cases: ``tenth`` (the sensors at a tenth of the papers' rates, ~1,100 tuples/s) and ``full``
+(~10,800 tuples/s). ``bash infra/bench.sh live [--quick]`` writes ``docs/benchmarks/live.json``,
+``.md`` and ``.png``; ``--quick`` runs 6 minutes of each (a smoke run, not the figures).
+``OOO_LIVE_CASES=tenth`` runs one case and keeps the other's earlier figures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from outoforder.bench.harness import (
+    DEFAULT_OUT,
+    _descendants,
+    _memory_bytes,
+    earlier_results,
+    log,
+    machine,
+    markdown_table,
+    run_command,
+    write_json,
+)
+from outoforder.config import REPO_ROOT
+from outoforder.errors import StateError
+
+CASES = {"tenth": 0.1, "full": 1.0}
+MINUTES = 32
+QUICK_MINUTES = 6
+DRAIN_S = 240  # after the replay stops: how long the last runs may take to finish
+SAMPLE_EVERY_S = 5.0
+# the stream DAGs and their stage task (whose end is when the run's results are committed)
+STAGE_TASKS = {
+    "ingest_kafka": "ingest",
+    "join_stream": "join_interval",
+    "aggregate_stream": "aggregate_interval",
+    "topk_stream": "topk_interval",
+}
+TARGET_LAG_S = 60.0  # a tenth of the full rate: every DAG's lag at most this
+TARGET_TREND = 1.2  # and the last tenth of the runs' mean lag at most this times the first tenth's
+TARGET_FRESH_P95_S = 120.0
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def case_env(work: Path) -> dict[str, str]:
+    """Live mode's settings for a case of its own: its folders, and free loopback ports."""
+    return {
+        **os.environ,
+        "OOO_LIVE_DIR": str(work / "live"),
+        "OOO_KAFKA_DATA": str(work / "kafka"),
+        "OOO_KAFKA_PORT": str(_free_port()),
+        "OOO_KAFKA_CONTROLLER_PORT": str(_free_port()),
+        "OOO_SPARK_CONNECT_DIR": str(work / "spark-connect"),
+        "OOO_SPARK_CONNECT_PORT": str(_free_port()),
+        "OOO_SPARK_CONNECT_UI_PORT": str(_free_port()),
+        "OOO_AIRFLOW_PORT": str(_free_port()),
+        "OOO_AIRFLOW_LOG_PORT": str(_free_port()),
+        "OOO_AIRFLOW_TRIGGER_LOG_PORT": str(_free_port()),
+    }
+
+
+def _live(env: dict[str, str], *args: str) -> str:
+    return run_command(["bash", str(REPO_ROOT / "infra" / "live.sh"), *args], env, f"infra/live.sh {args[0]}")
+
+
+@dataclass
+class Sampler:
+    """Every few seconds: the machine's busy share, and the PSS of the server's and Airflow's trees."""
+
+    server_pid: Path
+    airflow_pid: Path
+    samples: list[dict[str, float]] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    @staticmethod
+    def _cpu() -> tuple[int, int]:
+        fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+        idle = fields[3] + fields[4]
+        return sum(fields) - idle, sum(fields)
+
+    @staticmethod
+    def _tree(pidfile: Path) -> int:
+        try:
+            pid = int(pidfile.read_text().strip())
+        except (OSError, ValueError):
+            return 0
+        return sum(_memory_bytes(p) for p in [pid, *_descendants(pid)])
+
+    def _run(self) -> None:
+        busy0, total0 = self._cpu()
+        t0 = time.monotonic()
+        while not self._stop.wait(SAMPLE_EVERY_S):
+            busy, total = self._cpu()
+            share = (busy - busy0) / max(total - total0, 1)
+            busy0, total0 = busy, total
+            self.samples.append(
+                {
+                    "t_s": round(time.monotonic() - t0, 1),
+                    "cpu_share": round(share, 4),
+                    "server_mb": self._tree(self.server_pid) >> 20,
+                    "airflow_mb": self._tree(self.airflow_pid) >> 20,
+                }
+            )
+
+    def start(self) -> Sampler:
+        """Sample in a thread of its own until :meth:`stop`."""
+        threading.Thread(target=self._run, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        """End the sampling."""
+        self._stop.set()
+
+
+class Api:
+    """Airflow's REST API as the admin user of standalone (what the UI reads)."""
+
+    def __init__(self, url: str, home: Path) -> None:
+        self.url = url
+        passwords = json.loads((home / "simple_auth_manager_passwords.json.generated").read_text())
+        body = json.dumps({"username": "admin", "password": passwords["admin"]}).encode()
+        req = urllib.request.Request(
+            f"{url}/auth/token", body, {"Content-Type": "application/json"}, method="POST"
+        )
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            self.token = str(json.load(resp)["access_token"])
+
+    def get(self, path: str) -> Any:
+        """The JSON at ``path``."""
+        req = urllib.request.Request(f"{self.url}{path}", headers={"Authorization": f"Bearer {self.token}"})
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return json.load(resp)
+
+    def runs(self, dag_id: str) -> list[dict[str, Any]]:
+        """The DAG's runs, oldest first."""
+        return list(self.get(f"/api/v2/dags/{dag_id}/dagRuns?limit=1000&order_by=logical_date")["dag_runs"])
+
+    def tasks(self, dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
+        """A run's task instances by task id."""
+        got = self.get(f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id, safe='')}/taskInstances")
+        return {t["task_id"]: t for t in got["task_instances"]}
+
+
+def _instant(text: str | None) -> float | None:
+    return None if not text else datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def _since(text: str | None, end: float) -> float | None:
+    at = _instant(text)
+    return None if at is None else round(at - end, 1)
+
+
+def run_lags(api: Api, since_s: float) -> dict[str, list[dict[str, Any]]]:
+    """Per DAG, its scheduled runs with an interval after ``since_s``: state, interval end, commit, lag."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for dag_id, stage_task in STAGE_TASKS.items():
+        rows = []
+        for r in api.runs(dag_id):
+            end = _instant(r.get("logical_date"))
+            if end is None or end <= since_s or r.get("run_type") != "scheduled":
+                continue
+            tasks = api.tasks(dag_id, r["dag_run_id"])
+            stage = tasks.get(stage_task, {})
+            committed = _instant(stage.get("end_date")) if stage.get("state") == "success" else None
+            started = _instant(stage.get("start_date"))
+            rows.append(
+                {
+                    "dag": dag_id,
+                    "interval_end_s": end,
+                    "state": r["state"],
+                    "stage_tries": stage.get("try_number"),
+                    "committed_s": committed,
+                    "lag_s": None if committed is None else round(committed - end, 1),
+                    "start_delay_s": None if started is None else round(started - end, 1),
+                    "run_end_lag_s": None
+                    if not r.get("end_date")
+                    else round(_instant(r["end_date"]) - end, 1),  # type: ignore[operator]
+                }
+            )
+        out[dag_id] = sorted(rows, key=lambda x: x["interval_end_s"])
+    return out
+
+
+def trend(lags: list[float]) -> float | None:
+    """The mean of the last tenth of ``lags`` over the mean of the first tenth (None: too few).
+
+    >>> trend([10, 10, 12, 11, 13, 9, 10, 12, 11, 20])
+    2.0
+    """
+    k = max(1, len(lags) // 10)
+    if len(lags) < 2 * k or not sum(lags[:k]):
+        return None
+    return round((sum(lags[-k:]) / k) / (sum(lags[:k]) / k), 3)
+
+
+FRESHNESS = {
+    # table, the column of the emitting arrival, the column that names the run (an interval's end)
+    "join_stream": ("gold/join_results", "emitted_at_seq", "interval_end_us"),
+    "aggregate_stream": ("gold/agg_results", "emitted_at_seq", "written_by_us"),
+    "topk_stream": ("gold/topk_windows", "emitted_at_seq", "interval_start_us"),
+}
+
+
+def freshness(env: dict[str, str], lake: Path, lags: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """p50/p95 of commit minus the emitting tuple's arrival, over every result row (Spark, as a client)."""
+    commits = {
+        dag: [(int(r["interval_end_s"] * 1e6), r["committed_s"]) for r in rows if r["committed_s"]]
+        for dag, rows in lags.items()
+    }
+    code = r"""
+import json, sys
+from pyspark.sql import functions as F
+from outoforder.config import load_settings
+from outoforder.spark.session import get_spark
+from outoforder.io import delta
+from outoforder.io.tables import BRONZE
+spec, commits, lake = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
+spark = get_spark(load_settings())
+arrivals = delta.read(spark, BRONZE, lake).where("source = 'live'").select(
+    F.col("arrival_seq").alias("_seq"), F.col("arrival_ts").alias("_arrival"))
+out = {}
+for dag, (table, seq_col, run_col) in spec.items():
+    path = lake.rstrip("/") + "/" + table
+    shift = 60_000_000 if run_col == "interval_start_us" else 0
+    ends = spark.createDataFrame(
+        [(int(e), float(c)) for e, c in commits.get(dag, [])], "_end long, _commit double")
+    rows = (spark.read.format("delta").load(path).where("source = 'live'")
+            .select((F.col(run_col) + F.lit(shift)).alias("_end"), F.col(seq_col).alias("_seq"))
+            .where(F.col("_seq").isNotNull())
+            .join(F.broadcast(ends), "_end").join(arrivals, "_seq")
+            .select((F.col("_commit") - F.col("_arrival") / 1e6).alias("f")))
+    got = rows.agg(F.count("*"), F.percentile_approx("f", [0.5, 0.95], 10000)).first()
+    q = got[1] or [None, None]
+    out[dag] = {"rows": int(got[0]), "p50_s": q[0], "p95_s": q[1]}
+print("FRESH" + json.dumps(out))
+"""
+    python = str(Path(env["OOO_SPARK_VENV"]) / "bin" / "python")
+    done = run_command(
+        [python, "-c", code, json.dumps(FRESHNESS), json.dumps(commits), str(lake)], env, "freshness"
+    )
+    line = next(x for x in done.splitlines() if x.startswith("FRESH"))
+    return dict(json.loads(line[len("FRESH") :]))
+
+
+ACCOUNTING = r"""
+import json, sys
+from pyspark.sql import functions as F
+from outoforder.config import load_settings
+from outoforder.spark.session import get_spark
+from outoforder.io import delta
+from outoforder.io.tables import BRONZE, INGEST_LOG, QUALITY_RUNS, QUARANTINE
+lake = sys.argv[1]
+spark = get_spark(load_settings())
+def count(t):
+    return delta.read(spark, t, lake).where("source = 'live'").count() if delta.exists(spark, t, lake) else 0
+done = delta.read(spark, INGEST_LOG, lake).where("status = 'done' AND source = 'live'")
+logged = done.agg(F.sum("rows_accepted"), F.sum("rows_quarantined"), F.sum("lines")).first()
+runs = delta.read(spark, QUALITY_RUNS, lake).groupBy("suite", "success").count().collect()
+verdicts = {}
+for r in runs:
+    verdicts.setdefault(r["suite"], {})["passed" if r["success"] else "failed"] = int(r["count"])
+print("ACCT" + json.dumps({"bronze": count(BRONZE), "quarantine": count(QUARANTINE),
+    "logged_accepted": int(logged[0] or 0), "logged_quarantined": int(logged[1] or 0),
+    "records_read": int(logged[2] or 0), "verdicts": verdicts}))
+"""
+
+
+def accounting(env: dict[str, str], lake: Path) -> dict[str, Any]:
+    """Bronze and quarantine rows of the live source, what the ingest log recorded, every check's verdicts."""
+    python = str(Path(env["OOO_SPARK_VENV"]) / "bin" / "python")
+    done = run_command([python, "-c", ACCOUNTING, str(lake)], env, "accounting")
+    line = next(x for x in done.splitlines() if x.startswith("ACCT"))
+    return dict(json.loads(line[len("ACCT") :]))
+
+
+def sent(producer_log: Path) -> int | None:
+    """The records the replay sent, from its summary line (None: it did not finish one)."""
+    for line in reversed(producer_log.read_text().splitlines()):
+        if "records into" in line and line.startswith("[produce]"):
+            return int(line.split("] ", 1)[1].split(" records")[0].replace(",", ""))
+    return None
+
+
+def run_case(name: str, rate: float, minutes: int, work: Path) -> dict[str, Any]:
+    """One live session of ``minutes`` at ``rate``, measured (module docstring)."""
+    shutil.rmtree(work / "live" / "current", ignore_errors=True)
+    env = case_env(work)
+    log("live", f"{name}: starting live mode at {rate} x the game's rate for {minutes} min")
+    t_start = time.time()
+    _live(env, "start", "--rate", str(rate), "--minutes", str(minutes + 6))
+    session = Path(os.path.realpath(work / "live" / "current"))
+    sampler = Sampler(
+        work / "spark-connect" / "supervisor.pid", session / "airflow" / "standalone.pid"
+    ).start()
+    url = f"http://127.0.0.1:{env['OOO_AIRFLOW_PORT']}"
+    api = Api(url, session / "airflow")
+    replay_started = time.time()
+    try:
+        for minute in range(1, minutes + 1):
+            time.sleep(max(0.0, replay_started + 60 * minute - time.time()))
+            lags = run_lags(api, replay_started)
+            last = {d: next((r["lag_s"] for r in reversed(rows) if r["lag_s"] is not None), None)
+                    for d, rows in lags.items()}  # fmt: skip
+            log("live", f"{name}: minute {minute}/{minutes}; newest lags (s): {last}")
+        # the replay stops; the runs of its last minutes finish
+        pid = int((session / "producer.pid").read_text())
+        subprocess.run(["kill", "-TERM", f"-{pid}"], check=False, capture_output=True)
+        stopped = time.time()
+        deadline = stopped + DRAIN_S
+        while time.time() < deadline:
+            lags = run_lags(api, replay_started)
+            pending = [r for rows in lags.values() for r in rows if r["interval_end_s"] <= stopped
+                       and r["state"] in ("queued", "running")]  # fmt: skip
+            if not pending and all(
+                rows and rows[-1]["interval_end_s"] >= stopped - 60 for rows in lags.values()
+            ):
+                break
+            time.sleep(10)
+        lags = run_lags(api, replay_started)
+        sampler.stop()
+        lake = session / "lake"
+        fresh = freshness(env, lake, lags)
+        acct = accounting(env, lake)
+    finally:
+        sampler.stop()
+        _live(env, "stop")
+    return summarize(name, rate, minutes, lags, fresh, acct, sampler.samples, sent(session / "producer.log"),
+                     time.time() - t_start)  # fmt: skip
+
+
+def summarize(
+    name: str,
+    rate: float,
+    minutes: int,
+    lags: dict[str, list[dict[str, Any]]],
+    fresh: dict[str, Any],
+    acct: dict[str, Any],
+    samples: list[dict[str, float]],
+    records_sent: int | None,
+    seconds: float,
+) -> dict[str, Any]:
+    """The case's record: per DAG its lags and runs, the machine, the accounting."""
+    per_dag = {}
+    for dag, rows in lags.items():
+        done = [r["lag_s"] for r in rows if r["lag_s"] is not None]
+        states: dict[str, int] = {}
+        for r in rows:
+            states[r["state"]] = states.get(r["state"], 0) + 1
+        per_dag[dag] = {
+            "runs": len(rows),
+            "states": states,
+            "lag_mean_s": round(sum(done) / len(done), 1) if done else None,
+            "lag_max_s": max(done) if done else None,
+            "lag_trend": trend(done),
+            "retried_runs": sum(1 for r in rows if (r["stage_tries"] or 1) > 1),
+            "freshness": fresh.get(dag),
+        }
+    cpu = [s["cpu_share"] for s in samples]
+    return {
+        "stage": name,
+        "rate": rate,
+        "minutes": minutes,
+        "records_sent": records_sent,
+        "tuples_per_s": round(records_sent / (minutes * 60)) if records_sent else None,
+        "per_dag": per_dag,
+        "runs": lags,
+        "cpu_share_mean": round(sum(cpu) / len(cpu), 3) if cpu else None,
+        "server_mb_max": max((s["server_mb"] for s in samples), default=None),
+        "airflow_mb_max": max((s["airflow_mb"] for s in samples), default=None),
+        "samples": samples,
+        "accounting": acct,
+        "seconds": round(seconds),
+    }
+
+
+def verdict(rec: dict[str, Any]) -> dict[str, Any]:
+    """Where the case lands against the issue's targets."""
+    lags_ok = all(
+        d["lag_max_s"] is not None and d["lag_max_s"] <= TARGET_LAG_S for d in rec["per_dag"].values()
+    )
+    trend_ok = all(
+        d["lag_trend"] is not None and d["lag_trend"] <= TARGET_TREND for d in rec["per_dag"].values()
+    )
+    fresh_ok = all(
+        (d["freshness"] or {}).get("p95_s") is not None and d["freshness"]["p95_s"] <= TARGET_FRESH_P95_S
+        for k, d in rec["per_dag"].items() if k != "ingest_kafka"
+    )  # fmt: skip
+    a = rec["accounting"]
+    nothing_lost = rec["records_sent"] is not None and rec["records_sent"] == a["bronze"] + a["quarantine"]
+    checks_green = all(not v.get("failed") for v in a["verdicts"].values())
+    return {"lag_ok": lags_ok, "trend_ok": trend_ok, "fresh_ok": fresh_ok, "nothing_lost": nothing_lost,
+            "checks_green": checks_green}  # fmt: skip
+
+
+def plot(records: list[dict[str, Any]], out: Path) -> None:
+    """Per case: every DAG's lag by run, and the machine's CPU share and the server's memory."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(records), 2, figsize=(13, 4 * len(records)), squeeze=False)
+    for row, rec in zip(axes, records, strict=True):
+        left, right = row
+        for dag, runs in rec["runs"].items():
+            t0 = runs[0]["interval_end_s"] if runs else 0
+            pts = [((r["interval_end_s"] - t0) / 60, r["lag_s"]) for r in runs if r["lag_s"] is not None]
+            if pts:
+                left.plot(*zip(*pts, strict=True), marker=".", label=dag)
+        left.axhline(TARGET_LAG_S, color="grey", ls="--", lw=0.8)
+        left.set(title=f"{rec['stage']}: lag per run ({rec['tuples_per_s'] or '?'} tuples/s)",
+                 xlabel="minute of the run", ylabel="lag (s)")  # fmt: skip
+        left.legend(fontsize=8)
+        s = rec["samples"]
+        right.plot(
+            [x["t_s"] / 60 for x in s], [100 * x["cpu_share"] for x in s], lw=0.8, label="CPU busy (%)"
+        )
+        ax2 = right.twinx()
+        ax2.plot([x["t_s"] / 60 for x in s], [x["server_mb"] for x in s], color="tab:red", lw=0.8,
+                 label="server PSS (MB)")  # fmt: skip
+        ax2.plot([x["t_s"] / 60 for x in s], [x["airflow_mb"] for x in s], color="tab:green", lw=0.8,
+                 label="Airflow PSS (MB)")  # fmt: skip
+        right.set(title=f"{rec['stage']}: the machine", xlabel="minute", ylabel="CPU busy (%)", ylim=(0, 100))
+        ax2.set_ylabel("MB")
+        right.legend(loc="upper left", fontsize=8)
+        ax2.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    """The report: the targets, per case and DAG the lag, trend, runs and freshness, the machine."""
+    lines = [
+        "# Live soak: the DAGs on a live stream, through Airflow's scheduler",
+        "",
+        f"`bash infra/bench.sh live` on {meta['machine']['date']} (commit {meta['machine']['commit']}, "
+        f"{meta['machine']['cpus']} cores). Each case: live mode (`bash infra/live.sh start --rate R`) for "
+        "the minutes shown, the DAGs unpaused and scheduled every minute, every stage a client of the "
+        "shared Spark Connect server (local[2]). Lag: the stage task's end minus the end of the "
+        "arrival interval its run covers. Freshness: a result row's commit minus the arrival of the "
+        "tuple that produced it. Trend: mean lag of the last tenth of the runs / the first tenth's.",
+        "",
+        f"Targets: at a tenth of the rate every DAG's lag ≤ {TARGET_LAG_S:g} s and not growing "
+        f"(trend ≤ {TARGET_TREND}), results fresh within {TARGET_FRESH_P95_S:g} s at p95, nothing lost, "
+        "every check green; at the full rate, lag not growing.",
+        "",
+    ]
+    for rec in records:
+        v = verdict(rec)
+        a = rec["accounting"]
+        checks = ", ".join(
+            f"{k} {d.get('passed', 0)} passed/{d.get('failed', 0)} failed"
+            for k, d in sorted(a["verdicts"].items())
+        )
+        lines += [
+            f"## {rec['stage']}: {rec['tuples_per_s'] or '?'} tuples/s for {rec['minutes']} min",
+            "",
+            f"- lag within {TARGET_LAG_S:g} s: **{'yes' if v['lag_ok'] else 'no'}**; not growing: "
+            f"**{'yes' if v['trend_ok'] else 'no'}**; fresh at p95 within {TARGET_FRESH_P95_S:g} s: "
+            f"**{'yes' if v['fresh_ok'] else 'no'}**",
+            f"- records sent {rec['records_sent'] if rec['records_sent'] is not None else '?'} = bronze "
+            f"{a['bronze']:,} + quarantined {a['quarantine']:,}: **{'yes' if v['nothing_lost'] else 'no'}**",
+            f"- checks: {checks or 'none ran'}",
+            f"- machine: CPU busy {100 * (rec['cpu_share_mean'] or 0):.0f} % on average; Spark Connect "
+            f"server at most {rec['server_mb_max']} MB, Airflow at most {rec['airflow_mb_max']} MB (PSS)",
+            "",
+        ]
+        rows = []
+        for dag, d in rec["per_dag"].items():
+            f = d["freshness"] or {}
+            rows.append(
+                {
+                    "dag": dag,
+                    "runs": d["runs"],
+                    "states": ", ".join(f"{k} {n}" for k, n in sorted(d["states"].items())),
+                    "lag_mean_s": d["lag_mean_s"],
+                    "lag_max_s": d["lag_max_s"],
+                    "lag_trend": d["lag_trend"],
+                    "retried": d["retried_runs"],
+                    "p50": f.get("p50_s"),
+                    "p95": f.get("p95_s"),
+                    "rows": f.get("rows"),
+                }
+            )
+        lines.append(
+            markdown_table(
+                rows,
+                [
+                    ("dag", "DAG", ""),
+                    ("runs", "runs", "d"),
+                    ("states", "states", ""),
+                    ("lag_mean_s", "lag mean (s)", ".1f"),
+                    ("lag_max_s", "lag max (s)", ".1f"),
+                    ("lag_trend", "trend", ".2f"),
+                    ("retried", "retried", "d"),
+                    ("p50", "fresh p50 (s)", ".1f"),
+                    ("p95", "fresh p95 (s)", ".1f"),
+                    ("rows", "result rows", ",d"),
+                ],
+            )
+        )
+        lines.append("")
+    lines += ["![lag per run, CPU and memory](live.png)", ""]
+    return "\n".join(lines)
+
+
+def main(
+    out_dir: Path = DEFAULT_OUT, data_dir: Path | None = None, quick: bool = False, spark_on: bool = True
+) -> int:
+    """Run the live cases (``OOO_LIVE_CASES``, default both) and write the results."""
+    del data_dir, spark_on
+    names = [n for n in os.environ.get("OOO_LIVE_CASES", ",".join(CASES)).split(",") if n]
+    unknown = sorted(set(names) - set(CASES))
+    if unknown:
+        msg = f"OOO_LIVE_CASES: unknown cases {unknown}; known: {', '.join(CASES)}"
+        raise StateError(msg)
+    minutes = int(os.environ.get("OOO_LIVE_MINUTES", QUICK_MINUTES if quick else MINUTES))
+    work = REPO_ROOT / ".local" / "bench" / "live"
+    work.mkdir(parents=True, exist_ok=True)
+    records, _, _ = earlier_results(out_dir / "live.json", set(names), "live")
+    for name in names:
+        records.append(run_case(name, CASES[name], minutes, work))
+    order = list(CASES)
+    records.sort(key=lambda r: order.index(r["stage"]))
+    meta = {"machine": machine(), "minutes": minutes, "quick": quick}
+    write_json(out_dir / "live.json", meta, records)
+    (out_dir / "live.md").write_text(markdown(records, meta))
+    plot(records, out_dir / "live.png")
+    for rec in records:
+        log("live", f"{rec['stage']}: {verdict(rec)}")
+    return 0
