@@ -36,8 +36,9 @@ DOC = """
    reachable: a miss the bound made unavoidable is a warning naming the bound needed, not a failure.
    `on_violation = warn` reports without failing.
 
-Runs depend on the previous run. A manual run joins the minute of arrivals before its logical
-date; for past data use `airflow backfill create --dag-id aggregate_stream --from-date ... --to-date ...`.
+Runs go one at a time, each starting where the job stopped. A manual run joins the minute of
+arrivals before its logical date; for past data use `airflow backfill create --dag-id
+aggregate_stream --from-date ... --to-date ...`.
 """
 
 

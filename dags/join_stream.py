@@ -1,8 +1,8 @@
 """Stream join DAG: one arrival-time interval per run -> gold/join_results, then the GX checks.
 
 Thin: two out-of-process Spark stages (``join-stream``, ``validate-join``); the state between runs
-lives in Delta (silver/join_state, silver/join_buffer), so a run needs the previous one
-(``depends_on_past``) and re-running an interval changes nothing.
+lives in Delta (silver/join_state, silver/join_buffer): runs go one at a time, a run's stage
+starts where the job stopped, and re-running an interval changes nothing.
 """
 
 from __future__ import annotations
@@ -28,9 +28,11 @@ DOC = """
    work follows the interval, not the history) and runs Great Expectations: no duplicate result
    pairs among them, recall >= `q_user` in each. `on_violation = warn` reports without failing the run.
 
-Runs depend on the previous run. A manual run (trigger button, `airflow dags test`) has no
-interval of its own and joins the minute of arrivals before its logical date. For past data (a
-replay's arrival times) use `airflow backfill create --dag-id join_stream --from-date ... --to-date ...`.
+Runs go one at a time; each run's stage starts where the job stopped, adapting the retention before
+each minute, and a failed check holds up no later run. A manual run (trigger button, `airflow dags
+test`) has no interval of its own and joins the minute of arrivals before its logical date. For past
+data (a replay's arrival times) use `airflow backfill create --dag-id join_stream --from-date ...
+--to-date ...`.
 """
 
 
@@ -47,7 +49,7 @@ def join_stream() -> None:
     join_interval = StageOperator(
         task_id="join_interval",
         stage="join-stream",
-        stage_args=JOIN_ARGS,
+        stage_args=[*JOIN_ARGS, "--adapt-every-s", str(int(INTERVAL.total_seconds()))],
         interval=INTERVAL,
         catch_up=True,
     )

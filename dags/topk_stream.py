@@ -1,7 +1,7 @@
 """Continuous top-k DAG: one arrival-time interval per run -> gold/topk_results, then GX checks.
 
 Thin: two out-of-process Spark stages (``topk-stream``, ``validate-topk``); the operator's state
-is carried from run to run in Delta, so runs depend on the previous one.
+is carried from run to run in Delta, so runs go one at a time, each starting where the job stopped.
 """
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ DOC = """
 
 The defaults fit the demo's 20 s replay (4 s windows sliding by 0.5 s, 10 queries per decision);
 the seed's query is `window_s = 60`, `slide_s = 5`, `n = 30`. For past data:
-`airflow backfill create --dag-id topk_stream --from-date ... --to-date ...` (in order: runs
-depend on the previous one).
+`airflow backfill create --dag-id topk_stream --from-date ... --to-date ...` (in order: one run at a time).
 """
 
 

@@ -43,7 +43,8 @@ while [ $# -gt 0 ]; do
 done
 
 # the DAGs live mode unpauses: the Kafka ingest, the stream DAGs and what they trigger
-DAGS=(ingest_kafka join_stream join_adapt aggregate_stream late_repair topk_stream)
+# (join_stream adapts the retention before every minute itself: join_adapt is for adapting on demand)
+DAGS=(ingest_kafka join_stream aggregate_stream late_repair topk_stream)
 
 session_env() {  # the environment of the session in $1
   local s=$1

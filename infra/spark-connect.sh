@@ -114,6 +114,7 @@ case "${1:-start}" in
         (umask 077; "$OOO_SPARK_VENV/bin/python" -c 'import secrets; print(secrets.token_urlsafe(32))' >"$dir/token")
       fi
       properties  # a settings error stops here, before anything runs
+      rm -f "$dir/runner.sock"  # a socket left by an earlier server: wait for the new runner's
       say "starting the server at $remote (UI http://127.0.0.1:$ui_port; log $log)"
       # a session of its own, so that stop ends the supervisor, spark-submit and the JVM together
       setsid bash "$0" supervise >>"$dir/supervisor.log" 2>&1 </dev/null &

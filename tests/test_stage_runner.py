@@ -90,3 +90,11 @@ def test_a_malformed_request_is_refused_and_the_runner_stays_up(served: Path) ->
 
 def test_the_socket_is_only_for_its_owner(served: Path) -> None:
     assert served.stat().st_mode & 0o077 == 0
+
+
+def test_no_runner_on_the_socket_is_told_apart_from_a_failed_stage(tmp_path: Path) -> None:
+    gone = tmp_path / "gone.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.bind(str(gone))  # a socket file nobody listens on, as a stopped runner leaves it
+    with pytest.raises(runner.RunnerUnavailable):
+        runner.run(gone, ["0"], {}, lambda _: None)

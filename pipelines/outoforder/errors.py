@@ -5,6 +5,11 @@ Airflow task) can tell our validation failures from bugs. Errors are re-raised w
 never swallowed: a task that fails loudly is retried by Airflow; one that falls back silently is not.
 """
 
+# exit statuses of ``python -m outoforder.stages``: an error (retried by the task), and a failed
+# quality check (a verdict on data already written: a retry would only repeat it)
+EXIT_ERROR = 2
+EXIT_QUALITY = 3
+
 
 class OutOfOrderError(Exception):
     """Base class of all errors raised deliberately by this project."""

@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 from airflow.sdk import BaseHook, BaseOperator
 
 from outoforder.config import REPO_ROOT, load_settings
+from outoforder.errors import EXIT_QUALITY
 from outoforder_airflow.links import DataDocsLink, QualityReportLink
 
 APP = str(REPO_ROOT / "pipelines" / "outoforder" / "stages" / "spark_entry.py")
@@ -183,12 +184,16 @@ class StageOperator(BaseOperator):
             self.log.info("%s", line)
 
         runner = (conn.extra_dejson or {}).get("runner")
+        code: int | None = None
         if runner and Path(runner).is_socket():
-            from outoforder.stages.runner import run
+            from outoforder.stages.runner import RunnerUnavailable, run
 
             self.log.info("stage %s as a client of %s, forked by the stage runner", self.stage, shown)
-            code = run(runner, list(self.stage_args), env, out, on_pid=self._started)
-        else:
+            try:
+                code = run(runner, list(self.stage_args), env, out, on_pid=self._started)
+            except RunnerUnavailable as e:  # its supervisor restarts it; this stage need not wait
+                self.log.warning("%s: the stage runs as a process of its own", e)
+        if code is None:
             self.log.info("stage %s as a client of %s", self.stage, shown)
             self._process = subprocess.Popen(
                 [_spark_python(env), "-m", "outoforder.stages", *self.stage_args],
@@ -207,6 +212,10 @@ class StageOperator(BaseOperator):
                 f"stage {self.stage} exited with status {code}: "
                 + " | ".join(x for x in last if x.strip())[-2000:]
             )
+            if code == EXIT_QUALITY:  # a verdict on what is written: a retry would repeat it
+                from airflow.sdk.exceptions import AirflowFailException
+
+                raise AirflowFailException(msg)
             raise StageFailed(msg)
 
     def _submit(self, env: dict[str, str]) -> None:

@@ -133,10 +133,12 @@ def test_dags_parse_even_where_the_jar_cache_is_not_configured(airflow_env):
     assert got["errors"] == {}
 
 
-def test_stream_join_runs_wait_for_the_previous_interval(probe):
-    # the operator state of one interval is the input of the next
-    assert all(t["depends_on_past"] for t in probe["dags"]["join_stream"]["tasks"].values())
-    assert probe["dags"]["join_stream"]["max_active_runs"] == 1
+@pytest.mark.parametrize("dag_id", ["join_stream", "aggregate_stream", "topk_stream"])
+def test_stream_runs_go_one_at_a_time_and_a_failed_check_holds_up_no_later_run(probe, dag_id):
+    # the operator state of one interval is the input of the next: one run at a time, and the
+    # stage catches up from where the job stopped instead of waiting on the previous run's tasks
+    assert probe["dags"][dag_id]["max_active_runs"] == 1
+    assert not any(t["depends_on_past"] for t in probe["dags"][dag_id]["tasks"].values())
 
 
 def test_every_run_ends_with_its_report_even_after_a_failed_task(probe):

@@ -5,6 +5,7 @@ import gzip
 import pytest
 from pyspark.sql import functions as F
 
+from outoforder.errors import EXIT_QUALITY
 from outoforder.io import delta, deltalog
 from outoforder.io.tables import BRONZE, INGEST_LOG, QUARANTINE, SEQ_PER_FILE
 from outoforder.quality.bronze import validate_bronze
@@ -172,11 +173,11 @@ def test_quality_suite_fails_when_bronze_is_corrupted(spark, settings, tmp_path,
     dup.write.format("delta").mode("append").save(BRONZE.path(settings.lake_root))
     failed = {r.suite: r.success for r in validate_bronze(spark, settings, fail=False)}
     assert failed == {"bronze_arrivals": False, "bronze_accounting": False}
-    # failing, the stage raises a QualityError and exits non-zero: what fails the Airflow task
-    # (spark-submit's exit code)
+    # failing, the stage raises a QualityError and exits with its own status: what fails the
+    # Airflow task without a retry (a verdict on what is written would only repeat)
     config = tmp_path / "c.toml"
     config.write_text(f'[lake]\nroot = "{settings.lake_root}"\n')
-    assert main(["--config", str(config), "validate-bronze"]) == 2
+    assert main(["--config", str(config), "validate-bronze"]) == EXIT_QUALITY
     err = capsys.readouterr().err
     assert "QualityError" in err and "bronze_arrivals" in err
 

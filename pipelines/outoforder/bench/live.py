@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -538,11 +539,19 @@ def markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _interrupted(signum: int, frame: object) -> None:
+    del frame
+    msg = f"signal {signum}"
+    raise KeyboardInterrupt(msg)
+
+
 def main(
     out_dir: Path = DEFAULT_OUT, data_dir: Path | None = None, quick: bool = False, spark_on: bool = True
 ) -> int:
     """Run the live cases (``OOO_LIVE_CASES``, default both) and write the results."""
     del data_dir, spark_on
+    signal.signal(signal.SIGTERM, _interrupted)  # a stopped benchmark stops its live session too
+    signal.signal(signal.SIGINT, _interrupted)
     names = [n for n in os.environ.get("OOO_LIVE_CASES", ",".join(CASES)).split(",") if n]
     unknown = sorted(set(names) - set(CASES))
     if unknown:

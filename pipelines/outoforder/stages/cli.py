@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from outoforder.config import Settings, load_settings
-from outoforder.errors import ConfigError, InputError, OutOfOrderError
+from outoforder.errors import EXIT_ERROR, EXIT_QUALITY, ConfigError, InputError, OutOfOrderError, QualityError
 from outoforder.stages import spec
 from outoforder.stages.aggregate.spec import AggJob
 from outoforder.stages.demo import STEPS as DEMO_STEPS
@@ -862,6 +862,6 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args, settings))
     except OutOfOrderError as e:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-        return 2
+        return EXIT_QUALITY if isinstance(e, QualityError) else EXIT_ERROR
     finally:
         _release()

@@ -59,6 +59,11 @@ PRUNE_SLACK = 16  # snapshots beyond keep_snapshots before a prune deletes them
 APPENDS_AT_ONCE = 4  # an interval's appends committed side by side
 
 
+# a catch-up over more steps than this cuts only the part with arrivals into steps: the rest (where
+# nothing arrived, e.g. from a replay's 1970 clock to now) is one step, not millions
+CATCH_UP_STEPS = 120
+
+
 def split_span(start: int, end: int, step: int) -> list[tuple[int, int]]:
     """[start, end) cut into intervals of ``step`` µs (the last one may be shorter).
 
@@ -403,6 +408,7 @@ class IntervalStage(ABC, Generic[J, S]):
         (an overlap), or runs were skipped. A run whose ``end`` the job has passed already reruns
         its own interval as given (a rerun of a processed interval changes nothing).
         """
+        quiet_from: int | None = None  # from here to the end nothing has arrived: one step
         if catch_up and start_us is not None and end_us is not None:
             done = self.last_processed()
             if done is not None and done < end_us and done != start_us:
@@ -411,6 +417,11 @@ class IntervalStage(ABC, Generic[J, S]):
                     self.name, self.source, done, start_us, done,
                 )  # fmt: skip
                 start_us = done
+                step = every_us or end_us - start_us
+                if (end_us - start_us) // step > CATCH_UP_STEPS:  # a long gap (a replay's lake, a pause)
+                    span = self.pending_span()
+                    newest = span[1] if span is not None else start_us
+                    quiet_from = start_us + -(-max(newest - start_us, 0) // step) * step
         if start_us is None or end_us is None:
             span = self.pending_span()
             if span is None:
@@ -426,7 +437,11 @@ class IntervalStage(ABC, Generic[J, S]):
                     return []
             end_us = span[1] if end_us is None else end_us
         summaries = []
-        steps = split_span(start_us, end_us, every_us or end_us - start_us)
+        step = every_us or end_us - start_us
+        steps = split_span(start_us, end_us, step)
+        if quiet_from is not None and quiet_from < end_us:
+            busy = split_span(start_us, quiet_from, step) if quiet_from > start_us else []
+            steps = [*busy, (quiet_from, end_us)]
         done = self.last_processed()
         if done is not None:  # never an interval across the newest processed end (module docstring)
             steps = [

@@ -60,6 +60,10 @@ WARM_IMPORTS = (
 MAX_MESSAGE = 1 << 20
 
 
+class RunnerUnavailable(OSError):
+    """No runner answers on the socket (not started, or being restarted): nothing was run."""
+
+
 def warm_up() -> None:
     """Import what every stage needs (after which the process must stay single-threaded)."""
     import importlib
@@ -179,10 +183,15 @@ def run(
 
     Standard library only (the Airflow venv calls it).
     """
-    read_end, write_end = os.pipe()
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(str(path))
+    except OSError as e:
+        conn.close()
+        msg = f"no stage runner answers at {path}: {e}"
+        raise RunnerUnavailable(msg) from e
+    read_end, write_end = os.pipe()
+    try:
         request = {"argv": argv, "env": dict(env), "cwd": cwd or os.getcwd()}
         socket.send_fds(conn, [json.dumps(request).encode() + b"\n"], [write_end])
     except BaseException:

@@ -55,9 +55,12 @@ def judged_windows(
 
     jid, w = job.job_id(), job.query().windows
     state, before = check_states(spark, settings, AGG_STATE, source, jid, until_us, since_us)
-    if state is None or state["frontier"] is None:
+    if state is None:
         msg = f"the aggregate job {jid} has not processed {source} yet: run aggregate-stream first"
         raise InputError(msg)
+    if state["frontier"] is None:  # intervals ran, but nothing has arrived yet: no window closed
+        log.info("[validate-aggregate] %s: no arrivals processed yet, no window closed", source)
+        return int(state["as_of_us"]), -1, -1
     last = (int(state["frontier"]) - w.size_us) // w.slide_us
     done = (
         None

@@ -136,6 +136,8 @@ def _batch(spark: SparkSession, settings: Settings, source: str, number: int | N
     """Batch ``number`` of the source (default: its newest), or None; reads that batch's rows only."""
     from pyspark.sql import functions as F
 
+    if not delta.exists(spark, KAFKA_OFFSETS, settings.lake_root):
+        return None  # no ingest has run yet
     rows = delta.read(spark, KAFKA_OFFSETS, settings.lake_root).where(F.col("source") == source)
     if number is None:
         top = rows.agg(F.max("batch")).first()
