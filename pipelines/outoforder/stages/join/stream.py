@@ -226,7 +226,10 @@ class JoinStream(IntervalStage[JoinJob, JoinIntervalSummary]):
             and lo % self.adapt_every_us == 0
             and not adapted_at(self.spark, self.settings, self.source, self.job, start_us)
         ):
-            adapt(self.spark, self.settings, self.source, self.job, start_us)
+            try:
+                adapt(self.spark, self.settings, self.source, self.job, start_us)
+            except InputError as e:  # nothing has arrived yet (a live stream's first minutes)
+                log.info("[join-stream] %s: the retention stays as it is: %s", self.source, e)
 
 
 def run_interval(

@@ -1,0 +1,26 @@
+"""A stage run in-process uses the running session as it is: its settings file does not leak into it.
+
+The tests share one Spark session with test settings (tests/sparkconf.py); a CLI call in the same
+process used to re-apply the production settings to it (adaptive execution on, four shuffle
+partitions) for the rest of the run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from outoforder.stages.cli import main
+
+WATCHED = ("spark.sql.shuffle.partitions", "spark.sql.adaptive.enabled")
+
+
+def test_an_in_process_stage_keeps_the_running_sessions_settings(spark, settings, tmp_path: Path) -> None:
+    before = {k: spark.conf.get(k) for k in WATCHED}
+    config = tmp_path / "other.toml"
+    config.write_text(
+        f'[lake]\nroot = "{settings.lake_root}"\n'
+        "[spark]\nshuffle_partitions = 7\n"
+        '[spark.conf]\n"spark.sql.adaptive.enabled" = "true"\n'
+    )
+    assert main(["--config", str(config), "checksum", "--json"]) == 0
+    assert {k: spark.conf.get(k) for k in WATCHED} == before
