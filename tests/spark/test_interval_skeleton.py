@@ -63,3 +63,27 @@ def test_reruns_write_nothing_straddles_are_refused_or_split_and_snapshots_are_p
     assert [None if g is None else g["as_of_us"] for g in got] == [at(200), at(250), None, at(150)]
     stored = delta.read(spark, AGG_STATE, settings.lake_root).where(F.col("as_of_us") == at(200)).first()
     assert got[0] == stored.asDict()
+
+
+def test_a_scheduled_run_catches_up_in_whole_steps_and_a_long_quiet_gap_is_one_step(
+    spark, settings, load_bronze
+):
+    # what the stream DAGs ask for (--catch-up): runs whose times drifted or were skipped
+    load_bronze(arrivals(), SOURCE)  # arrivals at at(0) … at(299)
+    step = 50 * STEP
+
+    def run(start, end):
+        got = AggregateStream(spark, settings, SOURCE, JOB).run(start, end, every_us=step, catch_up=True)
+        return [(s.start_us, s.end_us) for s in got]
+
+    assert run(at(0), at(50)) == [(at(0), at(50))]  # the job's first run: its own interval
+    # a run that starts past where the job stopped, ending off the job's grid: whole steps from
+    # where the job stopped; the few µs past the last whole step wait for the next run
+    assert run(at(120), at(170) + 7) == [(at(50), at(100)), (at(100), at(150))]
+    assert run(at(150) + 7, at(150) + 9) == []  # nothing whole yet
+    # long after the last arrival (500 steps later): steps where arrivals are, then one step
+    far = at(150) + 500 * step
+    tail = [(at(150), at(200)), (at(200), at(250)), (at(250), at(300)), (at(300), far)]
+    assert run(far - step, far) == tail
+    results = delta.read(spark, AGG_RESULTS, settings.lake_root).where(F.col("source") == SOURCE)
+    assert results.count() == results.select("window_id").distinct().count() > 0

@@ -321,15 +321,16 @@ def run_case(name: str, rate: float, minutes: int, work: Path) -> dict[str, Any]
     env = case_env(work)
     log("live", f"{name}: starting live mode at {rate} x the game's rate for {minutes} min")
     t_start = time.time()
-    _live(env, "start", "--rate", str(rate), "--minutes", str(minutes + 6))
-    session = Path(os.path.realpath(work / "live" / "current"))
-    sampler = Sampler(
-        work / "spark-connect" / "supervisor.pid", session / "airflow" / "standalone.pid"
-    ).start()
-    url = f"http://127.0.0.1:{env['OOO_AIRFLOW_PORT']}"
-    api = Api(url, session / "airflow")
-    replay_started = time.time()
+    sampler: Sampler | None = None
     try:
+        _live(env, "start", "--rate", str(rate), "--minutes", str(minutes + 6))
+        session = Path(os.path.realpath(work / "live" / "current"))
+        sampler = Sampler(
+            work / "spark-connect" / "supervisor.pid", session / "airflow" / "standalone.pid"
+        ).start()
+        url = f"http://127.0.0.1:{env['OOO_AIRFLOW_PORT']}"
+        api = Api(url, session / "airflow")
+        replay_started = time.time()
         for minute in range(1, minutes + 1):
             time.sleep(max(0.0, replay_started + 60 * minute - time.time()))
             lags = run_lags(api, replay_started)
@@ -356,7 +357,8 @@ def run_case(name: str, rate: float, minutes: int, work: Path) -> dict[str, Any]
         fresh = freshness(env, lake, lags)
         acct = accounting(env, lake)
     finally:
-        sampler.stop()
+        if sampler is not None:
+            sampler.stop()
         _live(env, "stop")
     return summarize(name, rate, minutes, lags, fresh, acct, sampler.samples, sent(session / "producer.log"),
                      time.time() - t_start)  # fmt: skip

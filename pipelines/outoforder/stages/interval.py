@@ -405,8 +405,9 @@ class IntervalStage(ABC, Generic[J, S]):
         ``catch_up`` (what the scheduled DAG runs ask for): when the job has stopped somewhere
         before ``end``, start there instead of at ``start``, so that a run covers whatever its
         predecessors left, whether the scheduler's run times drifted apart (a gap) or together
-        (an overlap), or runs were skipped. A run whose ``end`` the job has passed already reruns
-        its own interval as given (a rerun of a processed interval changes nothing).
+        (an overlap), or runs were skipped; with ``every_us``, in whole steps from there (what is
+        left before ``end`` waits for the next run). A run whose ``end`` the job has passed
+        already reruns its own interval as given (a rerun of a processed interval changes nothing).
         """
         quiet_from: int | None = None  # from here to the end nothing has arrived: one step
         if catch_up and start_us is not None and end_us is not None:
@@ -417,11 +418,18 @@ class IntervalStage(ABC, Generic[J, S]):
                     self.name, self.source, done, start_us, done,
                 )  # fmt: skip
                 start_us = done
-                step = every_us or end_us - start_us
-                if (end_us - start_us) // step > CATCH_UP_STEPS:  # a long gap (a replay's lake, a pause)
+            if every_us and done is not None and start_us == done:
+                # whole steps from where the job stopped: a run whose times drifted off the job's
+                # grid leaves the rest to the next run instead of adding an interval of a few ms
+                whole = start_us + (end_us - start_us) // every_us * every_us
+                if whole <= start_us:
+                    log.info("[%s] %s: no whole interval to process yet", self.name, self.source)
+                    return []
+                end_us = whole
+                if (end_us - start_us) // every_us > CATCH_UP_STEPS:  # a long gap (a replay's lake, a pause)
                     span = self.pending_span()
                     newest = span[1] if span is not None else start_us
-                    quiet_from = start_us + -(-max(newest - start_us, 0) // step) * step
+                    quiet_from = start_us + -(-max(newest - start_us, 0) // every_us) * every_us
         if start_us is None or end_us is None:
             span = self.pending_span()
             if span is None:
