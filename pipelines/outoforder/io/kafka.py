@@ -111,11 +111,18 @@ def delete_topic(bootstrap: str, topic: str) -> None:
 
 
 def produce(
-    bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes]], *, flush_every: int = 100_000
+    bootstrap: str,
+    topic: str,
+    records: Iterable[tuple[bytes | None, bytes]],
+    *,
+    flush_every: int = 100_000,
+    until_stopped: bool = False,
 ) -> int:
     """Send ``(key, value)`` records in order (idempotent producer: a retry never duplicates); their count.
 
-    Records of one key go to one partition, in the order given.
+    Records of one key go to one partition, in the order given. ``until_stopped``: an interrupt
+    (SIGINT, or SIGTERM as the stages' command line turns it into an exit) ends the sending as
+    a live replay's normal end: what was handed over is delivered, and counted.
     """
     from confluent_kafka import KafkaException, Producer
 
@@ -131,16 +138,21 @@ def produce(
 
     n = 0
     try:
-        for key, value in records:
-            while True:
-                try:
-                    producer.produce(topic, value=value, key=key, on_delivery=delivered)
-                    break
-                except BufferError:
-                    producer.poll(0.05)  # the local queue is full: let deliveries drain it
-            n += 1
-            if n % flush_every == 0:
-                producer.poll(0)
+        try:
+            for key, value in records:
+                while True:
+                    try:
+                        producer.produce(topic, value=value, key=key, on_delivery=delivered)
+                        break
+                    except BufferError:
+                        producer.poll(0.05)  # the local queue is full: let deliveries drain it
+                n += 1
+                if n % flush_every == 0:
+                    producer.poll(0)
+        except (KeyboardInterrupt, SystemExit):
+            if not until_stopped:
+                raise
+            log.info("[produce] stopped: delivering the %d records handed over", n)
         left = producer.flush(60)
     except KafkaException as e:
         raise _fail(bootstrap, f"cannot produce to {topic!r}", e) from e

@@ -183,7 +183,7 @@ def replay(
     # there: orderBy + limit would gather the rows on the driver
     whole = (int(facts[5]), int(facts[6]), int(facts[7]))
     ordered = itertools.islice(_in_arrival_order(spark, settings, source, rows, columns, whole), limit)
-    n = kafka.produce(settings.kafka.bootstrap, topic, _paced(ordered, speed, shift))
+    n = kafka.produce(settings.kafka.bootstrap, topic, _paced(ordered, speed, shift), until_stopped=live)
     return Produced(topic, n, streams, time.monotonic() - t0, event_range, attrs)
 
 
