@@ -109,3 +109,20 @@ INTERVAL_DAG: dict[str, Any] = {
         # where the job stopped, and a failed check must not hold up the next minute's results
     },
 }
+
+
+def quality_report(section: str, interval: timedelta) -> Any:
+    """A stream DAG's closing task: the run's page of the quality report with the DAG's own section.
+
+    It runs whatever came before it ended as (``all_done``): a failed check gets its page too.
+    """
+    from outoforder_airflow.operators import StageOperator
+
+    return StageOperator(
+        task_id="quality_report",
+        stage="report",
+        stage_args=["--sections", section],
+        report=True,
+        interval=interval,
+        trigger_rule="all_done",
+    )

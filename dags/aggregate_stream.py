@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from _spark_stage import AGG_ARGS, INTERVAL_DAG, LEDGER_DUE_URI, agg_params
+from _spark_stage import AGG_ARGS, INTERVAL_DAG, LEDGER_DUE_URI, agg_params, quality_report
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import Asset, dag, task
 from outoforder_airflow.operators import StageOperator, judged_args
@@ -90,14 +90,7 @@ def aggregate_stream() -> None:
     )
     aggregate_interval >> gamma_rule() >> ledger_due
     aggregate_interval >> validate_aggregate
-    report = StageOperator(
-        task_id="quality_report",
-        stage="report",
-        stage_args=["--sections", "aggregate"],
-        report=True,
-        interval=INTERVAL,
-        trigger_rule="all_done",
-    )
+    report = quality_report("aggregate", INTERVAL)
     validate_aggregate >> report
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from _spark_stage import INTERVAL_DAG, JOIN_ARGS, join_params
+from _spark_stage import INTERVAL_DAG, JOIN_ARGS, join_params, quality_report
 from airflow.sdk import dag
 from outoforder_airflow.operators import StageOperator, judged_args
 
@@ -59,14 +59,7 @@ def join_stream() -> None:
         stage_args=[*JOIN_ARGS, *judged_args(INTERVAL)],
         validation=True,
     )
-    report = StageOperator(
-        task_id="quality_report",
-        stage="report",
-        stage_args=["--sections", "join"],
-        report=True,
-        interval=INTERVAL,
-        trigger_rule="all_done",
-    )
+    report = quality_report("join", INTERVAL)
     join_interval >> validate_join >> report
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pendulum
-from _spark_stage import THETA_ARGS, theta_params
+from _spark_stage import THETA_ARGS, quality_report, theta_params
 from airflow.sdk import dag
 from outoforder_airflow.operators import StageOperator
 
@@ -62,14 +62,7 @@ def theta_backfill() -> None:
         interval=INTERVAL,
         validation=True,
     )
-    report = StageOperator(
-        task_id="quality_report",
-        stage="report",
-        stage_args=["--sections", "theta"],
-        report=True,
-        interval=INTERVAL,
-        trigger_rule="all_done",
-    )
+    report = quality_report("theta", INTERVAL)
     theta_join >> validate_theta >> report
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from _spark_stage import INTERVAL_DAG, TOPK_ARGS, topk_params
+from _spark_stage import INTERVAL_DAG, TOPK_ARGS, quality_report, topk_params
 from airflow.sdk import dag
 from outoforder_airflow.operators import StageOperator, judged_args
 
@@ -57,14 +57,7 @@ def topk_stream() -> None:
         stage_args=[*TOPK_ARGS, *judged_args(INTERVAL)],
         validation=True,
     )
-    report = StageOperator(
-        task_id="quality_report",
-        stage="report",
-        stage_args=["--sections", "topk"],
-        report=True,
-        interval=INTERVAL,
-        trigger_rule="all_done",
-    )
+    report = quality_report("topk", INTERVAL)
     topk_interval >> validate_topk >> report
 
 

@@ -502,7 +502,9 @@ def load_settings(
                 reports_dir=_path(reports),
                 docs_dir=_path(docs),
                 build_docs=_flag(env.get("OOO_BUILD_DOCS", quality.get("build_docs", True))),
-                cumulative_every_s=float(quality.get("cumulative_every_s", 0.0)),
+                cumulative_every_s=float(
+                    quality.get("cumulative_every_s", QualitySettings.cumulative_every_s)
+                ),
             ),
             stream=StreamSettings(
                 state_budget_rows=int(

@@ -409,9 +409,9 @@ class IntervalStage(ABC, Generic[J, S]):
         left before ``end`` waits for the next run). A run whose ``end`` the job has passed
         already reruns its own interval as given (a rerun of a processed interval changes nothing).
         """
+        done = self.last_processed()
         quiet_from: int | None = None  # from here to the end nothing has arrived: one step
         if catch_up and start_us is not None and end_us is not None:
-            done = self.last_processed()
             if done is not None and done < end_us and done != start_us:
                 log.info(
                     "[%s] %s: the job stopped at %d, the run's interval starts at %d: catching up from %d",
@@ -427,11 +427,11 @@ class IntervalStage(ABC, Generic[J, S]):
                     return []
                 end_us = whole
                 if (end_us - start_us) // every_us > CATCH_UP_STEPS:  # a long gap (a replay's lake, a pause)
-                    span = self.pending_span()
+                    span = pending_span(self.spark, self.settings, self.source, done)
                     newest = span[1] if span is not None else start_us
                     quiet_from = start_us + -(-max(newest - start_us, 0) // every_us) * every_us
         if start_us is None or end_us is None:
-            span = self.pending_span()
+            span = pending_span(self.spark, self.settings, self.source, done)
             if span is None:
                 log.info("[%s] %s: every arrival in bronze is processed already", self.name, self.source)
                 return []
@@ -450,7 +450,6 @@ class IntervalStage(ABC, Generic[J, S]):
         if quiet_from is not None and quiet_from < end_us:
             busy = split_span(start_us, quiet_from, step) if quiet_from > start_us else []
             steps = [*busy, (quiet_from, end_us)]
-        done = self.last_processed()
         if done is not None:  # never an interval across the newest processed end (module docstring)
             steps = [
                 part
