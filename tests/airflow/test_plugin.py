@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from datetime import timedelta
@@ -136,3 +137,30 @@ def test_web_app_serves_nothing_without_a_logged_in_user(plugin_path, tmp_path, 
     assert forged.get(page).status_code == 403
     # the REST API's token works as a header, for scripts
     assert client.get(page, headers={"Authorization": "Bearer good"}).text == "<h1>cumulative</h1>"
+
+
+@pytest.mark.parametrize(("status", "fails_for_good"), [(3, True), (2, False)])
+def test_stage_operator_fails_for_good_on_a_quality_verdict_and_retries_an_error(
+    plugin_path, airflow_env, monkeypatch, tmp_path, status, fails_for_good
+):
+    """Exit status 3 (a failed check) is final: a retry would judge the same rows again."""
+    from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+    from airflow.sdk.exceptions import AirflowFailException
+    from outoforder_airflow.operators import StageFailed, StageOperator
+
+    stage = tmp_path / "stage"
+    stage.write_text(f"#!/bin/sh\necho 'error: the stage says why'\nexit {status}\n")
+    stage.chmod(0o755)
+    monkeypatch.setenv("PYSPARK_PYTHON", str(stage))
+    monkeypatch.setattr(SparkConnectHook, "get_connection_url", lambda self: "sc://127.0.0.1:1")
+
+    class Conn:
+        def __init__(self) -> None:
+            self.extra_dejson: dict[str, str] = {}  # no stage runner: the stage runs as a process of its own
+            self.password = None
+
+    op = StageOperator(task_id="v", stage="validate-topk")
+    with pytest.raises(AirflowFailException if fails_for_good else StageFailed) as failed:
+        op._run_client(Conn(), dict(os.environ))
+    assert f"exited with status {status}" in str(failed.value)
+    assert "the stage says why" in str(failed.value)

@@ -178,6 +178,23 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid: int) -> float:
+    """CPU seconds the process used, with those of its children that ended and it waited for.
+
+    Summed over a process tree, a short-lived child counts once: while it runs as itself, after
+    it ends in its parent's children's time (one that no process waits for is not counted).
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0  # it ended while we looked
+    utime, stime, cutime, cstime = (int(x) for x in stat.rsplit(")", 1)[1].split()[11:15])
+    return (utime + stime + cutime + cstime) / CLOCK_TICKS
+
+
 def _memory_bytes(pid: int) -> int:
     """The process's proportional set size (PSS), or its resident set where the kernel lacks PSS.
 

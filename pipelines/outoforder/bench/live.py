@@ -38,7 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from outoforder.bench.harness import (
+    CLOCK_TICKS,
     DEFAULT_OUT,
+    _cpu_seconds,
     _descendants,
     _memory_bytes,
     earlier_results,
@@ -113,26 +115,36 @@ class Sampler:
         return sum(fields) - idle, sum(fields)
 
     @staticmethod
-    def _tree(pidfile: Path) -> int:
+    def _tree(pidfile: Path) -> tuple[int, float]:
+        """PSS bytes and CPU seconds (its own and its reaped children's) of the tree under the pid."""
         try:
             pid = int(pidfile.read_text().strip())
         except (OSError, ValueError):
-            return 0
-        return sum(_memory_bytes(p) for p in [pid, *_descendants(pid)])
+            return 0, 0.0
+        tree = [pid, *_descendants(pid)]
+        return sum(_memory_bytes(p) for p in tree), sum(_cpu_seconds(p) for p in tree)
 
     def _run(self) -> None:
         busy0, total0 = self._cpu()
+        busy_s = 0.0
         t0 = time.monotonic()
         while not self._stop.wait(SAMPLE_EVERY_S):
             busy, total = self._cpu()
             share = (busy - busy0) / max(total - total0, 1)
+            busy_s += (busy - busy0) / CLOCK_TICKS
             busy0, total0 = busy, total
+            server_b, server_s = self._tree(self.server_pid)
+            airflow_b, airflow_s = self._tree(self.airflow_pid)
             self.samples.append(
                 {
                     "t_s": round(time.monotonic() - t0, 1),
                     "cpu_share": round(share, 4),
-                    "server_mb": self._tree(self.server_pid) >> 20,
-                    "airflow_mb": self._tree(self.airflow_pid) >> 20,
+                    "server_mb": server_b >> 20,
+                    "airflow_mb": airflow_b >> 20,
+                    # cumulative CPU seconds: the machine's busy time, and each tree's
+                    "busy_cpu_s": round(busy_s, 1),
+                    "server_cpu_s": round(server_s, 1),
+                    "airflow_cpu_s": round(airflow_s, 1),
                 }
             )
 
@@ -315,6 +327,53 @@ def sent(producer_log: Path) -> int | None:
     return None
 
 
+def _rest_time(text: str) -> float:
+    """An instant of Spark's REST API (``2026-11-26T07:11:50.124GMT``) as epoch seconds."""
+    return datetime.strptime(text.removesuffix("GMT") + "+0000", "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
+
+
+def spark_work(ui_port: str) -> dict[str, Any]:
+    """Where the shared server's work went: per stage, its runs' Spark jobs and executor CPU.
+
+    From Spark's REST API: every job carries its client's tag (``outoforder-<stage>``) and session,
+    one session per stage run. Only the jobs the server's status store still holds (the last few
+    minutes of a long case) are counted; ``minutes`` says how many.
+    """
+    base = f"http://127.0.0.1:{ui_port}/api/v1/applications"
+
+    def get(path: str) -> Any:
+        with urllib.request.urlopen(f"{base}/{path}", timeout=60) as r:
+            return json.loads(r.read())
+
+    app = get("")[0]["id"]
+    jobs = get(f"{app}/jobs")
+    cpu_ns = {s["stageId"]: s["executorCpuTime"] for s in get(f"{app}/stages?status=complete")}
+    per: dict[str, dict[str, Any]] = {}
+    for job in jobs:
+        tags = [t.rsplit("_Tag_outoforder-", 1) for t in job.get("jobTags", []) if "_Tag_outoforder-" in t]
+        if not tags:
+            continue
+        session, stage = tags[0]
+        p = per.setdefault(stage, {"sessions": set(), "jobs": 0, "cpu_s": 0.0, "wall_s": 0.0})
+        p["sessions"].add(session)
+        p["jobs"] += 1
+        p["cpu_s"] += sum(cpu_ns.get(i, 0) for i in job["stageIds"]) / 1e9
+        if job.get("completionTime"):
+            p["wall_s"] += _rest_time(job["completionTime"]) - _rest_time(job["submissionTime"])
+    times = [_rest_time(j["submissionTime"]) for j in jobs]
+    out = {
+        stage: {
+            "runs": len(p["sessions"]),
+            "jobs_per_run": round(p["jobs"] / len(p["sessions"]), 1),
+            "executor_cpu_s_per_run": round(p["cpu_s"] / len(p["sessions"]), 2),
+            "job_wall_s_per_run": round(p["wall_s"] / len(p["sessions"]), 1),
+        }
+        for stage, p in sorted(per.items())
+    }
+    return {"jobs": len(jobs), "minutes": round((max(times) - min(times)) / 60, 1) if times else 0,
+            "by_stage": out}  # fmt: skip
+
+
 def run_case(name: str, rate: float, minutes: int, work: Path) -> dict[str, Any]:
     """One live session of ``minutes`` at ``rate``, measured (module docstring)."""
     shutil.rmtree(work / "live" / "current", ignore_errors=True)
@@ -356,12 +415,19 @@ def run_case(name: str, rate: float, minutes: int, work: Path) -> dict[str, Any]
         lake = session / "lake"
         fresh = freshness(env, lake, lags)
         acct = accounting(env, lake)
+        try:
+            work_done = spark_work(env["OOO_SPARK_CONNECT_UI_PORT"])
+        except OSError as e:  # the figures above stand without it
+            log("live", f"{name}: Spark's REST API did not answer ({e}): no per-stage breakdown")
+            work_done = None
     finally:
         if sampler is not None:
             sampler.stop()
         _live(env, "stop")
-    return summarize(name, rate, minutes, lags, fresh, acct, sampler.samples, sent(session / "producer.log"),
-                     time.time() - t_start)  # fmt: skip
+    rec = summarize(name, rate, minutes, lags, fresh, acct, sampler.samples, sent(session / "producer.log"),
+                    time.time() - t_start)  # fmt: skip
+    rec["spark_work"] = work_done
+    return rec
 
 
 def summarize(
@@ -392,6 +458,13 @@ def summarize(
             "freshness": fresh.get(dag),
         }
     cpu = [s["cpu_share"] for s in samples]
+    per_min: dict[str, float] = {}
+    if len(samples) > 1 and "busy_cpu_s" in samples[0]:
+        first, last = samples[0], samples[-1]
+        span_min = (last["t_s"] - first["t_s"]) / 60
+        for key in ("busy_cpu_s", "server_cpu_s", "airflow_cpu_s"):
+            per_min[key.removesuffix("_cpu_s")] = round((last[key] - first[key]) / span_min, 1)
+        per_min["rest"] = round(per_min["busy"] - per_min["server"] - per_min["airflow"], 1)
     return {
         "stage": name,
         "rate": rate,
@@ -403,6 +476,7 @@ def summarize(
         "cpu_share_mean": round(sum(cpu) / len(cpu), 3) if cpu else None,
         "server_mb_max": max((s["server_mb"] for s in samples), default=None),
         "airflow_mb_max": max((s["airflow_mb"] for s in samples), default=None),
+        "cpu_s_per_minute": per_min,
         "samples": samples,
         "accounting": acct,
         "seconds": round(seconds),
@@ -500,8 +574,16 @@ def markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             f"- checks: {checks or 'none ran'}",
             f"- machine: CPU busy {100 * (rec['cpu_share_mean'] or 0):.0f} % on average; Spark Connect "
             f"server at most {rec['server_mb_max']} MB, Airflow at most {rec['airflow_mb_max']} MB (PSS)",
-            "",
         ]
+        per_min = rec.get("cpu_s_per_minute") or {}
+        if per_min:
+            lines.append(
+                f"- CPU-s per minute (of {60 * meta['machine']['cpus']}): busy {per_min['busy']:g}, of which "
+                f"the Spark Connect server (its JVM, Python workers, stage runner and the stages it forks) "
+                f"{per_min['server']:g}, Airflow {per_min['airflow']:g}, the rest (Kafka, the replay, "
+                f"the system) {per_min['rest']:g}"
+            )
+        lines.append("")
         rows = []
         for dag, d in rec["per_dag"].items():
             f = d["freshness"] or {}
@@ -537,6 +619,26 @@ def markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             )
         )
         lines.append("")
+        work = rec.get("spark_work")
+        if work and work["by_stage"]:
+            lines += [
+                f"Spark's work per stage run, from the server's REST API (the last {work['jobs']:,} jobs "
+                f"it holds, {work['minutes']:g} min): a run's Spark jobs, their executor CPU and their "
+                "summed wall time (the rest of the server's CPU is planning, code generation, the JIT "
+                "compiler and garbage collection).",
+                "",
+                markdown_table(
+                    [{"stage": k, **v} for k, v in work["by_stage"].items()],
+                    [
+                        ("stage", "stage", ""),
+                        ("runs", "runs", "d"),
+                        ("jobs_per_run", "jobs per run", ".1f"),
+                        ("executor_cpu_s_per_run", "executor CPU-s per run", ".2f"),
+                        ("job_wall_s_per_run", "job wall s per run", ".1f"),
+                    ],
+                ),
+                "",
+            ]
     lines += ["![lag per run, CPU and memory](live.png)", ""]
     return "\n".join(lines)
 

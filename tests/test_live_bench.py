@@ -1,0 +1,99 @@
+"""The live soak's own parts: CPU by process tree, Spark's work per stage, the summary and report."""
+
+import json
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from outoforder.bench.harness import _cpu_seconds
+from outoforder.bench.live import markdown, spark_work, summarize
+
+
+def test_a_waited_for_child_s_cpu_counts_in_its_parent():
+    """A stage forked and ended between two samples still counts in its tree's CPU seconds."""
+    code = "import os, subprocess, sys, time\n" \
+           "before = sum(os.times()[2:4])\n" \
+           "subprocess.run([sys.executable, '-c', 't = __import__(\"time\").process_time()\\n" \
+           "while __import__(\"time\").process_time() - t < 0.4: pass'], check=True)\n" \
+           "print(sum(os.times()[2:4]) - before)"  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-c", code + "\nimport time; time.sleep(2)"],
+                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert proc.stdout is not None
+    children = float(proc.stdout.readline())
+    counted = _cpu_seconds(proc.pid)
+    proc.wait()
+    assert children >= 0.35
+    assert counted >= children  # the parent's own time plus its ended child's
+    assert _cpu_seconds(proc.pid) == 0.0  # ended and reaped: nothing to read
+
+
+def _sample(t_s, busy, server, airflow):
+    return {"t_s": t_s, "cpu_share": 0.5, "server_mb": 100, "airflow_mb": 50,
+            "busy_cpu_s": busy, "server_cpu_s": server, "airflow_cpu_s": airflow}  # fmt: skip
+
+
+def test_the_summary_splits_the_busy_cpu_per_minute_between_the_trees():
+    samples = [_sample(5.0, 10.0, 6.0, 1.0), _sample(125.0, 210.0, 146.0, 21.0)]  # 2 minutes apart
+    rec = summarize(
+        "tenth", 0.1, 2, {}, {}, {"bronze": 0, "quarantine": 0, "verdicts": {}}, samples, None, 1.0
+    )
+    assert rec["cpu_s_per_minute"] == {"busy": 100.0, "server": 70.0, "airflow": 10.0, "rest": 20.0}
+    rec["spark_work"] = None
+    meta = {"machine": {"date": "2026-11-26", "commit": "abc", "cpus": 2}}
+    assert "CPU-s per minute (of 120): busy 100, of which the Spark Connect server" in markdown([rec], meta)
+
+
+def _job(session, stage, stage_ids, start, end):
+    tags = [f"SparkConnect_OperationTag_User__Session_{session}_Operation_x",
+            f"SparkConnect_SessionTag_User__Session_{session}_Tag_outoforder-{stage}"]  # fmt: skip
+    return {"jobTags": tags, "stageIds": stage_ids, "submissionTime": start, "completionTime": end}
+
+
+@pytest.fixture
+def spark_rest():
+    """A made-up Spark REST API: two runs of one stage, one of another, and an untagged job."""
+    answers = {
+        "": [{"id": "app-1"}],
+        "app-1/jobs": [
+            _job("s1", "join-stream", [0, 1], "2026-11-26T07:00:00.000GMT", "2026-11-26T07:00:01.500GMT"),
+            _job("s1", "join-stream", [2], "2026-11-26T07:00:02.000GMT", "2026-11-26T07:00:02.500GMT"),
+            _job("s2", "join-stream", [3], "2026-11-26T07:01:00.000GMT", "2026-11-26T07:01:01.000GMT"),
+            _job("s3", "report", [4], "2026-11-26T07:01:30.000GMT", "2026-11-26T07:01:31.000GMT"),
+            {"jobTags": [], "stageIds": [5], "submissionTime": "2026-11-26T07:03:00.000GMT"},
+        ],
+        "app-1/stages?status=complete": [
+            {"stageId": i, "executorCpuTime": int(ns)} for i, ns in enumerate([1e9, 2e9, 1e9, 2e9, 5e8, 9e9])
+        ],
+    }
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps(answers[self.path.removeprefix("/api/v1/applications/")]).encode()
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            del args
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield str(server.server_address[1])
+    server.shutdown()
+
+
+def test_spark_work_is_counted_per_stage_run_from_the_jobs_tags(spark_rest):
+    work = spark_work(spark_rest)
+    assert work["jobs"] == 5 and work["minutes"] == 3.0
+    assert work["by_stage"] == {
+        "join-stream": {
+            "runs": 2,
+            "jobs_per_run": 1.5,
+            "executor_cpu_s_per_run": 3.0,
+            "job_wall_s_per_run": 1.5,
+        },
+        "report": {"runs": 1, "jobs_per_run": 1.0, "executor_cpu_s_per_run": 0.5, "job_wall_s_per_run": 1.0},
+    }
