@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from outoforder.bench.harness import _cpu_seconds
-from outoforder.bench.live import markdown, spark_work, summarize
+from outoforder.bench.live import markdown, spark_work, summarize, verdict
 
 
 def test_a_waited_for_child_s_cpu_counts_in_its_parent():
@@ -97,3 +97,19 @@ def test_spark_work_is_counted_per_stage_run_from_the_jobs_tags(spark_rest):
         },
         "report": {"runs": 1, "jobs_per_run": 1.0, "executor_cpu_s_per_run": 0.5, "job_wall_s_per_run": 1.0},
     }
+
+
+@pytest.mark.parametrize(
+    ("landed", "last_ingest", "expected"),
+    [(100, "success", True), (90, "success", False), (90, "running", None), (110, "running", False)],
+)
+def test_records_in_flight_at_the_end_are_not_judged_lost_nor_duplicates_forgiven(
+    landed, last_ingest, expected
+):
+    rec = {
+        "per_dag": {},
+        "records_sent": 100,
+        "runs": {"ingest_kafka": [{"state": "success"}, {"state": last_ingest}]},
+        "accounting": {"bronze": landed, "quarantine": 0, "verdicts": {}},
+    }
+    assert verdict(rec)["nothing_lost"] is expected

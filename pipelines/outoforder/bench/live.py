@@ -496,10 +496,29 @@ def verdict(rec: dict[str, Any]) -> dict[str, Any]:
         for k, d in rec["per_dag"].items() if k != "ingest_kafka"
     )  # fmt: skip
     a = rec["accounting"]
-    nothing_lost = rec["records_sent"] is not None and rec["records_sent"] == a["bronze"] + a["quarantine"]
+    landed = a["bronze"] + a["quarantine"]
+    nothing_lost: bool | None = rec["records_sent"] is not None and rec["records_sent"] == landed
+    # fewer landed while the last ingest run has not ended: records in flight, not (yet) a loss
+    ingest = rec["runs"].get("ingest_kafka") or [{}]
+    if (
+        rec["records_sent"] is not None
+        and landed < rec["records_sent"]
+        and ingest[-1].get("state")
+        in (
+            "queued",
+            "running",
+        )
+    ):
+        nothing_lost = None
     checks_green = all(not v.get("failed") for v in a["verdicts"].values())
     return {"lag_ok": lags_ok, "trend_ok": trend_ok, "fresh_ok": fresh_ok, "nothing_lost": nothing_lost,
             "checks_green": checks_green}  # fmt: skip
+
+
+def _lost_verdict(nothing_lost: bool | None) -> str:
+    if nothing_lost is None:
+        return "not judged (the last ingest run had not ended: the rest were in flight)"
+    return "yes" if nothing_lost else "no"
 
 
 def plot(records: list[dict[str, Any]], out: Path) -> None:
@@ -570,7 +589,7 @@ def markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             f"**{'yes' if v['trend_ok'] else 'no'}**; fresh at p95 within {TARGET_FRESH_P95_S:g} s: "
             f"**{'yes' if v['fresh_ok'] else 'no'}**",
             f"- records sent {rec['records_sent'] if rec['records_sent'] is not None else '?'} = bronze "
-            f"{a['bronze']:,} + quarantined {a['quarantine']:,}: **{'yes' if v['nothing_lost'] else 'no'}**",
+            f"{a['bronze']:,} + quarantined {a['quarantine']:,}: **{_lost_verdict(v['nothing_lost'])}**",
             f"- checks: {checks or 'none ran'}",
             f"- machine: CPU busy {100 * (rec['cpu_share_mean'] or 0):.0f} % on average; Spark Connect "
             f"server at most {rec['server_mb_max']} MB, Airflow at most {rec['airflow_mb_max']} MB (PSS)",
