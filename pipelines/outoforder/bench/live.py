@@ -496,19 +496,11 @@ def verdict(rec: dict[str, Any]) -> dict[str, Any]:
         for k, d in rec["per_dag"].items() if k != "ingest_kafka"
     )  # fmt: skip
     a = rec["accounting"]
-    landed = a["bronze"] + a["quarantine"]
-    nothing_lost: bool | None = rec["records_sent"] is not None and rec["records_sent"] == landed
+    sent_n, landed = rec["records_sent"], a["bronze"] + a["quarantine"]
+    nothing_lost: bool | None = sent_n is not None and sent_n == landed
     # fewer landed while the last ingest run has not ended: records in flight, not (yet) a loss
-    ingest = rec["runs"].get("ingest_kafka") or [{}]
-    if (
-        rec["records_sent"] is not None
-        and landed < rec["records_sent"]
-        and ingest[-1].get("state")
-        in (
-            "queued",
-            "running",
-        )
-    ):
+    last_ingest = (rec["runs"].get("ingest_kafka") or [{}])[-1].get("state")
+    if sent_n is not None and landed < sent_n and last_ingest in ("queued", "running"):
         nothing_lost = None
     checks_green = all(not v.get("failed") for v in a["verdicts"].values())
     return {"lag_ok": lags_ok, "trend_ok": trend_ok, "fresh_ok": fresh_ok, "nothing_lost": nothing_lost,
