@@ -24,8 +24,11 @@ repair is logged in `gold/agg_repairs` (rows read vs rows in the affected window
 Re-running it changes nothing. Trigger it by hand with `force = true` to repair below Γ (for example
 at the end of a stream).
 
-**validate_aggregate** then checks that every window without pending late tuples equals the exact
-recomputation (100 %) and that every window is present exactly once.
+**validate_aggregate** then checks the windows the repair recomputed (`--repaired`: the work follows
+the repair, not the history): every one without pending late tuples equals the exact recomputation
+(100 %) and is present exactly once. The windows of each minute are checked as they close by
+`aggregate_stream`; to check the whole history at once, run `validate-aggregate` without
+`--repaired`. **quality_report** writes the run's page with the aggregates' section.
 
 Use the same job parameters as the `aggregate_stream` runs it serves (they identify the job).
 """
@@ -52,10 +55,16 @@ def late_repair() -> None:
     validate_aggregate = StageOperator(
         task_id="validate_aggregate",
         stage="validate-aggregate",
-        stage_args=AGG_ARGS,
+        stage_args=[*AGG_ARGS, "--repaired"],
         validation=True,
     )
-    report = StageOperator(task_id="quality_report", stage="report", report=True, trigger_rule="all_done")
+    report = StageOperator(
+        task_id="quality_report",
+        stage="report",
+        stage_args=["--sections", "aggregate"],
+        report=True,
+        trigger_rule="all_done",
+    )
     repair >> validate_aggregate >> report
 
 

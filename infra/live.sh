@@ -162,7 +162,8 @@ print(r(sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])) +
     bash "$here/airflow.sh" status || true
     eval "$(bash "$here/airflow.sh" env)"
     for d in "${DAGS[@]}"; do
-      echo "  $d: $(airflow dags list-runs "$d" -o plain 2>/dev/null | sed -n 2p | awk '{print $2, $3, $4}')"
+      # the latest run (the CLI's own warnings may precede the table on stdout)
+      echo "  $d: $(airflow dags list-runs "$d" -o plain 2>/dev/null | awk -v d="$d" '$1 == d {print $2, $3; exit}')"
     done
     ;;
   env)

@@ -16,7 +16,7 @@ from outoforder.stages.aggregate.ledger import ledger_status, read_status
 from outoforder.stages.aggregate.repair import repair
 from outoforder.stages.aggregate.spec import AggJob
 from outoforder.stages.aggregate.stream import AggregateStream, run_interval
-from outoforder.stages.aggregate.validate import validate, window_quality
+from outoforder.stages.aggregate.validate import repaired_windows, validate, window_quality
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta]
 
@@ -133,6 +133,7 @@ def test_intervals_equal_the_reference_then_repair_makes_every_window_exact(
             raise RuntimeError("killed")
         return replace_rows(spark, table, *args, **kwargs)
 
+    assert repaired_windows(spark, settings, SOURCE, job) == (0, -1)  # no repair yet: nothing to judge
     monkeypatch.setattr(delta, "replace_rows", killed_before_the_log)
     with pytest.raises(RuntimeError, match="killed"):
         repair(spark, settings, SOURCE, job, force=True)
@@ -156,6 +157,17 @@ def test_intervals_equal_the_reference_then_repair_makes_every_window_exact(
     assert rewritten["previous_value"].notna().all() and rewritten["caused_by"].map(len).min() >= 1
     assert fixed["window_id"].is_unique
     validate(spark, settings, SOURCE, job, fail=False)
+
+    # late_repair's check judges the windows the repair recomputed, as a check of everything would
+    late = (int(ledger["window_id"].min()), int(ledger["window_id"].max()))
+    assert (row["first_window"], row["last_window"]) == late == repaired_windows(spark, settings, SOURCE, job)
+    part = window_quality(spark, settings, SOURCE, job, windows=late)
+    inside = quality[quality["wid"].between(*late)].reset_index(drop=True)
+    pd.testing.assert_frame_equal(part, inside)
+    assert 0 < len(part) <= len(quality)
+    suites = validate(spark, settings, SOURCE, job, fail=True, repaired=True)
+    # exactness and presence; (ε, δ) at emission is judged as windows close, not on the late ones
+    assert {s.suite for s in suites} == {"agg_results", "agg_quality"}
 
 
 def test_gamma_rule_waits_until_the_late_tuples_span_more_than_gamma(spark, settings, load_bronze):

@@ -102,7 +102,7 @@ def cases(t0, t1, t2):
         ),
         "late_repair": (
             [],
-            [("aggregate-repair", *src, "--force"), ("validate-aggregate", *src, *WARN)],
+            [("aggregate-repair", *src, "--force"), ("validate-aggregate", *src, *WARN, "--repaired")],
             None,
         ),
         "topk_stream": (

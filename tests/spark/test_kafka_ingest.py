@@ -102,6 +102,7 @@ def test_a_disordered_topic_is_ingested_in_batches_exactly_once_and_joined(spark
     offsets = table(spark, settings, KAFKA_OFFSETS).select("batch").distinct().collect()
     assert sorted(r["batch"] for r in offsets) == [0, 1]
     assert stage.covered_until(spark, mine, "yard") > covered
+    assert stage._cover_hint(mine, "yard") == stage.covered_until(spark, mine, "yard")  # the hint follows
 
     bronze = table(spark, settings, BRONZE)
     ids = [int(r["id"]) for r in bronze.select(F.col("attrs")["id"].alias("id")).collect()]

@@ -252,6 +252,8 @@ AGG_REPAIRS_SCHEMA = _s(
     ("affected_rows", LongType(), False),
     ("seconds", DoubleType(), False),
     ("written_at_us", LongType(), False),
+    ("first_window", LongType(), True),  # the windows recomputed lie in [first_window, last_window]
+    ("last_window", LongType(), True),  # (null in rows written before they were kept)
 )
 AGG_STATE_SCHEMA = _s(
     ("source", StringType(), False),

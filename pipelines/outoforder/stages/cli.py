@@ -431,7 +431,7 @@ def cmd_validate_aggregate(args: argparse.Namespace, settings: Settings) -> int:
     job = AggJob.from_options(vars(args))
     validate(
         spark, settings, args.source, job, fail=_fail(args), run_name=args.run_name,
-        until_us=_instant(args.until), since_us=_instant(args.since),
+        until_us=_instant(args.until), since_us=_instant(args.since), repaired=args.repaired,
     )  # fmt: skip
     return 0
 
@@ -794,6 +794,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--until", help="check the windows closed by this arrival time (default: the newest state)"
     )
     _since_option(va, "windows")
+    va.add_argument(
+        "--repaired",
+        action="store_true",
+        help="check only the windows the newest repair recomputed (DAG late_repair)",
+    )
 
     tj = stage("theta-join", cmd_theta_join, "multi-way θ-join backfill or files", source=False)
     tj.add_argument("--source", help="the bronze source id")

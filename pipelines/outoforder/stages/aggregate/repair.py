@@ -181,7 +181,7 @@ def repair(
     )  # fmt: skip
     row = (
         source, jid, upto, "gamma" if due else "forced", n_late, span, n_windows, changed, added, rows_read,
-        affected_rows, summary.seconds, now_us,
+        affected_rows, summary.seconds, now_us, int(ids.min()), int(ids.max()),
     )  # fmt: skip
     # recorded last (see the module docstring); a rerun that got this far finds it and stops early
     delta.replace_rows(

@@ -70,6 +70,27 @@ def judged_windows(
     return int(state["as_of_us"]), last, done
 
 
+def repaired_windows(spark: SparkSession, settings: Settings, source: str, job: AggJob) -> tuple[int, int]:
+    """The windows the job's newest repair recomputed, ``(first, last)``; ``(0, -1)`` (none) before one."""
+    from pyspark.sql import functions as F
+
+    from outoforder.io import delta
+    from outoforder.io.tables import AGG_REPAIRS
+
+    if not delta.exists(spark, AGG_REPAIRS, settings.lake_root):
+        return 0, -1
+    newest = (
+        delta.read(spark, AGG_REPAIRS, settings.lake_root)
+        .where(where_job(source, job.job_id()))
+        .orderBy(F.col("repair_id").desc())
+        .select("first_window", "last_window")
+        .first()
+    )
+    if newest is None or newest["first_window"] is None:
+        return 0, -1
+    return int(newest["first_window"]), int(newest["last_window"])
+
+
 def window_quality(
     spark: SparkSession,
     settings: Settings,
@@ -77,14 +98,15 @@ def window_quality(
     job: AggJob,
     until_us: int | None = None,
     since_us: int | None = None,
+    windows: tuple[int, int] | None = None,
 ) -> pd.DataFrame:
     """Closed windows: the stream's and the current value against the exact one over bronze.
 
     Every window closed by ``until_us`` (the job's newest state when None), or with ``since_us``
-    only those closed after it: the tuples read are those of the judged windows' event time, and
-    the driver receives one row per judged window. Columns: wid, exact, n, stream_value, value,
-    version, produced_by, pending (late tuples not yet repaired), stream_error, met_at_emission,
-    exact_now.
+    only those closed after it, or with ``windows = (first, last)`` only those ids: the tuples
+    read are those of the judged windows' event time, and the driver receives one row per judged
+    window. Columns: wid, exact, n, stream_value, value, version, produced_by, pending (late
+    tuples not yet repaired), stream_error, met_at_emission, exact_now.
     """
     from pyspark.sql import functions as F
 
@@ -95,6 +117,8 @@ def window_quality(
     jid = job.job_id()
     lake = settings.lake_root
     horizon, last, done = judged_windows(spark, settings, source, job, until_us, since_us)
+    if windows is not None:
+        last, done = min(last, windows[1]), max(done if done is not None else -1, windows[0] - 1)
     w = job.query().windows
     bronze = delta.read_arrivals(spark, BRONZE, lake, source=source).where(
         F.col("arrival_ts") < F.lit(horizon)
@@ -174,11 +198,14 @@ def validate(
     run_name: str | None = None,
     until_us: int | None = None,
     since_us: int | None = None,
+    repaired: bool = False,
 ) -> list[Any]:
     """GX: windows unique; (ε, δ) at emission; windows without pending late tuples exact; no gaps.
 
     Over the windows closed by ``until_us`` (the newest state when None), or with ``since_us`` only
-    those closed after it (a DAG run's interval). ``fail`` None follows ``quality.on_violation``.
+    those closed after it (a DAG run's interval), or with ``repaired`` only the windows the job's
+    newest repair recomputed (what ``late_repair`` checks: the work follows the repair, not the
+    history). ``fail`` None follows ``quality.on_violation``.
     """
     import pandas as pd
     from pyspark.sql import functions as F
@@ -189,11 +216,12 @@ def validate(
     from outoforder.quality.measures import record_measures
 
     jid = job.job_id()
-    frame = window_quality(spark, settings, source, job, until_us, since_us)
+    windows = repaired_windows(spark, settings, source, job) if repaired else None
+    frame = window_quality(spark, settings, source, job, until_us, since_us, windows)
     stored = delta.read(spark, AGG_RESULTS, settings.lake_root).where(where_job(source, jid))
     results: DataFrame | pd.DataFrame = stored
     items = None
-    if since_us is not None:  # an interval's run replaces and checks the windows it judged
+    if since_us is not None or windows is not None:  # replaces and checks the windows it judged
         items = (int(frame["wid"].min()), int(frame["wid"].max())) if len(frame) else (0, -1)
         # their stored rows are a few per window judged: GX judges them in the driver too
         results = stored.where(F.col("window_id").between(*items)).toPandas()
@@ -211,7 +239,15 @@ def validate(
             }
         ),
     }
-    needs = window_needs(spark, settings, source, job, wid_col) if job.max_k_us is not None else {}
+    if windows is not None:
+        # the repaired windows are those late tuples reached: a biased sample for (ε, δ) at
+        # emission, which the stream's own checks judge over every window as it closes
+        del frames["agg_error"]
+    needs = (
+        window_needs(spark, settings, source, job, wid_col)
+        if job.max_k_us is not None and windows is None
+        else {}
+    )
     if needs:
         frames["agg_feasibility"] = pd.DataFrame(
             {"wid": list(needs), "within_bound": [n <= int(job.max_k_us or 0) for n in needs.values()]}
@@ -220,15 +256,16 @@ def validate(
     wids = frame["wid"].to_numpy(dtype="int64")
     starts = wids * job.slide_us  # window i covers [i·slide, i·slide + size)
     errors = frame["stream_error"].to_numpy(dtype=float)
-    record_measures(
-        spark, settings, source, jid, "agg_error",
-        [
-            (int(w), int(s), int(s) + job.size_us, None if not np.isfinite(e) else float(e), float(job.eps),
-             bool(m))
-            for w, s, e, m in zip(wids, starts, errors, frame["met_at_emission"], strict=True)
-        ],
-        items,
-    )  # fmt: skip
+    if windows is None:  # a repair changes values, not the error at emission
+        record_measures(
+            spark, settings, source, jid, "agg_error",
+            [
+                (int(w), int(s), int(s) + job.size_us, None if not np.isfinite(e) else float(e),
+                 float(job.eps), bool(m))
+                for w, s, e, m in zip(wids, starts, errors, frame["met_at_emission"], strict=True)
+            ],
+            items,
+        )  # fmt: skip
     suites = run_checkpoint(
         settings, "aggregate", frames, source=source, job=jid, run_name=run_name, delta=job.delta
     )

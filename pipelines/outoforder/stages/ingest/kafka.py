@@ -34,9 +34,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from outoforder.config import Settings
@@ -55,6 +57,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 SAMPLE = 50  # records checked against the declaration before anything is written
+HINT_POLLS = 10  # a stream stage waiting on the coverage hint still looks at bronze every so many polls
 
 
 @dataclass(frozen=True)
@@ -259,6 +262,7 @@ def _cover(spark: SparkSession, settings: Settings, newest: Batch, listed_at_us:
         {"source": newest.source},
         [("n.listed_at_us > t.listed_at_us", ["listed_at_us"])],
     )
+    write_cover_hint(settings, newest.source, listed_at_us)
 
 
 def _claim(spark: SparkSession, settings: Settings, batch: Batch) -> Batch:
@@ -456,6 +460,7 @@ def _ingest(
          batch.records, 0, blank, accepted + quarantined, accepted, quarantined, first_seq, last_seq, now)
     ]  # fmt: skip
     delta.merge_new(spark.createDataFrame(done, INGEST_LOG.schema), INGEST_LOG, lake, ("ingest_id", "status"))
+    write_cover_hint(settings, batch.source, batch.listed_at_us)
     return KafkaSummary(
         batch.source, batch.topic, batch.number, resumed, batch.records, accepted, quarantined, reasons,
         time.monotonic() - t0,
@@ -479,21 +484,61 @@ def covered_until(spark: SparkSession, settings: Settings, source: str) -> int |
     return before.listed_at_us if before is not None else None
 
 
+def cover_hint_path(settings: Settings, source: str) -> Path:
+    """Where the ingest leaves how far it covers ``source`` for the stream stages (a small JSON file)."""
+    return settings.work_dir / "status" / "kafka" / f"{source.replace('/', '__')}.json"
+
+
+def write_cover_hint(settings: Settings, source: str, covered_until_us: int) -> None:
+    """After a commit: the new coverage, for :func:`check_covered` to wait on without asking Spark.
+
+    A hint only: bronze's tables stay the truth (the stream stage looks there before it runs), and
+    a process that cannot see the file (another machine's work dir) looks there every poll instead.
+    """
+    path = cover_hint_path(settings, source)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        hint = {"lake": str(settings.lake_root), "covered_until_us": covered_until_us}
+        tmp.write_text(json.dumps(hint))
+        tmp.replace(path)
+    except OSError as e:  # the ingest has committed; a missing hint only costs the stream stages looks
+        log.warning("[kafka] %s: could not leave the coverage hint at %s: %s", source, path, e)
+
+
+def _cover_hint(settings: Settings, source: str) -> int | None:
+    """The coverage the ingest left for this lake (None: no hint, or another lake's)."""
+    try:
+        hint = json.loads(cover_hint_path(settings, source).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(hint, dict) or hint.get("lake") != str(settings.lake_root):
+        return None
+    value = hint.get("covered_until_us")
+    return value if isinstance(value, int) else None
+
+
 def check_covered(spark: SparkSession, settings: Settings, source: str, end_us: int) -> None:
     """Wait until the Kafka ingest of ``source`` covers arrivals up to ``end_us`` (stream stages' guard).
 
     A stream run and the ingest run of the same minute start together; the stream run waits for the
-    ingest's commit (up to ``kafka.cover_wait_s``, looking every ``kafka.cover_poll_s``) rather than
-    failing and waiting for a retry. After that it fails (the task's retry waits longer).
+    ingest's commit (up to ``kafka.cover_wait_s``, every ``kafka.cover_poll_s``) rather than
+    failing and waiting for a retry. After that it fails (the task's retry waits longer). While the
+    ingest's hint (:func:`write_cover_hint`) says the interval is not covered yet, a poll reads the
+    hint, not bronze's tables (three Delta reads); every :data:`HINT_POLLS` polls it looks anyway.
     """
     deadline = time.monotonic() + settings.kafka.cover_wait_s
     covered = covered_until(spark, settings, source)
-    waited = False
+    waited, polls = False, 0
     while (covered is None or covered < end_us) and time.monotonic() < deadline:
         if not waited:
             log.info("[kafka] %s: waiting for the ingest to cover the interval's end %d µs", source, end_us)
             waited = True
         time.sleep(settings.kafka.cover_poll_s)
+        polls += 1
+        hint = _cover_hint(settings, source)
+        if hint is not None and hint < end_us and polls % HINT_POLLS:
+            continue
         covered = covered_until(spark, settings, source)
     if covered is None or covered < end_us:
         shown = "nothing yet" if covered is None else f"arrivals before {covered} µs"
