@@ -103,9 +103,11 @@ print(r(sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])) +
       echo "[dags]"
       echo 'source = "live"'
       echo
-      echo "# the stream DAGs end within the same minute: one of their reports rebuilds the cumulative page"
+      echo "# the stream DAGs end within the same minute: one of their reports rebuilds the cumulative page,"
+      echo "# which shows every run's verdicts; no page of its own per run (four a minute)"
       echo "[quality]"
       echo "cumulative_every_s = 50"
+      echo "run_pages = false"
       echo
       echo "# a minute of a live stream is small: planning and re-planning cost more than the work"
       echo "[spark]"

@@ -214,6 +214,9 @@ class QualitySettings:
     build_docs: bool = True
     # the cumulative report page is rebuilt by a report at most this often (s); 0: by every report
     cumulative_every_s: float = 0.0
+    # a report given a run's name also writes that run's own page; live mode turns this off (four
+    # pages a minute that the cumulative page, rebuilt every minute, summarizes anyway)
+    run_pages: bool = True
 
     def __post_init__(self) -> None:
         if self.cumulative_every_s < 0:
@@ -505,6 +508,7 @@ def load_settings(
                 cumulative_every_s=float(
                     quality.get("cumulative_every_s", QualitySettings.cumulative_every_s)
                 ),
+                run_pages=_flag(quality.get("run_pages", QualitySettings.run_pages)),
             ),
             stream=StreamSettings(
                 state_budget_rows=int(

@@ -697,6 +697,24 @@ def report_paths(settings: Settings, run_name: str | None = None) -> tuple[Path,
     return root / "index.html", (root / "runs" / f"{safe_run_name(run_name)}.html" if run_name else None)
 
 
+def pages_due(settings: Settings, run_name: str | None = None) -> tuple[bool, bool]:
+    """Which pages a report run writes now: (the cumulative page, the run's own page).
+
+    The cumulative page unless another report rebuilt it less than ``quality.cumulative_every_s``
+    ago (on a live stream the stream DAGs all finish within the same minute, and one of them
+    rebuilding it is enough); the run's page given a run name, unless ``quality.run_pages`` is off.
+    """
+    cumulative, _ = report_paths(settings)
+    every_s = settings.quality.cumulative_every_s
+    age = time.time() - cumulative.stat().st_mtime if cumulative.exists() else None
+    if age is not None and age < every_s:
+        log.info("[report] the cumulative page is %.0f s old (< %g s): kept as it is", age, every_s)
+    run_page = run_name is not None and settings.quality.run_pages
+    if run_name is not None and not run_page:
+        log.info("[report] no page for run %s (quality.run_pages is off)", run_name)
+    return age is None or age >= every_s, run_page
+
+
 def build_reports(
     spark: SparkSession,
     settings: Settings,
@@ -705,24 +723,21 @@ def build_reports(
     end_us: int | None = None,
     tables: LakeTables | None = None,
     sections: Sequence[str] | None = None,
+    due: tuple[bool, bool] | None = None,
 ) -> list[Path]:
     """Write the cumulative report and, given a run name, the run's own page; return their paths.
 
     ``tables`` shares the tables read with a caller that also wants :func:`headline_text`.
-    ``sections`` limits the run's page to its operators' sections. A cumulative page written less
-    than ``quality.cumulative_every_s`` ago stays as it is: on a live stream the stream DAGs all
-    finish within the same minute, and one of them rebuilding it is enough.
+    ``sections`` limits the run's page to its operators' sections. Only the pages
+    :func:`pages_due` names (or ``due``, what it said to the caller) are written.
     """
     lake = tables if tables is not None else LakeTables(spark, settings)
     cumulative, per_run = report_paths(settings, run_name)
     written = []
-    every_s = settings.quality.cumulative_every_s
-    age = time.time() - cumulative.stat().st_mtime if cumulative.exists() else None
-    if age is None or age >= every_s:
+    cumulative_due, run_due = due if due is not None else pages_due(settings, run_name)
+    if cumulative_due:
         written.append(render(lake, cumulative, Window(), "Data quality: cumulative"))
-    else:
-        log.info("[report] the cumulative page is %.0f s old (< %g s): kept as it is", age, every_s)
-    if per_run is not None:
+    if per_run is not None and run_due:
         written.append(
             render(
                 lake, per_run, Window(start_us, end_us, run_name), f"Data quality: run {run_name}", sections

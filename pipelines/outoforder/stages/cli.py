@@ -510,13 +510,19 @@ def cmd_validate_topk(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
     """The data-quality report: the cumulative page, and a run's page given --run-name."""
-    from outoforder.quality.report import LakeTables, build_reports, headline_text
+    from outoforder.quality.report import LakeTables, build_reports, headline_text, pages_due
 
     start, end = _instant(args.start), _instant(args.end)
+    due = pages_due(settings, args.run_name)
+    if not any(due) and not args.headline and not settings.storage.publish_uri:
+        return 0  # nothing to write: no Spark session (pages_due said why)
     spark = _spark(settings, "report")
     tables = LakeTables(spark, settings)
     sections = [x for x in (args.sections or "").replace(",", " ").split() if x] or None
-    for path in build_reports(spark, settings, args.run_name, start, end, tables=tables, sections=sections):
+    written = build_reports(
+        spark, settings, args.run_name, start, end, tables=tables, sections=sections, due=due
+    )
+    for path in written:
         log.info("[report] written %s", path)
     if args.headline:
         log.info("%s", headline_text(tables))
