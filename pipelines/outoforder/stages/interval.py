@@ -164,6 +164,7 @@ class IntervalStage(ABC, Generic[J, S]):
         self.prune_slack = prune_slack
         self._app = f"{source}|{self.jid}"  # the transaction id's app of every write of this job
         self._carried: Resume | None = None  # what the previous interval of this object wrote
+        self._first: int | None = None  # the start of the job's first interval, once read
         self._snapshots: Mapping[str, DataFrame] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._pending: list[Future[bool]] = []
@@ -380,11 +381,17 @@ class IntervalStage(ABC, Generic[J, S]):
 
     def last_processed(self) -> int | None:
         """The end of the newest interval the job has processed (None before its first run)."""
-        return last_processed(self.spark, self.settings, self.state_table, self.source, self.jid)
+        last, self._first = job_extent(self.spark, self.settings, self.state_table, self.source, self.jid)
+        return last
 
     def first_start(self) -> int | None:
-        """The start of the job's first interval (every state row carries it); None before its first run."""
-        return first_start(self.spark, self.settings, self.state_table, self.source, self.jid)
+        """The start of the job's first interval (every state row carries it); None before its first run.
+
+        It never changes once the job has run: read with :meth:`last_processed`, or once.
+        """
+        if self._first is None:
+            _, self._first = job_extent(self.spark, self.settings, self.state_table, self.source, self.jid)
+        return self._first
 
     def pending_span(self) -> tuple[int, int] | None:
         """The arrivals still to process: [resume point, newest arrival + 1), or None when there are none."""
@@ -538,19 +545,23 @@ def resume_point(
     return Resume(row.asDict(), {}, kept)
 
 
-def _job_agg(
-    spark: SparkSession, settings: Settings, state_table: Table, source: str, job: str, agg: str, col: str
-) -> int | None:
+def job_extent(
+    spark: SparkSession, settings: Settings, state_table: Table, source: str, job: str
+) -> tuple[int | None, int | None]:
+    """(:func:`last_processed`, :func:`first_start`) in one query."""
     from pyspark.sql import functions as F
 
     from outoforder.io import delta
 
     delta.ensure(spark, state_table, settings.lake_root)
-    fn = {"max": F.max, "min": F.min}[agg]
     row = (
-        delta.read(spark, state_table, settings.lake_root).where(where_job(source, job)).agg(fn(col)).first()
+        delta.read(spark, state_table, settings.lake_root)
+        .where(where_job(source, job))
+        .agg(F.max("as_of_us"), F.min("interval_start_us"))
+        .first()
     )
-    return None if row is None or row[0] is None else int(row[0])
+    last, first = (None, None) if row is None else (row[0], row[1])
+    return (None if last is None else int(last)), (None if first is None else int(first))
 
 
 def state_at(
@@ -617,14 +628,14 @@ def last_processed(
     spark: SparkSession, settings: Settings, state_table: Table, source: str, job: str
 ) -> int | None:
     """The end of the newest interval the job has processed (None before its first run)."""
-    return _job_agg(spark, settings, state_table, source, job, "max", "as_of_us")
+    return job_extent(spark, settings, state_table, source, job)[0]
 
 
 def first_start(
     spark: SparkSession, settings: Settings, state_table: Table, source: str, job: str
 ) -> int | None:
     """The start of the job's first interval (None before its first run)."""
-    return _job_agg(spark, settings, state_table, source, job, "min", "interval_start_us")
+    return job_extent(spark, settings, state_table, source, job)[1]
 
 
 def pending_span(
