@@ -9,7 +9,6 @@ DAG reads without Spark to decide whether to start ``late_repair``.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,6 +17,7 @@ import numpy as np
 
 from outoforder.config import Settings
 from outoforder.core.windows.repair import gamma_due
+from outoforder.io import status as status_files
 from outoforder.stages.aggregate.spec import AggJob
 
 if TYPE_CHECKING:
@@ -80,8 +80,7 @@ def summarize(pending: DataFrame) -> Pending | None:
 
 def status_path(settings: Settings, source: str, job: AggJob) -> Path:
     """Where the stream stage leaves the ledger's Γ status for the scheduler (a small JSON file)."""
-    safe = source.replace("/", "__")
-    return settings.work_dir / "status" / "aggregate" / f"{safe}__{job.job_id()}.json"
+    return status_files.status_path(settings, "aggregate", source, job.job_id())
 
 
 def status_of(source: str, job: AggJob, pending: Pending | None) -> dict[str, Any]:
@@ -107,15 +106,11 @@ def write_ledger_status(
 ) -> dict[str, Any]:
     """Write ``status`` (default: :func:`ledger_status`, computed) to :func:`status_path` (atomically)."""
     status = status if status is not None else ledger_status(spark, settings, source, job)
-    path = status_path(settings, source, job)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(status, indent=1))
-    tmp.replace(path)
+    status_files.write_status(status_path(settings, source, job), status)
     return status
 
 
 def read_status(settings: Settings, source: str, job: AggJob) -> dict[str, Any] | None:
     """The status the stream stage left (None before its first interval); no Spark needed."""
-    path = status_path(settings, source, job)
-    return json.loads(path.read_text()) if path.exists() else None
+    found: dict[str, Any] | None = status_files.read_status(status_path(settings, source, job))
+    return found

@@ -34,7 +34,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -44,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 from outoforder.config import Settings
 from outoforder.errors import ConfigError, InputError, StateError
 from outoforder.io import delta
+from outoforder.io import status as status_files
 from outoforder.io.conflicts import retry_on_conflict
 from outoforder.io.kafka import LOG_APPEND_TIME, TopicState, topic_state
 from outoforder.io.tables import BRONZE, INGEST_LOG, KAFKA_OFFSETS, QUARANTINE, SEQ_PER_FILE
@@ -486,7 +486,7 @@ def covered_until(spark: SparkSession, settings: Settings, source: str) -> int |
 
 def cover_hint_path(settings: Settings, source: str) -> Path:
     """Where the ingest leaves how far it covers ``source`` for the stream stages (a small JSON file)."""
-    return settings.work_dir / "status" / "kafka" / f"{source.replace('/', '__')}.json"
+    return status_files.status_path(settings, "kafka", source)
 
 
 def write_cover_hint(settings: Settings, source: str, covered_until_us: int) -> None:
@@ -497,11 +497,9 @@ def write_cover_hint(settings: Settings, source: str, covered_until_us: int) -> 
     """
     path = cover_hint_path(settings, source)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        hint = {"lake": str(settings.lake_root), "covered_until_us": covered_until_us}
-        tmp.write_text(json.dumps(hint))
-        tmp.replace(path)
+        status_files.write_status(
+            path, {"lake": str(settings.lake_root), "covered_until_us": covered_until_us}
+        )
     except OSError as e:  # the ingest has committed; a missing hint only costs the stream stages looks
         log.warning("[kafka] %s: could not leave the coverage hint at %s: %s", source, path, e)
 
@@ -509,7 +507,7 @@ def write_cover_hint(settings: Settings, source: str, covered_until_us: int) -> 
 def _cover_hint(settings: Settings, source: str) -> int | None:
     """The coverage the ingest left for this lake (None: no hint, or another lake's)."""
     try:
-        hint = json.loads(cover_hint_path(settings, source).read_text())
+        hint = status_files.read_status(cover_hint_path(settings, source))
     except (OSError, ValueError):
         return None
     if not isinstance(hint, dict) or hint.get("lake") != str(settings.lake_root):
