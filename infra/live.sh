@@ -115,6 +115,10 @@ print(r(sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])) +
       echo "[spark.conf]"
       echo '"spark.sql.adaptive.enabled" = "false"'
       echo '"spark.databricks.delta.snapshotPartitions" = "1"'
+      echo "# and compiling each query's code (a new class per interval: its bounds are inlined) costs more"
+      echo "# than interpreting its expressions"
+      echo '"spark.sql.codegen.wholeStage" = "false"'
+      echo '"spark.sql.codegen.factoryMode" = "NO_CODEGEN"'
     } >"$OOO_CONFIG"
 
     # the DAG files do not change during a session: parse them every 5 minutes, not every 30 s

@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from outoforder.bench.harness import _cpu_seconds
-from outoforder.bench.live import markdown, spark_work, summarize, verdict
+from outoforder.bench.live import markdown, sent, spark_work, summarize, verdict
 
 
 def test_a_waited_for_child_s_cpu_counts_in_its_parent():
@@ -44,6 +44,15 @@ def test_the_summary_splits_the_busy_cpu_per_minute_between_the_trees():
     rec["spark_work"] = None
     meta = {"machine": {"date": "2026-11-26", "commit": "abc", "cpus": 2}}
     assert "CPU-s per minute (of 120): busy 100, of which the Spark Connect server" in markdown([rec], meta)
+
+
+def test_the_rate_is_the_replays_own_not_the_measured_minutes(tmp_path):
+    log = tmp_path / "producer.log"
+    log.write_text("[produce] stopped\n[produce] 1,060,629 records into 'live-x' in 982.2 s (1,080/s)\n")
+    assert sent(log) == (1060629, 982.2)
+    acct = {"bronze": 0, "quarantine": 0, "verdicts": {}}
+    rec = summarize("tenth", 0.1, 12, {}, {}, acct, [], sent(log), 1.0)
+    assert (rec["records_sent"], rec["tuples_per_s"]) == (1060629, 1080)  # not 1,060,629 / 720 s
 
 
 def _job(session, stage, stage_ids, start, end):

@@ -319,11 +319,12 @@ def accounting(env: dict[str, str], lake: Path) -> dict[str, Any]:
     return dict(json.loads(line[len("ACCT") :]))
 
 
-def sent(producer_log: Path) -> int | None:
-    """The records the replay sent, from its summary line (None: it did not finish one)."""
+def sent(producer_log: Path) -> tuple[int, float] | None:
+    """The records the replay sent and in how many seconds, from its summary line (None: no summary)."""
     for line in reversed(producer_log.read_text().splitlines()):
         if "records into" in line and line.startswith("[produce]"):
-            return int(line.split("] ", 1)[1].split(" records")[0].replace(",", ""))
+            records = int(line.split("] ", 1)[1].split(" records")[0].replace(",", ""))
+            return records, float(line.rsplit(" in ", 1)[1].split(" s", 1)[0])
     return None
 
 
@@ -438,7 +439,7 @@ def summarize(
     fresh: dict[str, Any],
     acct: dict[str, Any],
     samples: list[dict[str, float]],
-    records_sent: int | None,
+    replay: tuple[int, float] | None,
     seconds: float,
 ) -> dict[str, Any]:
     """The case's record: per DAG its lags and runs, the machine, the accounting."""
@@ -469,8 +470,9 @@ def summarize(
         "stage": name,
         "rate": rate,
         "minutes": minutes,
-        "records_sent": records_sent,
-        "tuples_per_s": round(records_sent / (minutes * 60)) if records_sent else None,
+        "records_sent": replay[0] if replay else None,
+        # the replay's own pace: it starts before the measured minutes and ends after them
+        "tuples_per_s": round(replay[0] / replay[1]) if replay and replay[1] > 0 else None,
         "per_dag": per_dag,
         "runs": lags,
         "cpu_share_mean": round(sum(cpu) / len(cpu), 3) if cpu else None,
