@@ -10,7 +10,8 @@
 #                                                 (join, aggregates with their repair, top-k, θ backfill)
 #                                                 and the concurrent-writer tests
 #                                   spark-e2e     Spark venv: the end-to-end ones (-m integration): the main
-#                                                 job, a crash trial, maintenance's idempotence
+#                                                 job (with the production Spark settings), a crash
+#                                                 trial, maintenance's idempotence
 #                                   airflow       Airflow venv: DAG integrity and Params, the plugin,
 #                                                 `airflow dags test` runs, the scale-out stack (Spark
 #                                                 cluster, MinIO, PostgreSQL)
@@ -100,7 +101,7 @@ else
   pids[spark-unit]=$!
   run_pytest spark-stream "$spark_py" "${stream[@]}" -m "not integration" --durations=15 "$@" &
   pids[spark-stream]=$!
-  OOO_TEST_SPARK_CONF=production run_pytest spark-e2e "$spark_py" tests --ignore=tests/airflow -m integration \
+  run_pytest spark-e2e "$spark_py" tests --ignore=tests/airflow -m integration \
     --durations=15 "$@" &
   pids[spark-e2e]=$!
   run_pytest airflow "$airflow_py" tests/airflow --ignore=tests/airflow/test_standalone.py --durations=15 "$@" &

@@ -4,15 +4,18 @@ Tests run on tiny data, where planning and code generation cost more than the wo
 re-planning, no whole-stage code generation (Spark interprets the same expressions, with the same
 results), one partition for Delta's log, and a Delta checkpoint every 1,000 commits rather than every
 10 (checkpointing a tiny table costs about as much as ten small appends). They cut about a third of
-the CPU of a Spark test. The end-to-end tests of the Spark venv run with the production settings
-(infra/test.sh sets ``OOO_TEST_SPARK_CONF=production``). Standard library only: both venvs' suites
-use it.
+the CPU of a Spark test. The main job's test runs with the production settings (:func:`settings_of`
+puts them on the shared session for its run); ``OOO_TEST_SPARK_CONF=production`` runs every test
+with them. Standard library only: both venvs' suites use it.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 TEST_SPARK_CONF = {
     "spark.sql.adaptive.enabled": "false",
@@ -48,3 +51,27 @@ def stage_env(folder: Path) -> dict[str, str]:
     conf = "".join(f'"{k}" = "{v}"\n' for k, v in TEST_SPARK_CONF.items())
     path.write_text(f"[spark]\nshuffle_partitions = {SHUFFLE_PARTITIONS}\n[spark.conf]\n{conf}")
     return {"OOO_CONFIG": str(path)}
+
+
+@contextmanager
+def settings_of(spark: Any, conf: Mapping[str, str]) -> Iterator[None]:
+    """The shared session with a job's own SQL settings (``Settings.session_conf()``) for the block.
+
+    Every key of either set is set to the job's value or unset (Spark's default), and put back as
+    it was afterwards, so the tests after it keep the test settings.
+    """
+    keys = sorted(set(conf) | set(TEST_SPARK_CONF))
+    before = {k: spark.conf.get(k, None) for k in keys}
+
+    def put(values: Mapping[str, str | None]) -> None:
+        for k in keys:
+            if values.get(k) is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, values[k])
+
+    put(conf)
+    try:
+        yield
+    finally:
+        put(before)

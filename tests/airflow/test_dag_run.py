@@ -53,11 +53,13 @@ def test_ingest_dag_runs_end_to_end(migrated):
     assert (reports / "quality" / "index.html").is_file()
 
 
-def test_a_spark_connection_submits_each_stage_as_an_application_of_its_own(migrated):
+def test_a_spark_connection_submits_each_stage_as_an_application_of_its_own(migrated, tmp_path):
     # the same DAG on a `spark` connection: spark-submit, one application per task, no DAG edited
+    # (on a lake of its own with no tables: the path is under test here, not compaction)
     env = {
         **migrated,
         "AIRFLOW_CONN_OUTOFORDER_SPARK": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+        "OOO_LAKE_ROOT": str(tmp_path / "lake"),
     }
     run = airflow_cli(env, "dags", "test", "maintenance")
     out = run.stdout + run.stderr

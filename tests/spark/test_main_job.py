@@ -19,6 +19,7 @@ from outoforder.config import load_settings
 from outoforder.stages import demo
 from outoforder.stages.cli import DEMO_STEPS, main
 from outoforder.stages.ingest.replay import replay_source
+from tests import sparkconf
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta, pytest.mark.integration]
 
@@ -53,7 +54,8 @@ def ran(tmp_path_factory, spark, data_dir):
     config = folder / "demo.toml"
     config.write_text(f'[lake]\nroot = "{folder / "lake"}"\n[data]\nshared_dir = "{data}"\n' + DEMO)
     settings = load_settings(str(config))
-    return settings, demo.run(spark, settings, run_name="main-job-test")
+    with sparkconf.settings_of(spark, settings.session_conf()):  # the production settings, as shipped
+        return settings, demo.run(spark, settings, run_name="main-job-test")
 
 
 def test_the_main_job_ingests_everything_and_reports_the_datasets_disorder(ran):
