@@ -119,6 +119,10 @@ print(r(sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])) +
       echo "# than interpreting its expressions"
       echo '"spark.sql.codegen.wholeStage" = "false"'
       echo '"spark.sql.codegen.factoryMode" = "NO_CODEGEN"'
+      echo "# except the join's: it compares every candidate pair of a bucket, where compiled code pays"
+      echo '[spark.stage_conf.join-stream]'
+      echo '"spark.sql.codegen.wholeStage" = "true"'
+      echo '"spark.sql.codegen.factoryMode" = "FALLBACK"'
     } >"$OOO_CONFIG"
 
     # the DAG files do not change during a session: parse them every 5 minutes, not every 30 s

@@ -29,6 +29,19 @@ def test_a_user_file_overrides_only_what_it_names(tmp_path):
     assert s.spark.conf["spark.sql.adaptive.enabled"] == "true"
 
 
+def test_a_stage_gets_its_own_sql_settings_over_the_common_ones(tmp_path, capsys):
+    from outoforder.stages.cli import main
+
+    f = tmp_path / "mine.toml"
+    f.write_text('[spark.stage_conf.join-stream]\n"spark.sql.codegen.wholeStage" = "true"\n')
+    s = load_settings(f, env={})
+    assert s.spark.stage_conf == {"join-stream": {"spark.sql.codegen.wholeStage": "true"}}
+    assert "spark.sql.codegen.wholeStage" not in s.session_conf()  # the other stages' sessions keep theirs
+    f.write_text('[spark.stage_conf.join-steam]\n"spark.sql.codegen.wholeStage" = "true"\n')
+    assert main(["--config", str(f), "checksum"]) == 2  # before any session is opened
+    assert "unknown stage join-steam" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("text", "match"),
     [
@@ -39,6 +52,8 @@ def test_a_user_file_overrides_only_what_it_names(tmp_path):
         ("[quality]\ncumulative_every_s = -1\n", "cumulative_every_s"),
         ("[spark]\nremote = 'localhost:15002'\n", "sc://host:port"),
         ("[kafka]\ncover_poll_s = 0\n", "cover_poll_s"),
+        ('[spark.stage_conf.join-stream]\n"spark.driver.memory" = "8g"\n', "cannot be set per session"),
+        ('[spark.stage_conf.report]\n"spark.sql.extensions" = "x"\n', "cannot be set per session"),
     ],
 )
 def test_bad_settings_fail_with_a_clear_message(tmp_path, text, match):
@@ -83,3 +98,32 @@ def test_an_s3a_lake_adds_the_s3a_settings_and_jars_and_keeps_local_files_local(
         load_settings(env={**env, "OOO_S3_ACCESS_KEY": ""}).spark_conf()
     with pytest.raises(ConfigError, match="only local folders and s3a"):
         load_settings(env={"OOO_LAKE_ROOT": "gs://x"})
+
+
+def test_the_stage_settings_go_on_a_session_the_stage_opens_not_on_one_it_shares(tmp_path, monkeypatch):
+    from pyspark.sql import SparkSession
+
+    from outoforder.spark import session
+    from outoforder.stages import cli
+
+    class Conf(dict):
+        def set(self, key, value):
+            self[key] = value
+
+        def get(self, key, default=None):
+            return super().get(key, default)
+
+    class Session:
+        def __init__(self):
+            self.conf = Conf()
+
+    f = tmp_path / "mine.toml"
+    f.write_text('[spark.stage_conf.join-stream]\n"spark.sql.codegen.wholeStage" = "true"\n')
+    settings = load_settings(f, env={})
+    for running, expect in ((None, {"spark.sql.codegen.wholeStage": "true"}), (Session(), {})):
+        opened = Session()
+        monkeypatch.setattr(SparkSession, "getActiveSession", staticmethod(lambda r=running: r))
+        monkeypatch.setattr(session, "get_spark", lambda *a, o=opened, **k: o)
+        assert cli._spark(settings, "join-stream") is opened
+        assert dict(opened.conf) == expect
+        assert cli._spark(settings, "report").conf == expect  # other stages: only the common settings

@@ -39,11 +39,22 @@ class SparkSettings:
     jars_dir: str = ""
     log_level: str = "WARN"
     conf: Mapping[str, str] = field(default_factory=dict)
+    # a stage's own SQL settings over ``conf`` (``[spark.stage_conf.<stage>]``), set on a session
+    # the stage opens itself: a client's session on the shared server, or its own process's
+    stage_conf: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not 1 <= self.shuffle_partitions <= 10_000:
             msg = f"spark.shuffle_partitions must be in 1..10000, got {self.shuffle_partitions}"
             raise ConfigError(msg)
+        for stage, conf in self.stage_conf.items():
+            fixed = sorted(k for k in conf if not k.startswith(SESSION_CONF_PREFIXES) or k in STATIC_SQL_CONF)
+            if fixed:
+                msg = (
+                    f"spark.stage_conf.{stage}: {', '.join(fixed)} cannot be set per session (only "
+                    "spark.sql.* and spark.databricks.delta.* settings that are not static): use [spark.conf]"
+                )
+                raise ConfigError(msg)
         if self.remote and not self.remote.startswith("sc://"):
             msg = f"spark.remote must be a Spark Connect address sc://host:port, got {self.remote!r}"
             raise ConfigError(msg)
@@ -348,10 +359,12 @@ class Settings:
         return {
             k: v
             for k, v in self.spark_conf(with_jars=False).items()
-            if k.startswith(("spark.sql.", "spark.databricks.delta.")) and k not in STATIC_SQL_CONF
+            if k.startswith(SESSION_CONF_PREFIXES) and k not in STATIC_SQL_CONF
         }
 
 
+# the settings a session may set for itself: SQL and Delta ones, except the static ones below
+SESSION_CONF_PREFIXES = ("spark.sql.", "spark.databricks.delta.")
 # SQL settings fixed when the server starts (a session cannot change them)
 STATIC_SQL_CONF = frozenset(
     {"spark.sql.extensions", "spark.sql.catalog.spark_catalog", "spark.sql.warehouse.dir"}
@@ -432,6 +445,10 @@ def load_settings(
             raw.get("stream", {}),
         )
         spark_conf = {str(k): str(v) for k, v in spark.pop("conf", {}).items()}
+        stage_conf = {
+            str(stage): {str(k): str(v) for k, v in conf.items()}
+            for stage, conf in spark.pop("stage_conf", {}).items()
+        }
         spark_settings = SparkSettings(
             master=env.get("OOO_SPARK_MASTER", spark.get("master", "local[2]")),
             remote=env.get("OOO_SPARK_REMOTE", spark.get("remote", "")),
@@ -440,6 +457,7 @@ def load_settings(
             jars_dir=env.get("OOO_SPARK_JARS_DIR", spark.get("jars_dir", "")),
             log_level=str(spark.get("log_level", "WARN")),
             conf=spark_conf,
+            stage_conf=stage_conf,
         )
         lake_root = _lake(env.get("OOO_LAKE_ROOT", lake.get("root", ".local/lake")))
         work = env.get("OOO_WORK_DIR", lake.get("work_dir", ""))

@@ -112,6 +112,9 @@ def _spark(settings: Settings, name: str) -> Any:
         _owned.append(spark)
         spark.addTag(f"outoforder-{name}")  # names this stage's jobs on the shared server
         signal.signal(signal.SIGTERM, _interrupted)
+    if before is None:  # a session of its own: the stage's own settings (a shared one keeps its owner's)
+        for key, value in settings.spark.stage_conf.get(name, {}).items():
+            spark.conf.set(key, value)
     kind = f"Spark Connect {settings.spark.remote}" if remote else "in-process"
     # the master the application really runs on (the server's, or under spark-submit the connection's)
     log.info("[spark] session up (%s, %s) in %.1f s", kind, master(spark), time.monotonic() - t0)
@@ -299,7 +302,7 @@ def cmd_validate(args: argparse.Namespace, settings: Settings) -> int:
     """Great Expectations over bronze."""
     from outoforder.quality.bronze import validate_bronze
 
-    spark = _spark(settings, "validate")
+    spark = _spark(settings, "validate-bronze")
     validate_bronze(
         spark, settings, fail=False if args.warn_only else _fail(args), run_name=args.run_name,
         since_us=_instant(args.since), until_us=_instant(args.until),
@@ -864,12 +867,23 @@ def _release() -> None:
         _owned.pop().stop()
 
 
+def _check_stage_conf(settings: Settings, parser: argparse.ArgumentParser) -> None:
+    """``[spark.stage_conf]`` names stages this CLI has (a misspelt one would be ignored silently)."""
+    stages = next(a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    unknown = sorted(set(settings.spark.stage_conf) - set(stages))
+    if unknown:
+        msg = f"[spark.stage_conf]: unknown stage {', '.join(unknown)} (stages: {', '.join(sorted(stages))})"
+        raise ConfigError(msg)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit status."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     configure_logging(args.quiet)
     try:
         settings = load_settings(args.config)
+        _check_stage_conf(settings, parser)
         return int(args.func(args, settings))
     except OutOfOrderError as e:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
