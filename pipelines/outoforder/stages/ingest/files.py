@@ -450,10 +450,12 @@ def _ingest(
             .join(F.broadcast(per_source), "source", "left")
             .select(*[name for name, _ in tasks.PART_FIELDS])
         )
-    # parsed once, kept until every file's rows are committed (memory, else the executors' disk)
+    # parsed once, kept until every file's rows are committed: on the executors' disk, not the
+    # heap, which a shared server's tasks all need (38 minutes of the game at full rate, 24.6M
+    # rows, cached in memory ran the Spark Connect server out of its 3 GB heap, and it died)
     out = parts.mapInArrow(
         lambda it: tasks.parse_pass(it, storage), _spark_schema(tasks.PARSE_SCHEMA)
-    ).persist(StorageLevel.MEMORY_AND_DISK)
+    ).persist(StorageLevel.DISK_ONLY)
     counts: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for r in out.where(F.col("kind") == "counts").collect():
         for k in ("lines", "header_lines", "blank_lines"):
@@ -479,9 +481,7 @@ def _ingest(
         held = out.where(F.col("kind") == "suspect").join(
             F.broadcast(meta.select("file_idx", "source")), "file_idx"
         )
-        decided = _decide(held, suspects, meta.select("file_idx", "ordinal")).persist(
-            StorageLevel.MEMORY_AND_DISK
-        )
+        decided = _decide(held, suspects, meta.select("file_idx", "ordinal")).persist(StorageLevel.DISK_ONLY)
         accepted = accepted.unionByName(decided.where("keep").select(*bronze_cols))
         dup_rows = decided.where(~F.col("keep")).select(
             "file_idx", "line_no", F.col("dup_raw").alias("raw_line"), F.lit("duplicate_row").alias("reason"),
