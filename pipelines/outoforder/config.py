@@ -48,7 +48,7 @@ class SparkSettings:
             msg = f"spark.shuffle_partitions must be in 1..10000, got {self.shuffle_partitions}"
             raise ConfigError(msg)
         for stage, conf in self.stage_conf.items():
-            fixed = sorted(k for k in conf if not k.startswith(SESSION_CONF_PREFIXES) or k in STATIC_SQL_CONF)
+            fixed = sorted(k for k in conf if not session_settable(k))
             if fixed:
                 msg = (
                     f"spark.stage_conf.{stage}: {', '.join(fixed)} cannot be set per session (only "
@@ -356,19 +356,22 @@ class Settings:
         What a client of the shared Spark Connect server sets on its own session; the server was
         started with all of :meth:`spark_conf`.
         """
-        return {
-            k: v
-            for k, v in self.spark_conf(with_jars=False).items()
-            if k.startswith(SESSION_CONF_PREFIXES) and k not in STATIC_SQL_CONF
-        }
+        return {k: v for k, v in self.spark_conf(with_jars=False).items() if session_settable(k)}
 
 
-# the settings a session may set for itself: SQL and Delta ones, except the static ones below
-SESSION_CONF_PREFIXES = ("spark.sql.", "spark.databricks.delta.")
 # SQL settings fixed when the server starts (a session cannot change them)
 STATIC_SQL_CONF = frozenset(
     {"spark.sql.extensions", "spark.sql.catalog.spark_catalog", "spark.sql.warehouse.dir"}
 )
+
+
+def session_settable(key: str) -> bool:
+    """Whether a Spark session may set ``key`` for itself: SQL and Delta settings, except static ones.
+
+    >>> session_settable("spark.sql.adaptive.enabled"), session_settable("spark.driver.memory")
+    (True, False)
+    """
+    return key.startswith(("spark.sql.", "spark.databricks.delta.")) and key not in STATIC_SQL_CONF
 
 
 def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:

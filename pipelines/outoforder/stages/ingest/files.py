@@ -451,8 +451,8 @@ def _ingest(
             .select(*[name for name, _ in tasks.PART_FIELDS])
         )
     # parsed once, kept until every file's rows are committed: on the executors' disk, not the
-    # heap, which a shared server's tasks all need (38 minutes of the game at full rate, 24.6M
-    # rows, cached in memory ran the Spark Connect server out of its 3 GB heap, and it died)
+    # heap, which every task of a shared server needs (a large ingest cached in memory ran the
+    # Spark Connect server out of heap, and it died)
     out = parts.mapInArrow(
         lambda it: tasks.parse_pass(it, storage), _spark_schema(tasks.PARSE_SCHEMA)
     ).persist(StorageLevel.DISK_ONLY)
