@@ -1,17 +1,15 @@
 #!/usr/bin/env bash
 # Set everything up (idempotent) and run the checks and tests. Two tiers:
 #
-#   bash infra/test.sh            the full suite (what CI runs): lint, types, then five pytest runs
+#   bash infra/test.sh            the full suite (what CI runs): lint, types, then four pytest runs
 #                                 side by side, each with its own log:
 #                                   spark-unit    Spark venv: unit, property, oracle and contract tests,
-#                                                 doctests, the Spark twins and the batch stages
-#                                                 (-m "not integration")
+#                                                 doctests, the Spark twins, the batch stages, the
+#                                                 README's example, maintenance's idempotence
 #                                   spark-stream  Spark venv: the stream stages over arrival intervals
-#                                                 (join, aggregates with their repair, top-k, θ backfill)
-#                                                 and the concurrent-writer tests
-#                                   spark-e2e     Spark venv: the end-to-end ones (-m integration): the main
-#                                                 job (with the production Spark settings), a crash
-#                                                 trial, maintenance's idempotence
+#                                                 (join, aggregates with their repair, top-k, θ backfill),
+#                                                 the concurrent-writer tests, the main job (with the
+#                                                 production Spark settings) and a crash trial
 #                                   airflow       Airflow venv: DAG integrity and Params, the plugin,
 #                                                 `airflow dags test` runs, the scale-out stack (Spark
 #                                                 cluster, MinIO, PostgreSQL)
@@ -90,25 +88,25 @@ if [ "$tier" = fast ]; then
   run_pytest fast-airflow "$airflow_py" tests/airflow -m "not integration" "$@"
   rc=$?; cat "$reports/fast-airflow.log"; [ $rc -eq 0 ] || { echo "[test] fast-airflow pytest exited $rc"; status=1; }
 else
-  step "five pytest runs side by side (logs in $reports/*.log; each is printed when it ends)"
-  # the stream-stage tests: the longest Spark-venv files, in a run of their own so that the two
-  # Spark-venv runs end at about the same time
+  step "four pytest runs side by side (logs in $reports/*.log; each is printed when it ends)"
+  # The Spark venv's tests in two runs of about the same CPU, so that they end at about the same
+  # time: the stream stages' files, the main job's and the crash trial in one, the rest in the
+  # other. Two, not more: each run's session-wide Spark driver pays its own JVM start and JIT
+  # warm-up, and the machine is busy with two anyway.
   stream=(tests/spark/test_aggregate_stream.py tests/spark/test_join_stream.py tests/spark/test_topk_stream.py
-    tests/spark/test_theta_backfill.py tests/spark/test_concurrent_writers.py tests/spark/test_kafka_ingest.py)
+    tests/spark/test_theta_backfill.py tests/spark/test_concurrent_writers.py tests/spark/test_kafka_ingest.py
+    tests/spark/test_main_job.py tests/spark/test_crash_recovery.py)
   declare -A pids
   run_pytest spark-unit "$spark_py" tests "${doctests[@]}" --doctest-modules --ignore=tests/airflow \
-    "${stream[@]/#/--ignore=}" -m "not integration" --durations=15 "$@" &
+    "${stream[@]/#/--ignore=}" --durations=15 "$@" &
   pids[spark-unit]=$!
-  run_pytest spark-stream "$spark_py" "${stream[@]}" -m "not integration" --durations=15 "$@" &
+  run_pytest spark-stream "$spark_py" "${stream[@]}" --durations=15 "$@" &
   pids[spark-stream]=$!
-  run_pytest spark-e2e "$spark_py" tests --ignore=tests/airflow -m integration \
-    --durations=15 "$@" &
-  pids[spark-e2e]=$!
   run_pytest airflow "$airflow_py" tests/airflow --ignore=tests/airflow/test_standalone.py --durations=15 "$@" &
   pids[airflow]=$!
   run_pytest scheduler "$airflow_py" tests/airflow/test_standalone.py --durations=15 "$@" &
   pids[scheduler]=$!
-  remaining=(spark-unit spark-stream spark-e2e airflow scheduler)
+  remaining=(spark-unit spark-stream airflow scheduler)
   while [ ${#remaining[@]} -gt 0 ]; do
     wait -n "${pids[@]}" 2>/dev/null
     still=()

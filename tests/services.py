@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from tests import sparkconf
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -126,6 +128,7 @@ def connect_env(folder: Path) -> dict[str, str]:
         "OOO_SPARK_CONNECT_PORT": str(free_port()),
         "OOO_SPARK_CONNECT_UI_PORT": str(free_port()),
         "OOO_SPARK_CONNECT_DIR": str(folder / "spark-connect"),
+        "OOO_SPARK_CONNECT_JAVA_OPTIONS": sparkconf.SESSION_DRIVER_JAVA_OPTIONS,  # a long-lived JVM
     }
 
 

@@ -8,6 +8,7 @@ kill points of many seeds. See :mod:`outoforder.bench.reliability`.
 import pytest
 
 from outoforder.bench import reliability
+from tests import sparkconf
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta, pytest.mark.integration]
 
@@ -16,7 +17,10 @@ STAGES = ("ingest",)  # the cheapest stage to run three times: a claim, batches 
 
 @pytest.fixture(scope="module")
 def prepared(spark, tmp_path_factory):
-    return reliability.prepare(spark, tmp_path_factory.mktemp("crash") / "work", STAGES, seconds=1.0)
+    # the stage processes with the tests' Spark settings (the reliability run keeps the production ones)
+    conf = sparkconf.TEST_SPARK_CONF if sparkconf.tiny() else None
+    work = tmp_path_factory.mktemp("crash") / "work"
+    return reliability.prepare(spark, work, STAGES, seconds=1.0, spark_conf=conf)
 
 
 @pytest.mark.timeout(1200)

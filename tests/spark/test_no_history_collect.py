@@ -29,7 +29,7 @@ from outoforder.stages.topk.spec import TopKJob
 from outoforder.stages.topk.stream import TopKStream
 from outoforder.stages.topk.validate import validate as topk_validate
 
-pytestmark = [pytest.mark.spark, pytest.mark.delta, pytest.mark.integration]  # in the end-to-end run
+pytestmark = [pytest.mark.spark, pytest.mark.delta, pytest.mark.integration]
 
 SOURCE = "test/long-history"
 N = 50_000  # arrivals, one per ms: 50 s (about 1.5 MB for the columns the stages read)

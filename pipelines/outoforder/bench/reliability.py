@@ -27,7 +27,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -229,11 +229,13 @@ def prepare(
     names: tuple[str, ...],
     seconds: float = SECONDS,
     kafka_bootstrap: str | None = None,
+    spark_conf: Mapping[str, str] | None = None,
 ) -> Prepared:
     """Ingest the replay into a base lake, and the stream stages' outputs the repairs start from.
 
     With ``ingest-kafka`` among ``names``, the replay is also produced into a topic of the broker at
     ``kafka_bootstrap`` (the ``produce`` command), and the config declares the source reading it.
+    ``spark_conf`` goes into the config's ``[spark.conf]`` (every stage process's SQL settings).
     """
     from pyspark.sql import functions as F
 
@@ -244,10 +246,12 @@ def prepare(
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     config = work / "reliability.toml"
+    sql = "".join(f'"{k}" = "{v}"\n' for k, v in (spark_conf or {}).items())
     config.write_text(
         f'[demo]\nsynthetic_seconds = {seconds}\npreset = "{PRESET}"\n'
         '[quality]\non_violation = "warn"\n[spark]\nshuffle_partitions = 2\n'
         "[ingest]\nbatch_rows = 2000\n"  # several batch commits per file: more places to kill ingest
+        + (f"[spark.conf]\n{sql}" if sql else "")
     )
     env = {**os.environ, "OOO_WORK_DIR": str(work), "OOO_REPORTS_DIR": str(work / "reports")}
     bronze = work / "base-bronze"

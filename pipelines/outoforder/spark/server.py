@@ -13,6 +13,7 @@ properties file that only the owner can read, never passed on a command line.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -20,10 +21,15 @@ from outoforder.config import Settings, load_settings
 
 # an idle session (a client that died without releasing it) is dropped after this long
 SESSION_TIMEOUT = "30min"
+# a long-lived JVM: the optimising compiler pays back (the tests give their short JVMs the client
+# one through JAVA_TOOL_OPTIONS, which these override); OOO_SPARK_CONNECT_JAVA_OPTIONS replaces them
+JAVA_OPTIONS = "-XX:TieredStopAtLevel=4"
 
 
-def server_conf(settings: Settings, port: int, state_dir: Path, ui_port: int, token: str) -> dict[str, str]:
-    """Every setting of the server: the project's, and its own (address, secret, checkpoints, UI)."""
+def server_conf(
+    settings: Settings, port: int, state_dir: Path, ui_port: int, token: str, java_options: str = JAVA_OPTIONS
+) -> dict[str, str]:
+    """Every setting of the server: the project's, and its own (address, secret, checkpoints, UI, JVM)."""
     conf = settings.spark_conf()
     conf |= {
         "spark.master": settings.spark.master,
@@ -41,8 +47,7 @@ def server_conf(settings: Settings, port: int, state_dir: Path, ui_port: int, to
         "spark.ui.retainedJobs": "2000",
         "spark.ui.retainedStages": "4000",
         "spark.sql.ui.retainedExecutions": "2000",
-        # a long-lived JVM: the optimising compiler pays back (tests give short JVMs the client one)
-        "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=4",
+        "spark.driver.extraJavaOptions": java_options,
     }
     return conf
 
@@ -87,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"answered in {probe(args.remote):.2f} s")
         return 0
     token = args.token_file.read_text().strip()
-    sys.stdout.write(properties(server_conf(load_settings(), args.port, args.dir, args.ui_port, token)))
+    java = os.environ.get("OOO_SPARK_CONNECT_JAVA_OPTIONS", JAVA_OPTIONS)
+    sys.stdout.write(properties(server_conf(load_settings(), args.port, args.dir, args.ui_port, token, java)))
     return 0
 
 
