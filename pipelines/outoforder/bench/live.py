@@ -48,6 +48,7 @@ from outoforder.bench.harness import (
     machine,
     markdown_table,
     run_command,
+    source_commit,
     write_json,
 )
 from outoforder.config import REPO_ROOT
@@ -557,8 +558,8 @@ def markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines = [
         "# Live soak: the DAGs on a live stream, through Airflow's scheduler",
         "",
-        f"`bash infra/bench.sh live` on {meta['machine']['date']} (commit {meta['machine']['commit']}, "
-        f"{meta['machine']['cpus']} cores). Each case: live mode (`bash infra/live.sh start --rate R`) for "
+        f"`bash infra/bench.sh live` on {meta['machine']['date']} ({meta['machine']['cpus']} cores; each "
+        "case names the commit it ran). Each case: live mode (`bash infra/live.sh start --rate R`) for "
         "the minutes shown, the DAGs unpaused and scheduled every minute, every stage a client of the "
         "shared Spark Connect server (local[2]). Lag: the stage task's end minus the end of the "
         "arrival interval its run covers. Freshness: a result row's commit minus the arrival of the "
@@ -577,7 +578,8 @@ def markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             for k, d in sorted(a["verdicts"].items())
         )
         lines += [
-            f"## {rec['stage']}: {rec['tuples_per_s'] or '?'} tuples/s for {rec['minutes']} min",
+            f"## {rec['stage']}: {rec['tuples_per_s'] or '?'} tuples/s for {rec['minutes']} min "
+            f"(commit {rec.get('commit', '?')})",
             "",
             f"- lag within {TARGET_LAG_S:g} s: **{'yes' if v['lag_ok'] else 'no'}**; not growing: "
             f"**{'yes' if v['trend_ok'] else 'no'}**; fresh at p95 within {TARGET_FRESH_P95_S:g} s: "
@@ -679,7 +681,8 @@ def main(
     work.mkdir(parents=True, exist_ok=True)
     records, _, _ = earlier_results(out_dir / "live.json", set(names), "live")
     for name in names:
-        records.append(run_case(name, CASES[name], minutes, work))
+        commit = source_commit()  # the code the case ran, even if a commit lands while it runs
+        records.append({**run_case(name, CASES[name], minutes, work), "commit": commit})
     order = list(CASES)
     records.sort(key=lambda r: order.index(r["stage"]))
     meta = {"machine": machine(), "minutes": minutes, "quick": quick}
