@@ -49,7 +49,7 @@ def join_stream() -> None:
     join_interval = StageOperator(
         task_id="join_interval",
         stage="join-stream",
-        stage_args=[*JOIN_ARGS, "--adapt-every-s", str(int(INTERVAL.total_seconds()))],
+        stage_args=JOIN_ARGS,  # the stage adapts at the job's cadence, at most once per interval
         interval=INTERVAL,
         catch_up=True,
     )

@@ -3,7 +3,18 @@ import math
 import numpy as np
 import pytest
 
-from outoforder.core.delay_models import BodyTail, Bursty, Empirical, Exponential, LogNormal, Pareto
+from outoforder.core.delay_models import (
+    BodyTail,
+    Bursty,
+    Empirical,
+    Exponential,
+    LogNormal,
+    Pareto,
+    Regime,
+    RegimeShift,
+    SenderSkew,
+    draw,
+)
 from outoforder.errors import ConfigError
 
 MODELS = [
@@ -13,6 +24,7 @@ MODELS = [
     Bursty(Exponential(0.01, 0.1), Pareto(0.05, 1.2, 0.9), 500, 100),
     BodyTail(LogNormal(-4.0, 1.0), Pareto(0.5, 1.2), 0.01, 0.6),
     Empirical((0.05, 0.1, 0.2, 3.0), late_prob=0.4),
+    BodyTail(Exponential(0.3), LogNormal(math.log(20.0), 0.5), 0.1, 0.9),  # bimodal
 ]
 
 
@@ -105,3 +117,41 @@ def test_regime_shifts_refuse_bad_regimes():
         RegimeShift((Regime("x", Exponential(0.1), 1, 2),))
     with pytest.raises(ConfigError, match="repeat"):
         RegimeShift((Regime("x", Exponential(0.1), 1, 2), Regime("x", Exponential(0.1), 1, 2)))
+
+
+def test_a_bimodal_link_has_a_fast_majority_and_a_slow_minority_of_its_own_mode():
+    m = BodyTail(Exponential(0.3), LogNormal(math.log(20.0), 0.5), 0.1, 1.0)
+    d = m.sample(np.random.default_rng(1), 100_000)
+    assert float((d > 5).mean()) == pytest.approx(0.1 * 0.997, abs=0.005)  # the slow mode, all above 5 s
+    assert float(np.median(d[d > 5])) == pytest.approx(20.0, rel=0.05)
+    assert float((d < 3).mean()) == pytest.approx(0.9, abs=0.005)
+
+
+def test_a_skewed_sender_s_tuples_all_look_late_by_its_own_constant():
+    m = SenderSkew(Exponential(0.01, 0.0), max_skew_s=5.0, skewed_share=0.5)
+    senders = np.repeat(np.arange(40), 50)
+    d = m.sample_senders(np.random.default_rng(3), senders)
+    per = d.reshape(40, 50)
+    assert (per == per[:, :1]).all()  # one constant per sender (the base model never delays here)
+    assert 0.3 < float((per[:, 0] > 0).mean()) < 0.7  # about half the senders lag
+    assert per.max() <= 5.0
+    again = m.sample_senders(np.random.default_rng(3), senders)
+    assert np.array_equal(d, again)
+    with pytest.raises(ConfigError, match="max_skew_s"):
+        SenderSkew(Exponential(0.1), max_skew_s=-1.0)
+
+
+def test_draw_names_the_abrupt_shifts_and_gives_the_models_own_delays():
+    ts = np.arange(0, 120_000_000, 10_000, dtype=np.int64)
+    calm, busy = Regime("calm", Exponential(0.01), 20, 40), Regime("busy", Exponential(1.0), 20, 40)
+    regime = RegimeShift((calm, busy))
+    got = draw(regime, np.random.default_rng(5), ts)
+    assert np.array_equal(got.delay_s, regime.sample_at(np.random.default_rng(5), ts / 1e6))
+    assert 2 <= got.shifts_us.size <= 5 and (np.diff(got.shifts_us) >= 20_000_000 - 1).all()
+    bursty = Bursty(Exponential(0.01, 0.1), Pareto(0.05, 1.2, 0.9), 500, 100)
+    got = draw(bursty, np.random.default_rng(6), ts)
+    assert np.array_equal(got.delay_s, bursty.sample(np.random.default_rng(6), ts.size))
+    in_burst = bursty.regimes(np.random.default_rng(6), ts.size)
+    assert got.shifts_us.size == int((np.diff(in_burst.astype(int)) != 0).sum()) > 10
+    steady = draw(Exponential(0.2), np.random.default_rng(7), ts)
+    assert steady.shifts_us.size == 0

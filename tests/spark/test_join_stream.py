@@ -171,7 +171,7 @@ def test_a_run_killed_before_an_adaptation_adapts_when_resumed_like_an_uninterru
         cfg.write_text(f'[lake]\nroot = "{lake}"\n')
         args = ["join-stream", "--config", str(cfg), "--source", SOURCE, "--s-streams", "team_a"]
         args += ["--window-ms", "50", "--theta", "3", "--period-s", "1", "--interval-s", "0.2"]
-        return [*args, "--every-s", "0.2", "--adapt-every-s", "0.2"]
+        return [*args, "--every-s", "0.2"]  # the stage adapts at the job's L (0.2 s) without a flag
 
     def tables(lake):
         params = delta.read(spark, JOIN_PARAMS, lake).select("valid_from_us", "d_r_us", "d_s_us").toPandas()
@@ -197,7 +197,7 @@ def test_a_run_killed_before_an_adaptation_adapts_when_resumed_like_an_uninterru
         pd.testing.assert_frame_equal(g, w)
 
     # the validation from the command line; a span that ends before it starts is refused
-    validate_args = command(calm)[1:-4]  # the job's options, without the interval cadence
+    validate_args = command(calm)[1:-2]  # the job's options, without the interval cadence
     validate_args += ["--until", str(T0 + 600 * STEP), "--on-violation", "warn"]
     assert main(["validate-join", *validate_args]) == 0
     assert main([*command(calm), "--start", str(T0 + 600 * STEP), "--end", str(T0)]) == 2

@@ -28,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
             "scale",
             "sources",
             "live",
+            "families",
         ],
         help="which benchmark",
     )
@@ -44,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(args.quiet)
     from outoforder.bench import (
         aggregate,
+        families,
         join,
         live,
         longrun,
@@ -68,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         "scale": scale.main,
         "sources": sources.main,
         "live": live.main,
+        "families": families.main,
     }
     bench = benches[args.name]
     try:

@@ -15,11 +15,19 @@ Models (all delays in seconds):
 - :class:`Pareto` -- a power-law tail (``xm``, ``alpha``);
 - :class:`Bursty` -- regime switching: calm and burst periods alternate (geometric run lengths in
   tuples) with different late probabilities, so late tuples cluster in time as on a congested link;
+- :class:`BodyTail` -- a body for most delayed tuples and a rare or slow minority (a Pareto tail as
+  in the DEBS presets, or a second mode: most delays a fraction of a second, a tenth tens of seconds);
 - :class:`Empirical` -- trace-driven: delays drawn from measured ones (e.g. the OoO-Dataset's real
   UMTS transmission delays, :func:`outoforder.sources.disorder.ooo_trace_delays`);
 - :class:`RegimeShift` -- regimes of the link in *event time* (seconds, not tuples): calm,
   congested and outage periods of random lengths, each with its own delays; an outage holds what
-  is sent during it until it ends. The abrupt changes the adaptive operators must follow.
+  is sent during it until it ends. The abrupt changes the adaptive operators must follow;
+- :class:`SenderSkew` -- each sender's clock lags by its own constant: all of a sender's tuples look
+  that much late to a stream whose progress the other senders set.
+
+:meth:`draw` gives the delays with the event times where the process changes abruptly (a
+regime's or a burst's start): a causal controller cannot foresee those, so a period after one
+may miss its target whatever the controller does.
 
 >>> import numpy as np
 >>> m = Exponential(mean_s=0.5, late_prob=1.0)
@@ -38,6 +46,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from outoforder.core.time import US_PER_SECOND
 from outoforder.errors import ConfigError
 
 FloatArray = npt.NDArray[np.float64]
@@ -222,10 +231,14 @@ class Bursty:
 
     def sample(self, rng: np.random.Generator, n: int) -> FloatArray:
         """Draw ``n`` delays, regime by regime."""
+        return self.sample_runs(rng, n)[0]
+
+    def sample_runs(self, rng: np.random.Generator, n: int) -> tuple[FloatArray, npt.NDArray[np.int64]]:
+        """:meth:`sample`'s delays and the indices where a run (calm or burst) begins after the first."""
         in_burst = self.regimes(rng, n)
         calm = self.calm.sample(rng, n)
         burst = self.burst.sample(rng, n)
-        return np.where(in_burst, burst, calm)
+        return np.where(in_burst, burst, calm), np.flatnonzero(np.diff(in_burst.astype(np.int8))) + 1
 
     def expected_max_s(self, n_late: int) -> float:
         """Typical maximum, dominated by whichever regime has the heavier tail."""
@@ -249,11 +262,13 @@ class BodyTail:
 
     Real links are mostly fast with rare stalls: QJoin's D1 has a 34 ms mean but a 142 s maximum.
     One lognormal cannot give both the papers' late fraction and their maximum, so a share
-    ``tail_share`` of the delayed tuples draws from ``tail`` instead of ``body``.
+    ``tail_share`` of the delayed tuples draws from ``tail`` instead of ``body``. With a tail of
+    its own mode (a lognormal around tens of seconds) it is bimodal: a fleet whose senders mostly
+    reach the server at once but sometimes buffer their reports through a dead zone.
     """
 
     body: Exponential | LogNormal
-    tail: Pareto
+    tail: Exponential | LogNormal | Pareto
     tail_share: float
     late_prob: float = 1.0
 
@@ -434,9 +449,13 @@ class RegimeShift:
 
     def sample_at(self, rng: np.random.Generator, event_s: FloatArray) -> FloatArray:
         """Delays (seconds) of tuples with these event times (seconds, any order)."""
+        return self.sample_schedule(rng, event_s)[0]
+
+    def sample_schedule(self, rng: np.random.Generator, event_s: FloatArray) -> tuple[FloatArray, FloatArray]:
+        """:meth:`sample_at`'s delays and the start times (seconds) of the regimes after the first."""
         event_s = np.asarray(event_s, dtype=np.float64)
         if event_s.size == 0:
-            return np.zeros(0)
+            return np.zeros(0), np.zeros(0)
         starts, which = self.schedule(rng, float(event_s.min()), float(event_s.max()))
         slot = self.regime_at(starts, event_s)
         ends = np.append(starts[1:], np.inf)
@@ -449,7 +468,7 @@ class RegimeShift:
                 wait = np.where(np.isfinite(end) & (d > 0), end - event_s[mine], 0.0)
                 d = d + wait
             out[mine] = d
-        return out
+        return out, starts[1:]
 
     def sample(self, rng: np.random.Generator, n: int) -> FloatArray:
         """Draw ``n`` delays of tuples ``1 / rate_per_s`` apart."""
@@ -473,4 +492,98 @@ class RegimeShift:
         return f"regime_shift({parts})"
 
 
-AnyDelayModel = Exponential | LogNormal | Pareto | Bursty | BodyTail | Empirical | RegimeShift
+@dataclass(frozen=True)
+class SenderSkew:
+    """Each sender's clock lags by its own constant; on top, every tuple draws ``base``'s delay.
+
+    A sender whose clock is ``s`` behind stamps its tuples ``s`` early, so they look ``s`` late
+    to a stream whose progress the other senders set: to the operators, skew is a constant delay
+    per sender. A share ``skewed_share`` of the senders lag, each by a uniform draw from
+    ``[0, max_skew_s]`` (drawn once per sender, in the order of their ids).
+
+    >>> m = SenderSkew(Exponential(0.01, 0.0), max_skew_s=2.0)
+    >>> d = m.sample_senders(np.random.default_rng(0), np.array([0, 1, 0, 1]))
+    >>> bool(d[0] == d[2] and d[1] == d[3] and 0 <= d.min() and d.max() <= 2)
+    True
+    """
+
+    base: Exponential | LogNormal | Pareto | BodyTail
+    max_skew_s: float
+    skewed_share: float = 1.0
+
+    def __post_init__(self) -> None:
+        _check_prob(self.skewed_share, "skewed_share")
+        if not self.max_skew_s >= 0 or not math.isfinite(self.max_skew_s):
+            msg = f"max_skew_s must be finite and >= 0, got {self.max_skew_s}"
+            raise ConfigError(msg)
+
+    @property
+    def late_prob(self) -> float:
+        """The base model's (a skewed sender's tuples are late by its skew even when on time)."""
+        return self.base.late_prob
+
+    def sample_senders(self, rng: np.random.Generator, senders: npt.NDArray[np.int64]) -> FloatArray:
+        """Delays of tuples from these senders (ids >= 0)."""
+        senders = np.asarray(senders, dtype=np.int64)
+        if senders.size == 0:
+            return np.zeros(0)
+        k = int(senders.max()) + 1
+        skew = np.where(rng.random(k) < self.skewed_share, rng.uniform(0.0, self.max_skew_s, k), 0.0)
+        return self.base.sample(rng, senders.size) + skew[senders]
+
+    def sample(self, rng: np.random.Generator, n: int) -> FloatArray:
+        """Draw ``n`` delays of one sender."""
+        return self.sample_senders(rng, np.zeros(n, np.int64))
+
+    def expected_max_s(self, n_late: int) -> float:
+        """The base model's typical maximum plus the largest skew."""
+        return self.base.expected_max_s(n_late) + self.max_skew_s
+
+    def describe(self) -> str:
+        """Model name and parameters."""
+        return (
+            f"sender_skew(base={self.base.describe()}, max_skew={self.max_skew_s:g}s, "
+            f"skewed_share={self.skewed_share:g})"
+        )
+
+
+AnyDelayModel = Exponential | LogNormal | Pareto | Bursty | BodyTail | Empirical | RegimeShift | SenderSkew
+
+
+@dataclass(frozen=True)
+class Draw:
+    """Delays (seconds, input order) and where the delay process changed abruptly (event µs)."""
+
+    delay_s: FloatArray
+    shifts_us: npt.NDArray[np.int64]
+
+
+def draw(
+    model: AnyDelayModel,
+    rng: np.random.Generator,
+    event_us: npt.NDArray[np.int64],
+    senders: npt.NDArray[np.int64] | None = None,
+) -> Draw:
+    """Delays of tuples with these event times (and senders), and the model's abrupt shifts.
+
+    A regime schedule runs on the tuples' event times; bursts run over the tuples in input
+    order; skews need the senders (without them, all tuples are one sender's). The draws are
+    the models' own ``sample`` draws, so a seed gives the same delays either way.
+
+    >>> m = RegimeShift((Regime("a", Exponential(0.01), 10, 10), Regime("b", Exponential(1.0), 10, 10)))
+    >>> d = draw(m, np.random.default_rng(0), np.arange(0, 30_000_000, 1_000_000))
+    >>> d.shifts_us.tolist()
+    [10000000, 20000000]
+    """
+    ts = np.asarray(event_us, dtype=np.int64)
+    none = np.zeros(0, np.int64)
+    if isinstance(model, RegimeShift):
+        delays, starts = model.sample_schedule(rng, ts / US_PER_SECOND)
+        return Draw(delays, np.rint(starts * US_PER_SECOND).astype(np.int64))
+    if isinstance(model, Bursty):
+        delays, at = model.sample_runs(rng, ts.size)
+        return Draw(delays, np.sort(ts[at]))
+    if isinstance(model, SenderSkew):
+        who = np.zeros(ts.size, np.int64) if senders is None else np.asarray(senders, dtype=np.int64)
+        return Draw(model.sample_senders(rng, who), none)
+    return Draw(model.sample(rng, ts.size), none)

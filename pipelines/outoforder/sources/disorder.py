@@ -50,6 +50,8 @@ from outoforder.core.delay_models import (
     Pareto,
     Regime,
     RegimeShift,
+    SenderSkew,
+    draw,
 )
 from outoforder.core.disorder import DisorderStats, disorder_stats
 from outoforder.core.time import US_PER_SECOND
@@ -233,6 +235,10 @@ def parse_model(spec: str) -> AnyDelayModel:
     'pareto(xm=0.01s, alpha=1.5, late_prob=0.4)'
     >>> parse_model("exponential:mean=0.2").describe()
     'exponential(mean=0.2s, late_prob=1)'
+    >>> parse_model("bimodal:fast_mean=0.2,slow_median=20,slow_share=0.1").describe()[:56]
+    'body_tail(body=exponential(mean=0.2s, late_prob=1), tail'
+    >>> parse_model("skew:max_skew=2,mean=0.05").describe()
+    'sender_skew(base=exponential(mean=0.05s, late_prob=1), max_skew=2s, skewed_share=1)'
     """
     if spec in PRESETS:
         return PRESETS[spec].model
@@ -254,6 +260,12 @@ def parse_model(spec: str) -> AnyDelayModel:
             calm = Exponential(kv.pop("calm_mean"), kv.pop("calm_late_prob", 0.1))
             burst = Pareto(kv.pop("burst_xm"), kv.pop("burst_alpha"), kv.pop("burst_late_prob", 0.9))
             return Bursty(calm, burst, kv.pop("calm_tuples", 20_000), kv.pop("burst_tuples", 2_000))
+        if family == "bimodal":  # a fast majority and a slow minority of their own mode
+            slow = LogNormal(math.log(kv.pop("slow_median")), kv.pop("slow_sigma", 0.5))
+            return BodyTail(Exponential(kv.pop("fast_mean")), slow, kv.pop("slow_share"), late)
+        if family == "skew":
+            base = Exponential(kv.pop("mean"), late)
+            return SenderSkew(base, kv.pop("max_skew"), kv.pop("skewed_share", 1.0))
         if family == "regime":
             if late != 1.0:
                 msg = "regime model: give each regime's late probability (calm_late_prob=, ...)"
@@ -264,7 +276,8 @@ def parse_model(spec: str) -> AnyDelayModel:
         raise ConfigError(msg) from e
     known = ", ".join(sorted(PRESETS))
     msg = (
-        f"unknown delay model {spec!r}: use a preset ({known}) or exponential/lognormal/pareto/bursty/regime"
+        f"unknown delay model {spec!r}: use a preset ({known}) or "
+        "exponential/lognormal/pareto/bursty/bimodal/skew/regime"
     )
     raise ConfigError(msg)
 
@@ -284,6 +297,7 @@ class Injection:
     seed: int
     target: Target | None = None
     per_stream: dict[str, DisorderStats] = field(default_factory=dict)
+    shifts_us: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))  # abrupt changes (event µs)
 
     def report(self) -> dict[str, Any]:
         """Achieved vs target disorder, for printing and for the tests."""
@@ -303,18 +317,20 @@ def inject(
     model: AnyDelayModel | str,
     seed: int,
     streams: Sequence[str] | None = None,
+    senders: Sequence[int] | IntArray | None = None,
 ) -> Injection:
     """Delay every tuple with ``model`` (seeded) and return the arrival order and its disorder.
 
     ``event_us`` need not be sorted; ties in arrival time keep the input order, so the result is
-    a pure function of (input, model, seed).
+    a pure function of (input, model, seed). ``senders`` (ids >= 0) matter to a model whose
+    delays depend on the sender (:class:`~outoforder.core.delay_models.SenderSkew`).
     """
     ts = np.asarray(event_us, dtype=np.int64)
     preset = PRESETS.get(model) if isinstance(model, str) else None
     m = parse_model(model) if isinstance(model, str) else model
     rng = np.random.default_rng(seed)
-    # a regime schedule runs on event time: the tuples' own, not a nominal rate
-    delay_s = m.sample_at(rng, ts / US_PER_SECOND) if isinstance(m, RegimeShift) else m.sample(rng, ts.size)
+    drawn = draw(m, rng, ts, None if senders is None else np.asarray(senders, dtype=np.int64))
+    delay_s = drawn.delay_s
     if delay_s.size and not (np.isfinite(delay_s).all() and delay_s.max() < MAX_DELAY_S):
         msg = (
             f"{m.describe()} drew a delay of {delay_s.max():.3g} s (limit {MAX_DELAY_S:g} s): "
@@ -337,6 +353,7 @@ def inject(
         seed=seed,
         target=preset.target if preset else None,
         per_stream=per_stream,
+        shifts_us=drawn.shifts_us,
     )
 
 

@@ -359,7 +359,7 @@ def cmd_join_stream(args: argparse.Namespace, settings: Settings) -> int:
 
     stage = JoinStream(
         _spark(settings, "join-stream"), settings, args.source, JoinJob.from_options(vars(args)),
-        adapt_every_us=_us(args.adapt_every_s) or 0,
+        adapt_every_us=_us(args.adapt_every_s),
     )  # fmt: skip
     stage.run(_instant(args.start), _instant(args.end), _us(args.every_s), catch_up=args.catch_up)
     return 0
@@ -773,7 +773,8 @@ def build_parser() -> argparse.ArgumentParser:
     _interval_options(js)
     js.add_argument(
         "--adapt-every-s", type=float,
-        help="also adapt the retention every this many seconds (counted from the job's first interval)",
+        help="adapt the retention every this many seconds, counted from the job's first interval "
+        "(default: the job's L, --interval-s; at most once per interval; 0: never)",
     )  # fmt: skip
     ja = stage("join-adapt", cmd_join_adapt, "adapt the stream join's retention")
     ja.add_argument("--until", required=True, help="history before this arrival time; in force from it")

@@ -426,9 +426,15 @@ def _decide(
     if st.estimator in ("reactive", "robust"):
         regime = regime_start(t, delays, at, st.interval_us, st.period_us, st.q_user, st.granularity_us)
         done_in_regime = known & (t_later > regime.start_us)
-        if done_in_regime.sum() >= MIN_REGIME_PAIRS:
-            sample = done_in_regime
-            weight = np.where(done_in_regime, 1.0, 0.0)
+        # too few pairs in the regime: those completed in the last P, which need what all pairs
+        # need in a steady stream (weighting the period's known pairs up instead under-states a
+        # slow minority: the pairs still unknown are the ones with a late tuple)
+        sample = (
+            done_in_regime
+            if done_in_regime.sum() >= MIN_REGIME_PAIRS
+            else known & (t_later > now - st.period_us)
+        )
+        weight = np.where(sample, 1.0, 0.0)
         if regime.held_since_us is not None:
             floor_us = now - regime.held_since_us + st.interval_us
     if st.estimator != "paper":

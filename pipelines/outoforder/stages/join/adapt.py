@@ -20,17 +20,11 @@ from outoforder.io.conflicts import retry_on_conflict
 from outoforder.io.tables import JOIN_PARAMS
 from outoforder.stages.join import history
 from outoforder.stages.join.spec import JoinJob
-from outoforder.stages.join.stream import params_in_force
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
-
-
-def adapted_at(spark: SparkSession, settings: Settings, source: str, job: JoinJob, at_us: int) -> bool:
-    """Whether an adaptation took effect exactly at ``at_us`` (:func:`adapt` with ``until_us = at_us``)."""
-    return params_in_force(spark, settings, source, job.job_id(), at_us)[2] == at_us
 
 
 @retry_on_conflict

@@ -122,13 +122,15 @@ def params_in_force(
 
 
 class JoinStream(IntervalStage[JoinJob, JoinIntervalSummary]):
-    """QJoin over arrival-time intervals; with ``adapt_every_us`` :meth:`run` also adapts the retention.
+    """QJoin over arrival-time intervals; :meth:`run` also adapts the retention at the job's cadence.
 
-    Adaptation times are multiples of ``adapt_every_us`` after the job's first interval (1: every
-    interval start but the job's first; 0: never). Adapting *before* the interval, unless it was
-    done already, makes a resumed run adapt at the same times as one that never stopped: a run
-    killed between an interval's commits and the adaptation after it used to resume past that time
-    with the older retention (found by the reliability run, docs/reliability.md).
+    The time since the job's first interval is cut into slots of ``adapt_every_us`` (by default the
+    job's L; 0: never adapt). Before an interval that starts in a slot with no adaptation yet, the
+    retention is adapted from the history before the interval's start: every interval when L is
+    shorter than the intervals, every L when it is longer. Deciding from what is stored (not from
+    this run's memory) makes a resumed run adapt at the same times as one that never stopped: a
+    run killed between an interval's commits and the adaptation after it used to resume past that
+    time with the older retention (found by the reliability run, docs/reliability.md).
     """
 
     name = "join-stream"
@@ -145,11 +147,11 @@ class JoinStream(IntervalStage[JoinJob, JoinIntervalSummary]):
         settings: Settings,
         source: str,
         job: JoinJob,
-        adapt_every_us: int = 0,
+        adapt_every_us: int | None = None,
         **skeleton: Any,
     ) -> None:
         super().__init__(spark, settings, source, job, **skeleton)
-        self.adapt_every_us = adapt_every_us
+        self.adapt_every_us = job.interval_us if adapt_every_us is None else adapt_every_us
         self._anchor: int | None = None
 
     def tuples(self, bronze: DataFrame) -> DataFrame:
@@ -213,19 +215,17 @@ class JoinStream(IntervalStage[JoinJob, JoinIntervalSummary]):
         )
 
     def before_interval(self, start_us: int) -> None:
-        """Adapt the retention before an interval that starts at an adaptation time, unless done."""
-        from outoforder.stages.join.adapt import adapt, adapted_at
+        """Adapt the retention before the first interval of each slot (class docstring), unless done."""
+        from outoforder.stages.join.adapt import adapt
 
         if not self.adapt_every_us:
             return
         if self._anchor is None:  # the job's first interval, or this run's first if it is the job's first
             self._anchor = self.first_start() or start_us
         lo = start_us - self._anchor
-        if (
-            lo > 0
-            and lo % self.adapt_every_us == 0
-            and not adapted_at(self.spark, self.settings, self.source, self.job, start_us)
-        ):
+        slot_start = self._anchor + lo // self.adapt_every_us * self.adapt_every_us
+        newest = params_in_force(self.spark, self.settings, self.source, self.jid, start_us)[2]
+        if lo > 0 and newest < slot_start:
             try:
                 adapt(self.spark, self.settings, self.source, self.job, start_us)
             except InputError as e:  # nothing has arrived yet (a live stream's first minutes)

@@ -1,0 +1,33 @@
+"""The held-out protocol's own parts: the parts never share a shape or a family; one case end to end."""
+
+import numpy as np
+
+from outoforder.bench import families as F
+from outoforder.sources import workloads as W
+
+
+def test_the_held_out_part_shares_no_shape_and_no_family_with_the_tuning_part():
+    tuning, held_out = F.parts(quick=True)
+    shape = lambda w: w.name.split("-")[0]  # noqa: E731
+    assert not {shape(w) for w in tuning.workloads} & {shape(w) for w in held_out.workloads}
+    assert not set(tuning.families) & set(held_out.families)
+    assert set(tuning.families) | set(held_out.families) == set(W.FAMILIES)
+
+
+def test_one_case_reports_every_candidate_against_hindsight_and_names_the_shift_periods():
+    w = W.meters(300, n_meters=40, seed=1)
+    rows = F.bench_case("tuning", w, "regimes", seed=2)
+    assert {r["method"] for r in rows} == set(F.METHODS)
+    assert {r["q_user"] for r in rows} == set(F.Q_USERS)
+    for r in rows:
+        if r["method"] == "qjoin-hindsight":
+            assert r["periods_met"] == 1.0 and r["buffer_vs_hindsight"] == 1.0
+        assert 0 <= r["missed_with_shift"] <= r["missed"] <= r["periods"]
+        assert r["shifts"] > 0
+    a = W.arrive(w, "regimes", 2)
+    shifted = F.shift_periods(a, w.period_us)
+    origin = int(a.inp.ts.min())
+    assert shifted == {int((s - origin) // w.period_us) for s in a.shifts_us}
+    verdict = F.verdicts(rows, "mp-kslack")["tuning"]
+    assert verdict["cases"] == len(F.Q_USERS) and 0 <= verdict["kept"] <= verdict["cases"]
+    assert np.isfinite(verdict["buffer_vs_hindsight_mean"])
