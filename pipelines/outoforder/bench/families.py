@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from outoforder.bench.harness import DEFAULT_OUT, log, machine, markdown_table, write_json
+from outoforder.core.joins.query import exact_join
 from outoforder.sources.workloads import Arrivals, Workload, arrive, clicks, fleet, meters, soccer
 from outoforder.stages.join.evaluate import evaluate
 from outoforder.stages.join.spec import JoinJob
@@ -91,11 +92,12 @@ def shift_periods(a: Arrivals, period_us: int) -> set[int]:
 def bench_case(part: str, w: Workload, family: str, seed: int) -> list[dict[str, Any]]:
     """Every candidate on one workload and family, at each target."""
     a = arrive(w, family, seed)
+    truth = exact_join(a.inp, w.query)  # the same at every target
     out = []
     for q_user in Q_USERS:
         job = job_of(w, q_user)
         t0 = time.monotonic()
-        res = evaluate(a.inp, job, METHODS)
+        res = evaluate(a.inp, job, METHODS, truth)
         shifted = shift_periods(a, job.period_us)
         hind = res["methods"]["qjoin-hindsight"]["buffered_mean"]
         for m, rec in res["methods"].items():

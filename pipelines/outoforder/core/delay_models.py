@@ -25,7 +25,7 @@ Models (all delays in seconds):
 - :class:`SenderSkew` -- each sender's clock lags by its own constant: all of a sender's tuples look
   that much late to a stream whose progress the other senders set.
 
-:meth:`draw` gives the delays with the event times where the process changes abruptly (a
+:func:`draw` gives the delays with the event times where the process changes abruptly (a
 regime's or a burst's start): a causal controller cannot foresee those, so a period after one
 may miss its target whatever the controller does.
 
@@ -39,6 +39,7 @@ may miss its target whatever the controller does.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Protocol
@@ -562,7 +563,7 @@ def draw(
     model: AnyDelayModel,
     rng: np.random.Generator,
     event_us: npt.NDArray[np.int64],
-    senders: npt.NDArray[np.int64] | None = None,
+    senders: Sequence[int] | npt.NDArray[np.int64] | None = None,
 ) -> Draw:
     """Delays of tuples with these event times (and senders), and the model's abrupt shifts.
 
@@ -583,7 +584,6 @@ def draw(
     if isinstance(model, Bursty):
         delays, at = model.sample_runs(rng, ts.size)
         return Draw(delays, np.sort(ts[at]))
-    if isinstance(model, SenderSkew):
-        who = np.zeros(ts.size, np.int64) if senders is None else np.asarray(senders, dtype=np.int64)
-        return Draw(model.sample_senders(rng, who), none)
+    if isinstance(model, SenderSkew) and senders is not None:
+        return Draw(model.sample_senders(rng, np.asarray(senders, dtype=np.int64)), none)
     return Draw(model.sample(rng, ts.size), none)

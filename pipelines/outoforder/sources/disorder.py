@@ -329,7 +329,7 @@ def inject(
     preset = PRESETS.get(model) if isinstance(model, str) else None
     m = parse_model(model) if isinstance(model, str) else model
     rng = np.random.default_rng(seed)
-    drawn = draw(m, rng, ts, None if senders is None else np.asarray(senders, dtype=np.int64))
+    drawn = draw(m, rng, ts, senders)
     delay_s = drawn.delay_s
     if delay_s.size and not (np.isfinite(delay_s).all() and delay_s.max() < MAX_DELAY_S):
         msg = (

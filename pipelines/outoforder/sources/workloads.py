@@ -1,10 +1,10 @@
 """Streams of other shapes than the soccer game, for judging the estimators where nobody tuned them.
 
 The quality promise ("your target, met in >= 95 % of periods, with the least buffer") must hold on
-streams the estimators' constants were not chosen on (docs/quality.md, "Held-out families"). A
-*shape* is a stream's layout in event time -- who sends, how often, what joins with what -- and
-comes with the join a user would run on it; a *delay family* (:data:`FAMILIES`) is how its tuples
-reach the server. Shapes, all seeded and vectorised:
+streams the estimators' constants were not chosen on (docs/quality.md, "The join's promise on
+streams nobody tuned for"). A *shape* is a stream's layout in event time -- who sends, how
+often, what joins with what -- and comes with the join a user would run on it; a *delay family*
+(:data:`FAMILIES`) is how its tuples reach the server. Shapes, all seeded and vectorised:
 
 - ``fleet``: vehicles reporting GPS positions (metres) once a second, half of them R and half
   S; a pair is two vehicles within ``theta`` of each other within ``w`` (a few pairs a second);

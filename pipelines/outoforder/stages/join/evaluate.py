@@ -129,15 +129,17 @@ def _hindsight(meets: Callable[[int], bool], upper: int, grid: int) -> int:
     return lo * grid
 
 
-def evaluate(inp: JoinInput, job: JoinJob, methods: tuple[str, ...] = METHODS) -> dict[str, Any]:
-    """Run the methods side by side and summarise each against the exact join."""
+def evaluate(
+    inp: JoinInput, job: JoinJob, methods: tuple[str, ...] = METHODS, truth: PairArray | None = None
+) -> dict[str, Any]:
+    """Run the methods side by side and summarise each against the exact join (``truth``, if known)."""
     unknown = set(methods) - set(METHODS)
     if unknown:
         msg = f"unknown methods {sorted(unknown)}; known: {', '.join(METHODS)}"
         raise ConfigError(msg)
     q = job.query()
     t0 = time.monotonic()
-    truth = exact_join(inp, q)
+    truth = exact_join(inp, q) if truth is None else truth
     truth_s = time.monotonic() - t0
     span = int(inp.ts.max() - inp.ts.min()) if len(inp) else 0
 

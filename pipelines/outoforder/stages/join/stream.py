@@ -153,6 +153,7 @@ class JoinStream(IntervalStage[JoinJob, JoinIntervalSummary]):
         super().__init__(spark, settings, source, job, **skeleton)
         self.adapt_every_us = job.interval_us if adapt_every_us is None else adapt_every_us
         self._anchor: int | None = None
+        self._slot_adapted: int | None = None  # the slot this run found adapted (no need to read again)
 
     def tuples(self, bronze: DataFrame) -> DataFrame:
         """See :func:`join_tuples`."""
@@ -224,12 +225,16 @@ class JoinStream(IntervalStage[JoinJob, JoinIntervalSummary]):
             self._anchor = self.first_start() or start_us
         lo = start_us - self._anchor
         slot_start = self._anchor + lo // self.adapt_every_us * self.adapt_every_us
-        newest = params_in_force(self.spark, self.settings, self.source, self.jid, start_us)[2]
-        if lo > 0 and newest < slot_start:
-            try:
-                adapt(self.spark, self.settings, self.source, self.job, start_us)
-            except InputError as e:  # nothing has arrived yet (a live stream's first minutes)
-                log.info("[join-stream] %s: the retention stays as it is: %s", self.source, e)
+        if lo <= 0 or slot_start == self._slot_adapted:
+            return
+        if params_in_force(self.spark, self.settings, self.source, self.jid, start_us)[2] >= slot_start:
+            self._slot_adapted = slot_start
+            return
+        try:
+            adapt(self.spark, self.settings, self.source, self.job, start_us)
+            self._slot_adapted = slot_start
+        except InputError as e:  # nothing has arrived yet (a live stream's first minutes)
+            log.info("[join-stream] %s: the retention stays as it is: %s", self.source, e)
 
 
 def run_interval(
