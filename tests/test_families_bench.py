@@ -24,6 +24,13 @@ def test_one_case_reports_every_candidate_against_hindsight_and_names_the_shift_
             assert r["periods_met"] == 1.0 and r["buffer_vs_hindsight"] == 1.0
         assert 0 <= r["missed_with_shift"] <= r["missed"] <= r["periods"]
         assert r["shifts"] > 0
+        # a missed period is excused only with its evidence: hindsight's need beyond all seen before
+        assert r["excused"] == len(r["excused_periods"]) <= min(r["missed"], r["infeasible"])
+        for v in r["excused_periods"]:
+            assert not v["feasible"] and v["needed_us"] > v["seen_before_us"] and v["reason"]
+            assert v["history_max_recall"] < r["q_user"]
+        judged = r["periods"]
+        assert r["periods_met_or_excused"] == round(1 - (r["missed"] - r["excused"]) / judged, 4)
     a = W.arrive(w, "regimes", 2)
     shifted = F.shift_periods(a, w.period_us)
     origin = int(a.inp.ts.min())

@@ -5,9 +5,11 @@ import pytest
 
 from outoforder.core.joins.adaptation import (
     ESTIMATORS,
+    MIN_REGIME_PAIRS,
     AdaptationSettings,
     aq_kslack_schedule,
     choose_retention,
+    confident_target,
     decide,
     interval_target,
     regime_start,
@@ -235,3 +237,59 @@ def test_a_retention_bound_caps_the_buffer_and_the_decisions_say_what_it_allows(
     assert all(s.stats["reachable"] == 1.0 for s in free)
     with pytest.raises(ConfigError, match="bound"):
         AdaptationSettings(max_retention_us=-1)
+
+
+def test_the_confidence_target_is_a_binomial_upper_bound_on_the_quantile():
+    from math import comb
+
+    for n in (1, 5, 30, 200):
+        for q in (0.5, 0.9, 0.95):
+            got = confident_target(q, n, 0.9)
+            # brute force: the least j with P[Binomial(n, q) <= j - 1] >= 0.9
+            cdf = np.cumsum([comb(n, k) * q**k * (1 - q) ** (n - k) for k in range(n + 1)])
+            j = next((k + 1 for k in range(n + 1) if cdf[k] >= 0.9 - 1e-12), n + 1)
+            assert got == pytest.approx(min(1.0, j / n))
+            assert got >= q
+    assert confident_target(0.9, 100_000, 0.9) == pytest.approx(0.9, abs=0.002)
+    assert confident_target(0.9, 0, 0.9) == 0.9
+
+
+def sparse_fleet(seconds=600.0):
+    from outoforder.sources.workloads import arrive, fleet
+
+    w = fleet(seconds, vehicles=10, seed=21)
+    return w, arrive(w, "bimodal", 100).inp
+
+
+def test_robust_keeps_its_promise_on_a_sparse_stream_whose_pairs_come_in_clusters():
+    # a few joinable pairs a second, one tuple in ten tens of seconds late: a side can go a
+    # period without a late partner; the robust estimator must not drop what the next one needs
+    w, inp = sparse_fleet()
+    truth = exact_join(inp, w.query)
+    for q_user in (0.9, 0.95):
+        st = AdaptationSettings(
+            q_user=q_user, period_us=w.period_us, interval_us=w.interval_us,
+            granularity_us=w.granularity_us, estimator="robust", headroom=0.5,
+        )  # fmt: skip
+        run, steps = run_adaptive_qjoin(inp, w.query, st, truth)
+        s = summarize(inp, truth, run, w.period_us, q_user, 1)
+        assert s["periods_meeting_target"] >= 0.95, (q_user, s["periods_meeting_target"])
+        assert any(a.stats["observed"] < MIN_REGIME_PAIRS for a in steps)
+
+
+def test_decide_equals_the_in_sequence_controller_on_a_sparse_stream_at_every_interval():
+    w, inp = sparse_fleet(240.0)
+    st = AdaptationSettings(
+        q_user=0.95, period_us=w.period_us, interval_us=w.interval_us, granularity_us=w.granularity_us,
+        estimator="robust", headroom=0.5,
+    )  # fmt: skip
+    run, steps = run_adaptive_qjoin(inp, w.query, st)
+    n = len(inp)
+    made = run.pairs[:, 0] * n + run.pairs[:, 1]
+    for step in steps[::3]:
+        at = step.at_index
+        prefix = JoinInput(inp.side[:at], inp.ts[:at], inp.x[:at], inp.y[:at], inp.key[:at])
+        truth = exact_join(prefix, w.query)
+        got = decide(prefix, w.query, st, np.isin(truth[:, 0] * n + truth[:, 1], made), truth)
+        assert (got.q_l, got.d_r_us, got.d_s_us) == (step.q_l, step.d_r_us, step.d_s_us)
+        assert got.stats == step.stats

@@ -35,6 +35,12 @@ for the next L (docs/operators.md, QJoin):
      collapses, and when the delays turn worse in that interval its evicted tuples are lost for
      good; the next interval then needs Q_L = 1. Under regime shifts Q_L swings between 0 and 1
      every L. A surplus says nothing about the next interval, so this estimator does not spend it.
+     Two guards for sparse streams, where a period holds few pairs: it aims at a confidence bound
+     (:func:`confident_target`, counting pairs that share their later tuple once, since they share
+     its lateness) rather than the sample's point estimate; and while it has fewer than
+     :data:`MIN_REGIME_PAIRS` such observations, each side keeps at least what the other side's
+     recent arrivals bound (a pair needs at most its later tuple's lateness ``T - ts``), so a side
+     that went a period without a late partner does not drop its buffer before the next one.
 
 AQ-K-slack (Ji et al.) needs both tuples of a pair on time, so it keeps
 ``P[D_R <= K_R]·P[D_S <= K_S] >= Q_user`` with the fewest buffered tuples, from the delays of the
@@ -142,6 +148,34 @@ def interval_target(q_user: float, n_true_p_minus_l: int, n_prod_p_minus_l: int,
     return float(min(1.0, max(0.0, q)))
 
 
+def confident_target(q: float, n_samples: float, confidence: float) -> float:
+    """The share of a sample to cover so that its population's ``q`` is covered with ``confidence``.
+
+    With n sampled requirements, the retention covering j of them covers the population's
+    q-quantile unless fewer than j samples lie below it: P[Binomial(n, q) <= j - 1]. The result
+    is j / n for the smallest j reaching ``confidence`` (1.0 when even the largest sample is not
+    enough, so few pairs aim at the largest requirement seen). A distribution-free upper
+    confidence bound on a quantile; it tends to ``q`` as the sample grows.
+
+    >>> confident_target(0.9, 20, 0.9)   # 20 pairs: cover them all
+    1.0
+    >>> round(confident_target(0.9, 2_000, 0.9), 3)
+    0.909
+    >>> confident_target(0.9, 0, 0.9)
+    0.9
+    """
+    n = round(n_samples)
+    if n <= 0 or q <= 0.0:
+        return q
+    if q >= 1.0:
+        return 1.0
+    k = np.arange(n, dtype=np.float64)  # log P[X = k + 1] - log P[X = k] for k = 0 .. n - 1
+    log_pmf = np.concatenate([[0.0], np.cumsum(np.log((n - k) / (k + 1)) + np.log(q / (1.0 - q)))])
+    cdf = np.cumsum(np.exp(log_pmf - log_pmf.max()))
+    below = int(np.searchsorted(cdf / cdf[-1], confidence - 1e-12, side="left"))  # ppf
+    return min(1.0, (below + 1) / n)
+
+
 def reachable_recall(
     req_r: FloatArray, req_s: FloatArray, weight_r: FloatArray, weight_s: FloatArray, bound_us: int
 ) -> float:
@@ -240,6 +274,7 @@ def modelled_requirements(
     )
 
 
+RECALL_CONFIDENCE = 0.9  # robust: the chance that a retention chosen from a sample meets Q_L
 MIN_REGIME_PAIRS = 200  # fewer completed pairs in a new regime: its requirements are not yet known
 REGIME_FACTOR = 2.0  # intervals whose lateness or arrival count differ more belong to other regimes
 
@@ -291,6 +326,47 @@ def regime_start(
     if before.size and counts[k - 1] * REGIME_FACTOR < float(np.median(before)):
         held = int(edges[first])
     return RegimeView(int(edges[first]), held)
+
+
+@dataclass(frozen=True)
+class _Weighted:
+    values: FloatArray
+    weights: FloatArray
+
+    @property
+    def size(self) -> int:
+        return int(self.values.size)
+
+
+def _lateness_model(
+    inp: JoinInput,
+    t: IntArray,
+    at: int,
+    since_us: int,
+    pairs_r: float,
+    pairs_s: float,
+    offsets: tuple[FloatArray, FloatArray],
+) -> tuple[_Weighted, _Weighted]:
+    """Requirements of R-earlier and S-earlier pairs modelled from the arrivals since ``since_us``.
+
+    A pair whose earlier tuple is on R needs ``T(s) - w - r.ts = lateness(s) + (s.ts - r.ts) - w``,
+    where ``lateness(s) = T(s) - s.ts`` when its S partner arrives: every recent S arrival's
+    lateness is combined with every offset ``s.ts - r.ts - w`` of the sampled pairs (50 quantiles;
+    ``offsets``), or taken alone, an upper bound, when the side has no sampled pair. Each side is
+    weighted to the share of its pairs (half each without pairs).
+    """
+    recent = np.arange(at) >= np.searchsorted(t[:at], since_us, side="right")
+    valid = recent & (t[:at] > NEG)
+    late = np.maximum(t[:at] - inp.ts[:at], 0).astype(np.float64)
+    share_r = pairs_r / (pairs_r + pairs_s) if pairs_r + pairs_s > 0 else 0.5
+    out = []
+    for k, (partner, share) in enumerate(((S, share_r), (R, 1.0 - share_r))):
+        v = late[valid & (inp.side[:at] == partner)]
+        if offsets[k].size:
+            o = np.quantile(offsets[k], np.linspace(0, 1, min(offsets[k].size, 50)))
+            v = np.maximum((v[:, None] + o[None, :]).ravel(), 0.0)
+        out.append(_Weighted(v, np.full(v.size, share / max(v.size, 1))))
+    return out[0], out[1]
 
 
 def _adaptation_points(progress: IntArray, interval_us: int) -> list[int]:
@@ -419,9 +495,14 @@ def _decide(
     recent = np.arange(at) >= np.searchsorted(t[:at], now - st.interval_us, side="right")
     rates = [float(((inp.side[:at] == s) & recent).sum()) / st.interval_us for s in (R, S)]
     max_d = [int(delays[:at][inp.side[:at] == s].max(initial=0)) for s in (R, S)]
+    # the grid's bound per side (the paper's Maxd_X). An R-earlier pair needs at most its S
+    # partner's delay, so ours bound each side by the larger of the two (a stream whose clock
+    # lags makes the *other* side's pairs wait)
+    cap = [max(max_d)] * 2 if st.estimator in ("reactive", "robust") else max_d
     # The last L alone is too young: most of its late pairs are still unknown. Sample the period.
     sample = in_p
     floor_us = 0
+    observed = 0
     regime: RegimeView | None = None
     if st.estimator in ("reactive", "robust"):
         regime = regime_start(t, delays, at, st.interval_us, st.period_us, st.q_user, st.granularity_us)
@@ -435,6 +516,10 @@ def _decide(
             else known & (t_later > now - st.period_us)
         )
         weight = np.where(sample, 1.0, 0.0)
+        # pairs sharing their later tuple share its lateness: count the independent observations
+        observed = np.unique(later[sample]).size
+        if st.estimator == "robust":  # few pairs: aim at a bound on what the next L needs
+            q_l = confident_target(q_l, observed, RECALL_CONFIDENCE)
         if regime.held_since_us is not None:
             floor_us = now - regime.held_since_us + st.interval_us
     if st.estimator != "paper":
@@ -451,14 +536,30 @@ def _decide(
         req_s,
         q_l,
         st.granularity_us,
-        max_d[0],
-        max_d[1],
+        cap[0],
+        cap[1],
         rates[0],
         rates[1],
         query.window_us,
         w_r,
         w_s,
     )
+    if st.estimator == "robust" and observed < MIN_REGIME_PAIRS:
+        # Few pairs, and they come in clusters (one late tuple joins several): a side can go a
+        # period without a late partner and its retention would collapse, evicting for good what
+        # the next late partner needs. Every arrival of the other side bounds what its pairs
+        # need (T(later) - w - earlier.ts <= T(later) - later.ts), and arrivals are plentiful.
+        off = (inp.ts[later] - inp.ts[earlier] - query.window_us).astype(np.float64)
+        m_r, m_s = _lateness_model(
+            inp, t, at, now - st.period_us, float(w_r.sum()), float(w_s.sum()),
+            (off[sample & (e_side == R)], off[sample & (e_side == S)]),
+        )  # fmt: skip
+        q_b = confident_target(q_l, min(m_r.size, m_s.size), RECALL_CONFIDENCE)
+        b_r, b_s, _ = choose_retention(
+            m_r.values, m_s.values, q_b, st.granularity_us, cap[0], cap[1], rates[0], rates[1],
+            query.window_us, m_r.weights, m_s.weights,
+        )  # fmt: skip
+        d_r, d_s = max(d_r, b_r), max(d_s, b_s)
     if floor_us:  # held tuples: keep what they will join with, rounded up to the grid
         floor_us = -(-floor_us // st.granularity_us) * st.granularity_us
         d_r, d_s = max(d_r, floor_us), max(d_s, floor_us)
@@ -482,6 +583,7 @@ def _decide(
         "reachable": 1.0 if bound is None else reachable_recall(req_r, req_s, w_r, w_s, bound),
     }
     if regime is not None:
+        stats["observed"] = observed  # distinct later tuples in the sample
         stats["regime_start_us"] = regime.start_us
         stats["held_for_us"] = 0 if regime.held_since_us is None else now - regime.held_since_us
     return Adaptation(at, now, q_l, d_r, d_s, est, stats)
