@@ -102,8 +102,11 @@ def bench_case(part: str, w: Workload, family: str, seed: int) -> list[dict[str,
         t0 = time.monotonic()
         res = evaluate(a.inp, job, METHODS, truth)
         shifted = shift_periods(a, job.period_us)
-        infeasible = {v.period: v for v in period_verdicts(a.inp, w.query, truth, job.period_us, q_user)}
-        infeasible = {p: v for p, v in infeasible.items() if not v.feasible}
+        infeasible = {
+            v.period: v
+            for v in period_verdicts(a.inp, w.query, truth, job.period_us, q_user)
+            if not v.feasible
+        }
         hind = res["methods"]["qjoin-hindsight"]["buffered_mean"]
         for m, rec in res["methods"].items():
             missed = [p["period"] for p in rec["per_period"] if not p["met"]]

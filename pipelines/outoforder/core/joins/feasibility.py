@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from outoforder.core.joins.metrics import period_recall
+from outoforder.core.joins.metrics import period_of, period_recall
 from outoforder.core.joins.progress import joint_progress
 from outoforder.core.joins.qjoin import qjoin_set
 from outoforder.core.joins.query import JoinInput, JoinQuery, PairArray, exact_join
@@ -79,8 +79,10 @@ def requirements(inp: JoinInput, query: JoinQuery, truth: PairArray) -> tuple[In
 
 def history_max_retention(inp: JoinInput, query: JoinQuery, truth: PairArray) -> IntArray:
     """The retention in force at each arrival: the largest requirement of the pairs completed before it."""
-    n = len(inp)
-    req, _ = requirements(inp, query, truth)
+    return _largest_before(len(inp), truth, requirements(inp, query, truth)[0])
+
+
+def _largest_before(n: int, truth: PairArray, req: IntArray) -> IntArray:
     per_arrival = np.zeros(n, dtype=np.int64)
     np.maximum.at(per_arrival, truth.max(axis=1), req)
     return np.concatenate([[0], np.maximum.accumulate(per_arrival)[:-1]]).astype(np.int64)
@@ -93,12 +95,11 @@ def period_verdicts(
     pairs = exact_join(inp, query) if truth is None else truth
     if pairs.shape[0] == 0:
         return []
-    d = history_max_retention(inp, query, pairs)
+    req, known_at = requirements(inp, query, pairs)
+    d = _largest_before(len(inp), pairs, req)
     run = qjoin_set(inp, query, d, d, truth=pairs)
     quality = period_recall(inp, pairs, run.pairs, period_us, q_user)
-    req, known_at = requirements(inp, query, pairs)
-    origin = int(inp.ts.min())
-    period = (np.maximum(inp.ts[pairs[:, 0]], inp.ts[pairs[:, 1]]) - origin) // period_us
+    period = period_of(inp, pairs, int(inp.ts.min()), period_us)
     out = []
     for p in quality:
         mine = np.sort(req[period == p.period])

@@ -32,7 +32,8 @@ class PeriodQuality:
     met: bool
 
 
-def _period_of(inp: JoinInput, pairs: PairArray, origin_us: int, period_us: int) -> IntArray:
+def period_of(inp: JoinInput, pairs: PairArray, origin_us: int, period_us: int) -> IntArray:
+    """The period of each pair: that of its later event time."""
     later_ts = np.maximum(inp.ts[pairs[:, 0]], inp.ts[pairs[:, 1]])
     return ((later_ts - origin_us) // period_us).astype(np.int64)
 
@@ -53,8 +54,8 @@ def period_recall(
         if not np.isin(p_codes, t_codes).all():
             msg = "produced pairs that are not true pairs: the operator is wrong"
             raise AssertionError(msg)
-    tp = _period_of(inp, truth, origin, period_us)
-    pp = _period_of(inp, produced, origin, period_us)
+    tp = period_of(inp, truth, origin, period_us)
+    pp = period_of(inp, produced, origin, period_us)
     out = []
     for p in np.unique(tp):
         n_true = int((tp == p).sum())
