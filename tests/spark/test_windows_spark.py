@@ -10,7 +10,7 @@ from outoforder.core.control.pd import PDController
 from outoforder.core.windows.assign import Windows
 from outoforder.core.windows.buffered import WindowQuery, buffered_reference
 from outoforder.core.windows.slack import FixedSlack, HPMSlack, LatenessSlack, MaxDelaySlack
-from outoforder.spark.windows import WindowState, apply_observations, buffered_batch
+from outoforder.spark.windows import WindowState, apply_observations, buffered_batch, foreseen
 from tests.core.windows.test_buffered import MODELS, make_stream
 from tests.core.windows.test_lateness import ms_stream
 
@@ -19,19 +19,18 @@ pytestmark = [pytest.mark.spark]
 
 def run_spark(spark, ts, vals, query, mode, batch, final=True, rows_per_task=2_000_000):
     """Drive buffered_batch over batches; HPM's α is updated between batches, as in the stage."""
-    policy = (
-        HPMSlack(PDController(lambda_thr=0.9, alpha_initial=0.3))
-        if mode == "hpm"
-        else LatenessSlack(delta=0.1, windows=5, initial_us=20_000)
-        if mode == "lateness"
-        else None
-    )
+    policy = make_policy(mode) if mode in ("hpm", "lateness", "lateness-short") else None
+    foreseen_changed = 0
     rows = [(i, int(ts[i]), float(vals[i])) for i in range(len(ts))]
     state = WindowState.empty(spark)
     emitted, late, slack, obs = [], [], [], []
     starts = list(range(0, len(rows), batch)) or [0]
     for b, start in enumerate(starts):
         df = spark.createDataFrame(rows[start : start + batch], "seq long, ts long, v double")
+        if isinstance(policy, LatenessSlack) and (needs := foreseen(df, state, query)) is not None:
+            before = policy.slack(0)
+            policy.observe_unsettled(needs)  # as the stage: K reads the batch's late members first
+            foreseen_changed += policy.slack(0) != before
         k = (
             policy.state.alpha
             if isinstance(policy, HPMSlack)
@@ -53,23 +52,28 @@ def run_spark(spark, ts, vals, query, mode, batch, final=True, rows_per_task=2_0
         sorted(late),
         [s for _, s in sorted(slack)],
         pd.concat(obs, ignore_index=True),
+        foreseen_changed,
     )
 
 
+def make_policy(mode):
+    return {
+        "hpm": lambda: HPMSlack(PDController(lambda_thr=0.9, alpha_initial=0.3)),
+        "mp": MaxDelaySlack,
+        "fixed": lambda: FixedSlack(20),
+        "lateness": lambda: LatenessSlack(delta=0.1, windows=5, initial_us=20_000),
+        "lateness-short": lambda: LatenessSlack(delta=0.1, windows=5, initial_us=20),
+    }[mode]()
+
+
 def reference(ts, vals, query, mode, batch, final=True):
-    policy = {
-        "hpm": HPMSlack(PDController(lambda_thr=0.9, alpha_initial=0.3)),
-        "mp": MaxDelaySlack(),
-        "fixed": FixedSlack(20),
-        "lateness": LatenessSlack(delta=0.1, windows=5, initial_us=20_000),
-    }[mode]
     return buffered_reference(
-        ts, vals, query, policy, control_points=list(range(batch, len(ts) + 1, batch)), flush=final
+        ts, vals, query, make_policy(mode), control_points=list(range(batch, len(ts) + 1, batch)), flush=final
     )
 
 
 def assert_equal(spark_out, ref):
-    emitted, late, slack, obs = spark_out
+    emitted, late, slack, obs, _ = spark_out
     assert emitted["wid"].tolist() == ref.window_ids.tolist()
     np.testing.assert_allclose(emitted["value"].to_numpy(), ref.values, rtol=1e-9, atol=1e-12)
     assert emitted["n_rcv"].tolist() == ref.received.tolist()
@@ -129,3 +133,12 @@ def test_the_lateness_policy_over_micro_batches_reproduces_the_reference(spark, 
     ref = reference(ts, vals, q, "lateness", batch)
     assert len(set(ref.obs_needed_us.tolist())) > 1  # some windows needed a wait: the profiles matter
     assert_equal(got, ref)
+
+
+def test_the_lateness_policy_fixes_a_batchs_k_on_its_late_members_as_the_reference_does(spark):
+    # a stream where late members of closed windows arrive in the batch that needs the larger K
+    ts, vals = make_stream(17, 120, MODELS[0])
+    q = WindowQuery(Windows(200, 50), "sum", 0.1, 0.1, coverage_horizon_us=150)
+    got = run_spark(spark, ts, vals, q, "lateness-short", 30)
+    assert got[4] > 0  # the pre-pass moved K before some batch
+    assert_equal(got, reference(ts, vals, q, "lateness-short", 30))

@@ -36,7 +36,14 @@ from pyspark.sql.types import ArrayType, DoubleType, LongType, StructField, Stru
 from outoforder.core.joins.progress import NEG
 from outoforder.core.windows.aggregate import parse_aggregate
 from outoforder.core.windows.assign import Windows
-from outoforder.core.windows.batch import LEVEL_KEYS, arrival_events, scan_fold, scan_summary, window_step
+from outoforder.core.windows.batch import (
+    LEVEL_KEYS,
+    arrival_events,
+    foreseen_needs,
+    scan_fold,
+    scan_summary,
+    window_step,
+)
 from outoforder.core.windows.buffered import WindowQuery
 from outoforder.core.windows.lateness import Profiles, bucket_of
 from outoforder.errors import ConfigError
@@ -614,6 +621,67 @@ def buffered_batch(
         watched=int(counts["at"].sum()),
     )
     return output, new_state
+
+
+def _gap_maxima(batches: Iterator[pa.RecordBatch], cuts: npt.NDArray[np.int64]) -> Iterator[pa.RecordBatch]:
+    """The largest ts of the rows between consecutive ``cuts`` (g: how many cuts lie at or below seq)."""
+    for b in batches:
+        if not b.num_rows:
+            continue
+        seq, ts = (b.column(c).to_numpy(zero_copy_only=False).astype(np.int64) for c in ("seq", "ts"))
+        g, inv = np.unique(np.searchsorted(cuts, seq, side="right"), return_inverse=True)
+        top = np.full(g.size, NEG, dtype=np.int64)
+        np.maximum.at(top, inv, ts)
+        yield pa.RecordBatch.from_arrays([pa.array(g), pa.array(top)], names=["g", "top"])
+
+
+def foreseen(batch: DataFrame, state: WindowState, query: WindowQuery) -> list[int] | None:
+    """What the windows watched before a micro-batch need with its late members counted (None: none closed).
+
+    :func:`~outoforder.core.windows.batch.foreseen_needs` on the batch's arrivals with a
+    membership in a window closed before it (collected: the late few) and the watched windows
+    (carried state, small). Each such arrival's ``t_max`` before it takes one pass over the
+    batch: the largest event time between consecutive late arrivals, folded on the driver.
+    """
+    if state.frontier is None:
+        return None
+    w = query.windows
+    first_end = _first_window(w) * F.lit(w.slide_us) + F.lit(w.size_us)
+    late = batch.where(first_end <= F.lit(state.frontier)).select("seq", "ts", "v").toPandas()
+    late = late.sort_values("seq", kind="stable")
+    cuts = late["seq"].to_numpy(np.int64)
+    t_before = np.zeros(0, dtype=np.int64)
+    if cuts.size:
+        schema = StructType([StructField("g", LongType(), False), StructField("top", LongType(), False)])
+        gaps = (
+            batch.select("seq", "ts")
+            .mapInArrow(lambda it: _gap_maxima(it, cuts), schema)
+            .groupBy("g")
+            .agg(F.max("top").alias("top"))
+            .toPandas()
+        )
+        top = np.full(cuts.size + 1, NEG, dtype=np.int64)
+        top[gaps["g"].to_numpy(np.int64)] = gaps["top"].to_numpy(np.int64)
+        carried = NEG if state.t_max is None else int(state.t_max)
+        t_before = np.maximum.accumulate(np.maximum(top[:-1], carried))
+    watch = state.watch.toArrow()
+    needs = foreseen_needs(
+        aggregate=query.aggregate,
+        eps=query.eps,
+        delta=query.delta,
+        windows=w,
+        horizon_us=query.coverage_horizon_us,
+        frontier=state.frontier,
+        ts=late["ts"].to_numpy(np.int64),
+        v=late["v"].to_numpy(np.float64),
+        t_before=t_before,
+        watch={
+            "wid": watch.column("wid").to_numpy(zero_copy_only=False).astype(np.int64),
+            "lambda_thr": watch.column("lambda_thr").to_numpy(zero_copy_only=False).astype(np.float64),
+        },
+        watch_profiles=_dense_profiles(watch),
+    )
+    return [int(n) for n in needs["needed_us"]]
 
 
 def _first_window(windows: Windows) -> Column:

@@ -18,7 +18,16 @@ from hypothesis import strategies as st
 from outoforder.core.control.pd import PDController
 from outoforder.core.joins.progress import NEG
 from outoforder.core.windows.assign import Windows
-from outoforder.core.windows.batch import LEVEL_KEYS, arrival_events, scan_fold, scan_summary, window_step
+from outoforder.core.windows.batch import (
+    LEVEL_KEYS,
+    arrival_events,
+    arrival_state,
+    foreseen_needs,
+    late_at_start,
+    scan_fold,
+    scan_summary,
+    window_step,
+)
 from outoforder.core.windows.buffered import BufferedRun, WindowQuery, buffered_reference
 from outoforder.core.windows.lateness import Profiles, bucket_of
 from outoforder.core.windows.slack import FixedSlack, HPMSlack, LatenessSlack, MaxDelaySlack
@@ -58,6 +67,22 @@ def run_batches(ts, vals, query: WindowQuery, policy: Any, cuts: list[int], flus
     for b, (lo, hi) in enumerate(bounds):
         seq = np.arange(lo, hi, dtype=np.int64)
         t, v = np.asarray(ts[lo:hi], dtype=np.int64), np.asarray(vals[lo:hi], dtype=np.float64)
+        if policy.follows_unsettled and carry["c"] is not None:  # the batch's K reads its late members
+            mine = late_at_start(t, carry["c"], w)
+            fore = foreseen_needs(
+                aggregate=query.aggregate,
+                eps=query.eps,
+                delta=query.delta,
+                windows=w,
+                horizon_us=query.coverage_horizon_us,
+                frontier=carry["c"],
+                ts=t[mine],
+                v=v[mine],
+                t_before=arrival_state(t, carry, 0)["t_before"][mine],
+                watch=watch,
+                watch_profiles=watch_profiles,
+            )
+            policy.observe_unsettled(fore["needed_us"].tolist())
         ev = arrival_events(t, carry, rule_of(policy), w, query.coverage_horizon_us)
         st_ = ev.state
         members = {

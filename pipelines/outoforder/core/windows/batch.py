@@ -34,7 +34,7 @@ import numpy.typing as npt
 from outoforder.core.joins.progress import NEG
 from outoforder.core.windows.aggregate import grouped_aggregates
 from outoforder.core.windows.assign import Windows
-from outoforder.core.windows.lateness import Profiles, needed_slacks, profiles
+from outoforder.core.windows.lateness import Profiles, bucket_of, needed_slacks, profiles
 from outoforder.core.windows.quality import lambda_threshold, received_cv
 
 IntArray = npt.NDArray[np.int64]
@@ -316,3 +316,62 @@ def window_step(
         },
         observed=observed,
     )
+
+
+def foreseen_needs(
+    *,
+    aggregate: str,
+    eps: float,
+    delta: float,
+    windows: Windows,
+    horizon_us: int,
+    frontier: int | None,
+    ts: IntArray,
+    v: FloatArray,
+    t_before: IntArray,
+    watch: dict[str, npt.NDArray[Any]],  # wid, lambda_thr (carried; sorted by wid)
+    watch_profiles: Profiles,
+) -> dict[str, IntArray]:
+    """What the windows watched at a batch's start need once the batch's memberships into them count.
+
+    A window closed before the batch (its end at or before the carried frontier) stays closed
+    whatever K the batch runs with: its memberships from the batch are late under any K, and their
+    lateness buckets come from ``t_before``, the largest event time before each arrival, which no
+    K changes either. Counted before the batch, they let the lateness controller fix the batch's
+    K on what the batch's late arrivals say about the closed windows, not one interval later.
+    The frontier is taken as it stands at the start (a window it passes by its end plus the
+    horizon during the batch still counts them): a forecast for K only, the batch's own
+    observations and unsettled needs (:func:`window_step`) are exact. ``ts``, ``v`` and
+    ``t_before`` may be any subset of the batch's arrivals holding those memberships. Returns
+    ``wid`` and ``needed_us`` by window id, like :attr:`WindowOutput.unsettled`.
+    """
+    w_wid = np.asarray(watch["wid"], dtype=np.int64)
+    w_lam = np.asarray(watch["lambda_thr"], dtype=np.float64)
+    prof = watch_profiles.take(np.arange(watch_profiles.rows))  # a copy: the state is not touched
+    if frontier is not None and np.asarray(ts).size:
+        idx, wid = windows.explode(np.asarray(ts, dtype=np.int64))
+        end = windows.end_of(wid)
+        sel = (end <= frontier) & (end + horizon_us > frontier)
+        idx, wid, end = idx[sel], wid[sel], end[sel]
+        new = np.setdiff1d(np.unique(wid), w_wid)
+        empty = float(lambda_threshold(aggregate, eps, delta, 0, 0.0)[0])
+        w_wid = np.concatenate([w_wid, new])
+        w_lam = np.concatenate([w_lam, np.full(new.size, empty)])
+        order = np.argsort(w_wid, kind="stable")
+        w_wid, w_lam = w_wid[order], w_lam[order]
+        prof = Profiles.concat([prof, Profiles.empty(new.size)]).take(order)
+        bucket = bucket_of(np.asarray(t_before, dtype=np.int64)[idx] - end)
+        prof.add(np.searchsorted(w_wid, wid), bucket, np.asarray(v, dtype=np.float64)[idx])
+    return {"wid": w_wid, "needed_us": needed_slacks(prof, aggregate, eps, w_lam)}
+
+
+def late_at_start(ts: IntArray, frontier: int | None, windows: Windows) -> BoolArray:
+    """The arrivals with a membership in a window closed before the batch (read by :func:`foreseen_needs`).
+
+    >>> late_at_start(np.array([5, 95, 150]), 120, Windows(100, 20)).tolist()   # windows end at 20, 40, ...
+    [True, True, False]
+    """
+    ts = np.asarray(ts, dtype=np.int64)
+    if frontier is None:
+        return np.zeros(ts.size, dtype=bool)
+    return np.asarray(windows.end_of(windows.first_id(ts)) <= frontier, dtype=bool)

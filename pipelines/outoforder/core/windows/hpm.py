@@ -30,7 +30,10 @@ On the arrival of a tuple ``(ts, v)``:
    windows settle),
    after every arrival (``control="arrival"``) or at the end of each batch (``control="batch"``:
    how the pipeline's per-interval stage runs, one batch per interval; then, and only then, the
-   adaptation cadence depends on the batches).
+   adaptation cadence depends on the batches). Under ``"batch"`` control a policy that follows
+   unsettled evidence first sees what the watched windows need with the batch's own members
+   counted (:meth:`HPM._foresee`): a window closed before the batch stays closed under any K, so
+   the K fixed for the batch already answers the late arrivals it brings.
 
 :meth:`HPM.flush` emits the still-open windows at the end of the stream.
 
@@ -155,6 +158,8 @@ class HPM:
     def feed(self, batch: Sequence[Arrival], control: bool = True) -> HPMOutput:
         """:meth:`process`; ``control=False`` keeps a batch's observations pending (``"batch"`` control)."""
         out = HPMOutput()
+        if self.control == "batch" and self.policy.follows_unsettled and self.closed_upto is not None:
+            self._foresee(batch)
         for a in batch:
             self._arrive(a, out)
         if self.control == "batch" and control:
@@ -274,6 +279,30 @@ class HPM:
                     self._unsettled[wid] = self._need(self.watched_profile[wid], self.watched[wid][2])
             self.policy.observe_unsettled([self._unsettled[w] for w in order])
             self._dirty = False
+
+    def _foresee(self, batch: Sequence[Arrival]) -> None:
+        """Before a batch: show the policy what the watched windows need with the batch's members counted.
+
+        A window closed before the batch stays closed whatever K the batch gets, and its members'
+        lateness buckets come from ``t_max`` before each arrival, which K does not move: so the
+        lateness controller can fix the batch's K on them (the frontier as it stands now).
+        """
+        w, horizon = self.query.windows, self.query.coverage_horizon_us
+        counted = {wid: p.take(np.arange(1)) for wid, p in self.watched_profile.items()}
+        lam = {wid: row[2] for wid, row in self.watched.items()}
+        t_max = self.t_max
+        for a in batch:
+            t = int(a.ts)
+            for wid in w.ids_of(t).tolist():
+                end = wid * w.slide_us + w.size_us
+                if self.closed_upto is not None and wid <= self.closed_upto and end + horizon > self.frontier:
+                    if wid not in counted:
+                        counted[wid], lam[wid] = Profiles.empty(1), threshold(self.query, [])
+                    bucket = 0 if t_max == NEG else bisect_right(_EDGES, t_max - end)
+                    counted[wid].count(bucket, float(a.value))
+            t_max = max(t_max, t)
+        self.policy.observe_unsettled([self._need(counted[wid], lam[wid]) for wid in sorted(counted)])
+        self._dirty = True  # the batch's end shows the policy what the windows need after all
 
     def _need(self, profile: Profiles, lam: float) -> int:
         """The K a window needs, on the members counted so far (:mod:`outoforder.core.windows.lateness`)."""

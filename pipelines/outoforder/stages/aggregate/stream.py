@@ -7,8 +7,10 @@ stream module (:func:`outoforder.spark.windows.buffered_batch`):
 1. the operator state as of ``start`` (t_max, largest delay, close frontier, α, the received
    tuples of open windows, closed windows awaiting their coverage) comes from ``silver/agg_state``,
    ``silver/agg_buffer`` and ``silver/agg_watch``;
-2. the buffer's rule is fixed during the interval: the lateness controller's K (the default), or
-   HPM's α (``--controller seed``: ``K = round(α·k)`` per arrival); the windows the frontier
+2. the buffer's rule is fixed during the interval: the lateness controller's K (the default:
+   fixed after it has seen what the windows closed before the interval need with the interval's
+   late members counted, :func:`outoforder.spark.windows.foreseen`), or HPM's α
+   (``--controller seed``: ``K = round(α·k)`` per arrival); the windows the frontier
    passes are emitted and appended to ``gold/agg_results`` as version 1 (once per interval: a
    rerun writes nothing, see :mod:`outoforder.stages.interval`);
 3. every late membership goes to the ledger ``silver/agg_ledger`` (see
@@ -148,6 +150,7 @@ class AggregateStream(IntervalStage[AggJob, AggIntervalSummary]):
             WindowState,
             apply_observations,
             buffered_batch,
+            foreseen,
         )
 
         source, jid, end = self.source, self.jid, interval.end_us
@@ -163,9 +166,14 @@ class AggregateStream(IntervalStage[AggJob, AggIntervalSummary]):
                 _columns(self.snapshot(AGG_WATCH, prev), WATCH_SCHEMA.fieldNames()),
             )
         policy, lateness = self.policies(prev)
-        rule: int | float = policy.state.alpha if isinstance(policy, HPMSlack) else policy.slack(state.k)
         query = self.job.query()
-        out, new_state = buffered_batch(self.arrivals(interval.start_us, end), state, query, rule)
+        arrivals = self.arrivals(interval.start_us, end)
+        if policy.follows_unsettled:  # K reads what the interval's late members tell the closed windows
+            needs = foreseen(arrivals, state, query)
+            if needs is not None:
+                policy.observe_unsettled(needs)
+        rule: int | float = policy.state.alpha if isinstance(policy, HPMSlack) else policy.slack(state.k)
+        out, new_state = buffered_batch(arrivals, state, query, rule)
         w = query.windows
 
         em = out.emitted
