@@ -2,6 +2,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from outoforder.core.joins.adaptation import (
     ESTIMATORS,
@@ -13,6 +15,7 @@ from outoforder.core.joins.adaptation import (
     decide,
     interval_target,
     regime_start,
+    remembered_need,
     run_adaptive_qjoin,
     run_aq_kslack,
 )
@@ -254,11 +257,11 @@ def test_the_confidence_target_is_a_binomial_upper_bound_on_the_quantile():
     assert confident_target(0.9, 0, 0.9) == 0.9
 
 
-def sparse_fleet(seconds=600.0):
+def sparse_fleet(seconds=600.0, family="bimodal"):
     from outoforder.sources.workloads import arrive, fleet
 
     w = fleet(seconds, vehicles=10, seed=21)
-    return w, arrive(w, "bimodal", 100).inp
+    return w, arrive(w, family, 100).inp
 
 
 def test_robust_keeps_its_promise_on_a_sparse_stream_whose_pairs_come_in_clusters():
@@ -277,11 +280,12 @@ def test_robust_keeps_its_promise_on_a_sparse_stream_whose_pairs_come_in_cluster
         assert any(a.stats["observed"] < MIN_REGIME_PAIRS for a in steps)
 
 
-def test_decide_equals_the_in_sequence_controller_on_a_sparse_stream_at_every_interval():
-    w, inp = sparse_fleet(240.0)
+@pytest.mark.parametrize(("family", "memory"), [("bimodal", 0), ("outages", 10)])
+def test_decide_equals_the_in_sequence_controller_on_a_sparse_stream_at_every_interval(family, memory):
+    w, inp = sparse_fleet(240.0, family)
     st = AdaptationSettings(
         q_user=0.95, period_us=w.period_us, interval_us=w.interval_us, granularity_us=w.granularity_us,
-        estimator="robust", headroom=0.5,
+        estimator="robust", headroom=0.5, memory_periods=memory,
     )  # fmt: skip
     run, steps = run_adaptive_qjoin(inp, w.query, st)
     n = len(inp)
@@ -293,3 +297,51 @@ def test_decide_equals_the_in_sequence_controller_on_a_sparse_stream_at_every_in
         got = decide(prefix, w.query, st, np.isin(truth[:, 0] * n + truth[:, 1], made), truth)
         assert (got.q_l, got.d_r_us, got.d_s_us) == (step.q_l, step.d_r_us, step.d_s_us)
         assert got.stats == step.stats
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 99), st.integers(0, 1_000)), max_size=60),
+    st.integers(0, 5),
+    st.sampled_from([0.5, 0.9, 0.95, 1.0]),
+)
+def test_the_remembered_need_is_the_largest_hindsight_need_of_the_last_periods(pairs, memory, q_user):
+    st_ = AdaptationSettings(q_user=q_user, period_us=20, interval_us=5, memory_periods=memory)
+    times = np.array([t for t, _ in pairs], dtype=np.int64)
+    req = np.array([r for _, r in pairs], dtype=np.float64)
+    known = np.ones(times.size, dtype=bool)
+    want = 0.0
+    for k in range(memory):  # brute force: each period's least retention reaching q_user
+        mine = req[(times > 100 - 20 * (k + 1)) & (times <= 100 - 20 * k)]
+        for d in sorted(mine):
+            if (mine <= d).mean() >= q_user - 1e-12:
+                want = max(want, d)
+                break
+    assert remembered_need(req, times, known, 100, st_) == want
+
+
+def test_robust_remembers_what_a_recurring_outage_needed():
+    # a link that goes down for 5-30 s every one to three minutes: an outage is over before the
+    # regime view reacts; only what the last outages needed keeps the next one's pairs
+    from outoforder.core.joins.feasibility import period_verdicts
+    from outoforder.sources.workloads import arrive, fleet
+
+    for seed in (1, 2, 3):
+        w = fleet(900.0, vehicles=10, seed=seed)
+        inp = arrive(w, "outages", seed).inp
+        truth = exact_join(inp, w.query)
+        met = {}
+        for memory in (0, 10):
+            st_ = AdaptationSettings(
+                q_user=0.9, period_us=w.period_us, interval_us=w.interval_us,
+                granularity_us=w.granularity_us, estimator="robust", headroom=0.5, memory_periods=memory,
+            )  # fmt: skip
+            run, _ = run_adaptive_qjoin(inp, w.query, st_, truth)
+            per = period_recall(inp, truth, run.pairs, w.period_us, 0.9)
+            met[memory] = {p.period for p in per[1:] if p.met}
+        assert met[0] < met[10], seed  # more periods met, none lost
+        infeasible = {
+            v.period for v in period_verdicts(inp, w.query, truth, w.period_us, 0.9) if not v.feasible
+        }
+        missed = {p.period for p in per[1:]} - met[10]
+        assert len(missed - infeasible) <= 1, (seed, missed, infeasible)

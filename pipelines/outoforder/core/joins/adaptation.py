@@ -41,6 +41,10 @@ for the next L (docs/operators.md, QJoin):
      :data:`MIN_REGIME_PAIRS` such observations, each side keeps at least what the other side's
      recent arrivals bound (a pair needs at most its later tuple's lateness ``T - ts``), so a side
      that went a period without a late partner does not drop its buffer before the next one.
+     And it remembers: both sides keep at least what each of the last ``memory_periods`` periods
+     needed in hindsight (:func:`remembered_need`). A link's outages or bursts of congestion that
+     recur every few minutes are over before the regime view reacts, and have left it by the
+     next one; a causal controller meets such periods only by keeping what the last ones needed.
 
 AQ-K-slack (Ji et al.) needs both tuples of a pair on time, so it keeps
 ``P[D_R <= K_R]·P[D_S <= K_S] >= Q_user`` with the fewest buffered tuples, from the delays of the
@@ -82,6 +86,7 @@ class AdaptationSettings:
     seed: int = 0  # the paper estimator's Monte Carlo draws
     headroom: float = 0.0  # robust: Q_L >= Q_user + headroom·(1 - Q_user)
     max_retention_us: int | None = None  # the user's bound on d_R, d_S (None: none)
+    memory_periods: int = 0  # robust: keep what each of the last M periods needed in hindsight
 
     def __post_init__(self) -> None:
         if not 0.0 < self.q_user <= 1.0:
@@ -98,6 +103,9 @@ class AdaptationSettings:
             raise ConfigError(msg)
         if not 0.0 <= self.headroom < 1.0:
             msg = f"headroom must be in [0, 1), got {self.headroom}"
+            raise ConfigError(msg)
+        if self.memory_periods < 0:
+            msg = f"the memory must be >= 0 periods, got {self.memory_periods}"
             raise ConfigError(msg)
         if self.max_retention_us is not None and self.max_retention_us < 0:
             msg = f"the retention bound must be >= 0, got {self.max_retention_us}"
@@ -369,6 +377,29 @@ def _lateness_model(
     return out[0], out[1]
 
 
+def remembered_need(
+    req: FloatArray, pair_time: IntArray, known: npt.NDArray[np.bool_], now: int, st: AdaptationSettings
+) -> int:
+    """The largest retention one of the last ``st.memory_periods`` periods needed for Q_user.
+
+    Periods are counted back from ``now``; a period's need is the Q_user-quantile of its known
+    pairs' required retentions (what the best constant retention for that period alone keeps).
+
+    >>> st = AdaptationSettings(q_user=0.5, period_us=10, interval_us=1, memory_periods=2)
+    >>> req = np.array([1.0, 2.0, 30.0, 40.0, 500.0, 600.0])
+    >>> times = np.array([19, 18, 9, 8, -1, -2])   # two pairs in each of the last three periods
+    >>> remembered_need(req, times, np.ones(6, dtype=bool), 20, st)   # the third is forgotten
+    30
+    """
+    need = 0.0
+    for k in range(st.memory_periods):
+        mine = known & (pair_time > now - (k + 1) * st.period_us) & (pair_time <= now - k * st.period_us)
+        if mine.any():
+            r = np.sort(req[mine])
+            need = max(need, float(r[max(int(np.ceil(st.q_user * r.size)) - 1, 0)]))
+    return int(np.ceil(need))
+
+
 def _adaptation_points(progress: IntArray, interval_us: int) -> list[int]:
     """Arrival indices at which T first reaches each multiple of L after the first T."""
     valid = np.flatnonzero(progress > NEG)
@@ -560,7 +591,13 @@ def _decide(
             query.window_us, m_r.weights, m_s.weights,
         )  # fmt: skip
         d_r, d_s = max(d_r, b_r), max(d_s, b_s)
-    if floor_us:  # held tuples: keep what they will join with, rounded up to the grid
+    if st.estimator == "robust" and st.memory_periods:
+        # a disturbance that recurs (a link's outages, bursts of congestion) is over before the
+        # regime view can react and has left the regime by the next one: keep what the recent
+        # periods needed in hindsight
+        req_all = (t_later - query.window_us - inp.ts[earlier]).astype(np.float64)
+        floor_us = max(floor_us, remembered_need(req_all, pair_time, known, now, st))
+    if floor_us:  # held tuples, a remembered need: keep what they will join with, on the grid
         floor_us = -(-floor_us // st.granularity_us) * st.granularity_us
         d_r, d_s = max(d_r, floor_us), max(d_s, floor_us)
     needed_us = max(d_r, d_s)

@@ -35,9 +35,11 @@ def adapt(
     from outoforder.io import delta
 
     jid = job.job_id()
-    # the controller looks at the last period (eq. 3) and learns from pairs up to a period old:
-    # three periods of arrivals bound the work however long the job has run
-    seen = history.judged(spark, settings, source, job, until_us, span_us=3 * job.period_us)
+    # the controller looks at the last period (eq. 3), learns from pairs up to a period old and
+    # remembers what each of the last M periods needed: M periods of arrivals (at least two) and
+    # one more bound the work however long the job has run
+    span_us = (max(job.memory_periods, 2) + 1) * job.period_us
+    seen = history.judged(spark, settings, source, job, until_us, span_us=span_us)
     if seen is None:
         msg = f"no arrivals of {source} before {until_us}: nothing to adapt on"
         raise InputError(msg)

@@ -51,6 +51,12 @@ class JoinJob(Job):
         below=1,
         help="robust: no L aims below q_user + headroom·(1 - q_user)",
     )
+    memory_periods: int = param(
+        10,
+        identifies=False,
+        minimum=0,
+        help="robust: keep at least what each of the last M periods needed (recurring outages, bursts)",
+    )
     max_retention_us: int | None = param(
         None,
         unit="s",
@@ -78,5 +84,6 @@ class JoinJob(Job):
             basic_window_us=self.granularity_us,
             estimator=estimator or self.estimator,  # type: ignore[arg-type]
             headroom=self.headroom,
+            memory_periods=self.memory_periods,
             max_retention_us=self.max_retention_us,
         )
