@@ -38,3 +38,27 @@ def test_one_case_reports_every_candidate_against_hindsight_and_names_the_shift_
     verdict = F.verdicts(rows, "mp-kslack")["tuning"]
     assert verdict["cases"] == len(F.Q_USERS) and 0 <= verdict["kept"] <= verdict["cases"]
     assert np.isfinite(verdict["buffer_vs_hindsight_mean"])
+
+
+def test_the_aggregates_and_top_k_are_judged_on_a_held_out_case_against_their_hindsight():
+    from outoforder.bench import aggregate as agg
+    from outoforder.bench import family_operators as O
+
+    w = W.fleet(420, 10, seed=3)
+    a = W.arrive(w, "outages", 4)
+    rows = O.records(w, a, 4)
+    assert [r["operator"] for r in rows] == ["aggregate", "top-k"]
+    count, top = rows
+    # the hindsight K meets (ε, δ) and a K 10 ms shorter does not
+    size = 3 * w.interval_us
+    case = agg.Case(
+        "x", "", a.inp.ts, np.ones(len(a.inp)), a.arrival_us,
+        O.WindowQuery(O.Windows(size, w.interval_us), "count", O.EPS, O.DELTA, coverage_horizon_us=size),
+    )  # fmt: skip
+    k = round(count["hindsight_s"] * 1e6)
+    assert agg.met_share_at(case, k) >= 1 - O.DELTA
+    assert k == 0 or agg.met_share_at(case, k - agg.HINDSIGHT_STEP_US) < 1 - O.DELTA
+    for r in rows:
+        assert r["met"] == (r["met_share"] >= (1 - O.DELTA if r["operator"] == "aggregate" else 0.95))
+        assert r["k_mean_s"] is not None and r["k_mean_s"] >= 0
+    assert 0 < top["met_share"] <= 1

@@ -199,7 +199,7 @@ class Run:
     decided_at: list[tuple[int, float]] = field(default_factory=list)  # (arrival index, progress)
 
 
-def _drive(case: Case, method: str, hindsight_us: int = 0) -> Run:
+def drive(case: Case, method: str, hindsight_us: int = 0) -> Run:
     """Replay the case through one candidate."""
     ts = case.arrival_us if method == "mintopk-arrival" else case.ts
     results: TopK = {}
@@ -343,7 +343,7 @@ def main(
         truth = exact_topk(case.ts, case.score, tid, WINDOWS, K)
         hind = hindsight_cache(case.ts, case.score, tid, WINDOWS, K, EPS_MIN, HINDSIGHT_STEP_US)
         for m in METHODS:
-            rec = judge(case, m, _drive(case, m, hind), truth, hind)
+            rec = judge(case, m, drive(case, m, hind), truth, hind)
             records.append(rec)
             log(
                 "topk",

@@ -11,7 +11,7 @@ def test_candidates_agree_and_the_hindsight_duration_meets_eps():
     tid = np.arange(case.ts.size, dtype=np.int64)
     truth = exact_topk(case.ts, case.score, tid, bench.WINDOWS, bench.K)
     hind = hindsight_cache(case.ts, case.score, tid, bench.WINDOWS, bench.K, bench.EPS_MIN, 100_000)
-    runs = {m: bench._drive(case, m, hind) for m in bench.METHODS}
+    runs = {m: bench.drive(case, m, hind) for m in bench.METHODS}
     # same cache rule, same lists: the operator and the naive recompute at K = 2 s; SMA and K = 0
     assert runs["recompute"].results == {w: t for w, t in runs["fixed-2s"].results.items() if t}
     assert runs["sma"].results == {w: t for w, t in runs["immediate"].results.items() if t}
