@@ -50,11 +50,7 @@ def test_the_aggregates_and_top_k_are_judged_on_a_held_out_case_against_their_hi
     assert [r["operator"] for r in rows] == ["aggregate", "top-k"]
     count, top = rows
     # the hindsight K meets (ε, δ) and a K 10 ms shorter does not
-    size = 3 * w.interval_us
-    case = agg.Case(
-        "x", "", a.inp.ts, np.ones(len(a.inp)), a.arrival_us,
-        O.WindowQuery(O.Windows(size, w.interval_us), "count", O.EPS, O.DELTA, coverage_horizon_us=size),
-    )  # fmt: skip
+    case = agg.Case("x", "", a.inp.ts, np.ones(len(a.inp)), a.arrival_us, O.count_query(w))
     k = round(count["hindsight_s"] * 1e6)
     assert agg.met_share_at(case, k) >= 1 - O.DELTA
     assert k == 0 or agg.met_share_at(case, k - agg.HINDSIGHT_STEP_US) < 1 - O.DELTA

@@ -35,10 +35,15 @@ EPS = 0.05
 DELTA = 0.05
 
 
+def count_query(w: Workload) -> WindowQuery:
+    """COUNT over windows of three intervals L sliding by one, (ε, δ) = (:data:`EPS`, :data:`DELTA`)."""
+    size = 3 * w.interval_us
+    return WindowQuery(Windows(size, w.interval_us), "count", EPS, DELTA, coverage_horizon_us=size)
+
+
 def aggregate_record(w: Workload, a: Arrivals) -> dict[str, Any]:
     """COUNT over 3L windows sliding by L, the lateness controller at the stage's cadence, and hindsight."""
-    size = 3 * w.interval_us
-    query = WindowQuery(Windows(size, w.interval_us), "count", EPS, DELTA, coverage_horizon_us=size)
+    query = count_query(w)
     case = agg.Case(
         f"{w.name}/{a.family}", a.model, a.inp.ts, np.ones(len(a.inp)), a.arrival_us, query,
         batch_us=w.interval_us,

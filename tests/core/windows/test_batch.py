@@ -23,7 +23,6 @@ from outoforder.core.windows.batch import (
     arrival_events,
     arrival_state,
     foreseen_needs,
-    late_at_start,
     scan_fold,
     scan_summary,
     window_step,
@@ -68,7 +67,6 @@ def run_batches(ts, vals, query: WindowQuery, policy: Any, cuts: list[int], flus
         seq = np.arange(lo, hi, dtype=np.int64)
         t, v = np.asarray(ts[lo:hi], dtype=np.int64), np.asarray(vals[lo:hi], dtype=np.float64)
         if policy.follows_unsettled and carry["c"] is not None:  # the batch's K reads its late members
-            mine = late_at_start(t, carry["c"], w)
             fore = foreseen_needs(
                 aggregate=query.aggregate,
                 eps=query.eps,
@@ -76,9 +74,9 @@ def run_batches(ts, vals, query: WindowQuery, policy: Any, cuts: list[int], flus
                 windows=w,
                 horizon_us=query.coverage_horizon_us,
                 frontier=carry["c"],
-                ts=t[mine],
-                v=v[mine],
-                t_before=arrival_state(t, carry, 0)["t_before"][mine],
+                ts=t,
+                v=v,
+                t_before=arrival_state(t, carry, 0)["t_before"],
                 watch=watch,
                 watch_profiles=watch_profiles,
             )

@@ -595,8 +595,7 @@ def _decide(
         # a disturbance that recurs (a link's outages, bursts of congestion) is over before the
         # regime view can react and has left the regime by the next one: keep what the recent
         # periods needed in hindsight
-        req_all = (t_later - query.window_us - inp.ts[earlier]).astype(np.float64)
-        floor_us = max(floor_us, remembered_need(req_all, pair_time, known, now, st))
+        floor_us = max(floor_us, remembered_need(req, pair_time, known, now, st))
     if floor_us:  # held tuples, a remembered need: keep what they will join with, on the grid
         floor_us = -(-floor_us // st.granularity_us) * st.granularity_us
         d_r, d_s = max(d_r, floor_us), max(d_s, floor_us)

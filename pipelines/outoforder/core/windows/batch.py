@@ -363,15 +363,3 @@ def foreseen_needs(
         bucket = bucket_of(np.asarray(t_before, dtype=np.int64)[idx] - end)
         prof.add(np.searchsorted(w_wid, wid), bucket, np.asarray(v, dtype=np.float64)[idx])
     return {"wid": w_wid, "needed_us": needed_slacks(prof, aggregate, eps, w_lam)}
-
-
-def late_at_start(ts: IntArray, frontier: int | None, windows: Windows) -> BoolArray:
-    """The arrivals with a membership in a window closed before the batch (read by :func:`foreseen_needs`).
-
-    >>> late_at_start(np.array([5, 95, 150]), 120, Windows(100, 20)).tolist()   # windows end at 20, 40, ...
-    [True, True, False]
-    """
-    ts = np.asarray(ts, dtype=np.int64)
-    if frontier is None:
-        return np.zeros(ts.size, dtype=bool)
-    return np.asarray(windows.end_of(windows.first_id(ts)) <= frontier, dtype=bool)
