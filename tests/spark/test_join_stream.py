@@ -86,6 +86,28 @@ def test_intervals_with_adaptation_equal_the_set_form_and_reruns_change_nothing(
     assert last["arrivals"] == n and last["pairs"] == len(expected.pairs)
 
 
+def test_each_adaptation_remembers_what_its_earlier_decisions_measured(spark, settings, load_bronze):
+    # the memory of older periods' needs comes from the parameters table, not from re-reading
+    # their arrivals: each decision keeps the largest need it measured or found in the rows of
+    # the decisions made in the memory's older periods
+    load_bronze(arrivals(), SOURCE, 1)
+    job = JoinJob(**{**JOB.__dict__, "period_us": 200_000, "interval_us": 100_000, "memory_periods": 4})
+    rows = [adapt(spark, settings, SOURCE, job, T0 + k * 100 * STEP) for k in range(3, 15)]
+    stats = [json.loads(r["stats_json"]) for r in rows]
+    older = 0
+    for i, (row, st) in enumerate(zip(rows, stats, strict=True)):
+        now = row["progress_us"]
+        since = now - (job.memory_periods - 2) * job.period_us
+        earlier = [
+            s["measured_need_us"]
+            for r, s in zip(rows[:i], stats, strict=False)
+            if since <= r["progress_us"] < now
+        ]
+        assert st["remembered_us"] == max([st["measured_need_us"], *earlier])
+        older += st["remembered_us"] > st["measured_need_us"]
+    assert older  # some decision kept a need it no longer measured itself
+
+
 def test_an_interval_cannot_skip_unprocessed_arrivals(spark, settings, load_bronze):
     load_bronze(arrivals(n=300), SOURCE, 1)
     run_interval(spark, settings, SOURCE, JOB, T0, T0 + 100 * STEP)

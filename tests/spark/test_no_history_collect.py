@@ -98,8 +98,9 @@ def test_every_stage_runs_over_a_long_history_without_collecting_it(spark, setti
     load_bronze(history(), SOURCE)
     end = T0 + N * STEP
     recent = end - 4_000 * STEP
-    # join-adapt reads its last M + 1 periods of arrivals to the driver (bounded by the period and
-    # the memory, not the history): 11 periods of 250 ms keep that under the limit
+    # join-adapt reads its last three periods of arrivals to the driver (bounded by the period, not
+    # the history; older periods' needs come from its parameters): periods of 250 ms keep that
+    # under the limit
     join = JoinJob(
         s_streams=("team_a",), window_us=50_000, theta=2.0, period_us=250_000, interval_us=50_000, q_user=0.9
     )

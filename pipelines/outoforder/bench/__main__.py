@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
             "sources",
             "live",
             "families",
+            "tuning",
         ],
         help="which benchmark",
     )
@@ -56,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         sources,
         theta,
         topk,
+        tuning,
     )
 
     benches: dict[str, Callable[..., int]] = {
@@ -71,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         "sources": sources.main,
         "live": live.main,
         "families": families.main,
+        "tuning": tuning.main,
     }
     bench = benches[args.name]
     try:

@@ -8,7 +8,8 @@ and minimum sample, ...) may be chosen on the *tuning* part only; the promise is
 *held-out* part, whose stream shapes and delay families the tuning never saw
 (:mod:`outoforder.sources.workloads`):
 
-- tuning: the soccer game and smart meters under the lognormal, regime-shift and burst families;
+- tuning: the soccer game and smart meters (dense and sparse) under the lognormal, regime-shift
+  and burst families;
 - held-out: vehicle fleets (10 and 40 vehicles) and clickstreams (two densities) under the
   bimodal, heavy-tailed, outage and clock-skew families.
 
@@ -62,7 +63,12 @@ def parts(quick: bool) -> tuple[Part, Part]:
     s = 300.0 if quick else 1_200.0
     tuning = Part(
         "tuning",
-        (soccer(30.0 if quick else 90.0, seed=11), meters(s, seed=12), meters(s, n_meters=400, seed=13)),
+        (
+            soccer(30.0 if quick else 90.0, seed=11),
+            meters(s, seed=12),
+            meters(s, n_meters=400, seed=13),
+            meters(s, n_meters=50, events_per_s=0.5, seed=14),  # sparse: under a pair a second
+        ),
         TUNING_FAMILIES,
     )
     held_out = Part(
@@ -76,6 +82,11 @@ def parts(quick: bool) -> tuple[Part, Part]:
         HELD_OUT_FAMILIES,
     )
     return tuning, held_out
+
+
+def case_seed(part: int, workload: int, family: int) -> int:
+    """The seed of a case's arrivals, from the indices of its part, workload and family."""
+    return 100 * part + 10 * workload + family
 
 
 def job_of(w: Workload, q_user: float) -> JoinJob:
@@ -273,9 +284,9 @@ def main(
         meta[part.name] = {"workloads": [w.name for w in part.workloads], "families": list(part.families)}
         for j, w in enumerate(part.workloads):
             for k, family in enumerate(part.families):
-                records += bench_case(part.name, w, family, seed=100 * i + 10 * j + k)
+                records += bench_case(part.name, w, family, seed=case_seed(i, j, k))
                 if part.name == "held-out":  # the other operators' controllers were tuned on soccer
-                    operators += family_operators.records(w, arrive(w, family, 100 * i + 10 * j + k), k)
+                    operators += family_operators.records(w, arrive(w, family, case_seed(i, j, k)), k)
     meta |= {
         "machine": machine(),
         "seconds": round(time.monotonic() - t0, 1),

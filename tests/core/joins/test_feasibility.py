@@ -3,8 +3,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from outoforder.core.joins.feasibility import history_max_retention, period_verdicts, requirements
-from outoforder.core.joins.metrics import period_recall
+from outoforder.core.joins.feasibility import (
+    history_max_retention,
+    period_needs,
+    period_verdicts,
+    requirements,
+)
+from outoforder.core.joins.metrics import period_of, period_recall
 from outoforder.core.joins.qjoin import qjoin_set
 from outoforder.core.joins.query import JoinInput, JoinQuery, exact_join
 
@@ -32,11 +37,12 @@ def test_verdicts_hold_their_evidence_and_hindsight_confirms_them(seed, model, q
         return
     req, _ = requirements(inp, Q, truth)
     assert req.tolist() == brute_requirements(inp, truth)
+    period = period_of(inp, truth, int(inp.ts.min()), 100)
+    needs = period_needs(req, period, q_user)
+    d = history_max_retention(len(inp), truth, period, needs)
     later = truth.max(axis=1)
-    d = history_max_retention(inp, Q, truth)
-    assert d.tolist() == [
-        max([int(r) for r, last in zip(req, later, strict=True) if last < i], default=0)
-        for i in range(len(inp))
+    assert d.tolist() == [  # the most any period needed whose pairs had all arrived before
+        max([n for p, n in needs.items() if later[period == p].max() < i], default=0) for i in range(len(inp))
     ]
     for v in period_verdicts(inp, Q, truth, 100, q_user):
         # hindsight's need is the least constant retention meeting the target in that period
@@ -51,7 +57,8 @@ def test_verdicts_hold_their_evidence_and_hindsight_confirms_them(seed, model, q
             less = v.needed_us - 1
             run = qjoin_set(inp, Q, less, less, truth)
             assert not {p.period: p.met for p in period_recall(inp, truth, run.pairs, 100, q_user)}[v.period]
-        if not v.feasible:  # the generous controller missed it, and the need was new
+        assert v.seen_before_us == max([n for p, n in needs.items() if p < v.period], default=0)
+        if not v.feasible:  # the generous controller missed it, and no period had needed as much
             assert v.history_max_recall < q_user and v.needed_us > v.seen_before_us
             assert "needed a retention" in v.reason()
 

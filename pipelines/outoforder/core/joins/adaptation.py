@@ -35,16 +35,19 @@ for the next L (docs/operators.md, QJoin):
      collapses, and when the delays turn worse in that interval its evicted tuples are lost for
      good; the next interval then needs Q_L = 1. Under regime shifts Q_L swings between 0 and 1
      every L. A surplus says nothing about the next interval, so this estimator does not spend it.
-     Two guards for sparse streams, where a period holds few pairs: it aims at a confidence bound
-     (:func:`confident_target`, counting pairs that share their later tuple once, since they share
-     its lateness) rather than the sample's point estimate; and while it has fewer than
-     :data:`MIN_REGIME_PAIRS` such observations, each side keeps at least what the other side's
+     Two guards for sparse streams, where a period holds few pairs: eq. 3's target becomes a
+     confidence bound (:func:`confident_target`, counting pairs that share their later tuple
+     once, since they share its lateness) rather than the sample's point estimate -- the floor and
+     the bound each hold, neither is paid on top of the other; and while it has fewer than
+     ``min_regime_pairs`` such observations, each side keeps at least what the other side's
      recent arrivals bound (a pair needs at most its later tuple's lateness ``T - ts``), so a side
      that went a period without a late partner does not drop its buffer before the next one.
      And it remembers: both sides keep at least what each of the last ``memory_periods`` periods
      needed in hindsight (:func:`remembered_need`). A link's outages or bursts of congestion that
      recur every few minutes are over before the regime view reacts, and have left it by the
      next one; a causal controller meets such periods only by keeping what the last ones needed.
+     A period that needs more than any before it (a record) no controller reading the past
+     meets: :mod:`outoforder.core.joins.feasibility` says which periods those were.
 
 AQ-K-slack (Ji et al.) needs both tuples of a pair on time, so it keeps
 ``P[D_R <= K_R]·P[D_S <= K_S] >= Q_user`` with the fewest buffered tuples, from the delays of the
@@ -53,6 +56,7 @@ last L.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from itertools import pairwise
 from typing import Any, Literal
@@ -87,6 +91,10 @@ class AdaptationSettings:
     headroom: float = 0.0  # robust: Q_L >= Q_user + headroom·(1 - Q_user)
     max_retention_us: int | None = None  # the user's bound on d_R, d_S (None: none)
     memory_periods: int = 0  # robust: keep what each of the last M periods needed in hindsight
+    # robust's thresholds (chosen on the families benchmark's tuning part, docs/benchmarks/tuning.md)
+    confidence: float = 0.9  # the chance that a retention chosen from a sample reaches its target
+    min_regime_pairs: int = 200  # fewer observations in a regime: its requirements are not yet known
+    regime_factor: float = 2.0  # intervals whose lateness or arrival count differ more: other regimes
 
     def __post_init__(self) -> None:
         if not 0.0 < self.q_user <= 1.0:
@@ -106,6 +114,15 @@ class AdaptationSettings:
             raise ConfigError(msg)
         if self.memory_periods < 0:
             msg = f"the memory must be >= 0 periods, got {self.memory_periods}"
+            raise ConfigError(msg)
+        if not 0.0 < self.confidence < 1.0:
+            msg = f"the confidence must be in (0, 1), got {self.confidence}"
+            raise ConfigError(msg)
+        if self.min_regime_pairs < 0 or self.regime_factor <= 1.0:
+            msg = (
+                f"need min_regime_pairs >= 0 and regime_factor > 1, got {self.min_regime_pairs} "
+                f"and {self.regime_factor}"
+            )
             raise ConfigError(msg)
         if self.max_retention_us is not None and self.max_retention_us < 0:
             msg = f"the retention bound must be >= 0, got {self.max_retention_us}"
@@ -142,17 +159,25 @@ class Adaptation:
         return asdict(self)
 
 
-def interval_target(q_user: float, n_true_p_minus_l: int, n_prod_p_minus_l: int, n_l: float) -> float:
+def interval_target(
+    q_user: float, n_true_p_minus_l: float, n_prod_p_minus_l: int, n_l: float, n_pending: float = 0.0
+) -> float:
     """Q_L from eq. 3 (clipped to [0, 1]).
+
+    ``n_pending`` of the ``n_true_p_minus_l`` pairs of the history are not known yet (their later
+    tuple is still to come): the next retention decides them as well as the next L's ``n_l``, so
+    they share the target instead of counting as lost.
 
     >>> interval_target(0.9, 900, 800, 100.0)   # 800 of 900 made; 100 expected next: need all
     1.0
     >>> interval_target(0.9, 900, 900, 100.0)
     0.0
+    >>> round(interval_target(0.9, 1000, 850, 100.0, n_pending=100), 3)   # 100 of 1,000 to come
+    0.7
     """
-    if n_l <= 0:
+    if n_l + n_pending <= 0:
         return q_user
-    q = (q_user * (n_true_p_minus_l + n_l) - n_prod_p_minus_l) / n_l
+    q = (q_user * (n_true_p_minus_l + n_l) - n_prod_p_minus_l) / (n_l + n_pending)
     return float(min(1.0, max(0.0, q)))
 
 
@@ -282,30 +307,32 @@ def modelled_requirements(
     )
 
 
-RECALL_CONFIDENCE = 0.9  # robust: the chance that a retention chosen from a sample meets Q_L
-MIN_REGIME_PAIRS = 200  # fewer completed pairs in a new regime: its requirements are not yet known
-REGIME_FACTOR = 2.0  # intervals whose lateness or arrival count differ more belong to other regimes
-
-
 @dataclass(frozen=True)
 class RegimeView:
     """Where the current delay regime began, and since when arrivals have been scarce."""
 
     start_us: int  # the regime's intervals hold the arrivals with progress above this
-    held_since_us: int | None  # progress where arrivals fell below 1 / REGIME_FACTOR of before
+    held_since_us: int | None  # progress where arrivals fell below 1 / factor of before
 
 
 def regime_start(
-    t: IntArray, delays: IntArray, at: int, interval_us: int, period_us: int, q: float, grid_us: int
+    t: IntArray,
+    delays: IntArray,
+    at: int,
+    interval_us: int,
+    period_us: int,
+    q: float,
+    grid_us: int,
+    factor: float = 2.0,
 ) -> RegimeView:
     """The current regime: the newest intervals L (of the last P) that resemble the newest one.
 
     An interval is described by its arrivals' count and the ``q``-quantile of their lateness
     (:func:`~outoforder.core.joins.kslack.arrival_delays`). Walking back from the newest, an
     interval stays in the regime while neither differs from the newest one's by more than
-    :data:`REGIME_FACTOR` (lateness with a slack of two grid steps, so that calm intervals of a
-    few ms are alike). Arrivals are *scarce* when the newest intervals hold fewer than
-    1 / :data:`REGIME_FACTOR` of the median interval of the period before them.
+    ``factor`` (lateness with a slack of two grid steps, so that calm intervals of a few ms are
+    alike). Arrivals are *scarce* when the newest intervals hold fewer than 1 / ``factor`` of the
+    median interval of the period before them.
 
     >>> t = np.repeat(np.arange(10) * 10, 10)  # 10 intervals of 10 µs, 10 arrivals each
     >>> late = np.where(np.arange(100) >= 70, 50, 0)  # the last 3 intervals: lateness 50
@@ -324,14 +351,14 @@ def regime_start(
     def alike(i: int, j: int) -> bool:
         lo_l, hi_l = sorted((lat[i], lat[j]))
         lo_n, hi_n = sorted((counts[i], counts[j]))
-        return bool(hi_l <= REGIME_FACTOR * lo_l + 2 * grid_us and hi_n <= REGIME_FACTOR * lo_n + 1)
+        return bool(hi_l <= factor * lo_l + 2 * grid_us and hi_n <= factor * lo_n + 1)
 
     first = k - 1
     while first > 0 and alike(first - 1, k - 1):
         first -= 1
     held = None
     before = counts[:first]
-    if before.size and counts[k - 1] * REGIME_FACTOR < float(np.median(before)):
+    if before.size and counts[k - 1] * factor < float(np.median(before)):
         held = int(edges[first])
     return RegimeView(int(edges[first]), held)
 
@@ -340,6 +367,7 @@ def regime_start(
 class _Weighted:
     values: FloatArray
     weights: FloatArray
+    observed: int  # the independent observations behind the values
 
     @property
     def size(self) -> int:
@@ -370,34 +398,55 @@ def _lateness_model(
     out = []
     for k, (partner, share) in enumerate(((S, share_r), (R, 1.0 - share_r))):
         v = late[valid & (inp.side[:at] == partner)]
+        n = v.size
         if offsets[k].size:
             o = np.quantile(offsets[k], np.linspace(0, 1, min(offsets[k].size, 50)))
             v = np.maximum((v[:, None] + o[None, :]).ravel(), 0.0)
-        out.append(_Weighted(v, np.full(v.size, share / max(v.size, 1))))
+        out.append(_Weighted(v, np.full(v.size, share / max(v.size, 1)), n))
     return out[0], out[1]
 
 
+MEASURED_PERIODS = 2  # robust: the trailing periods a decision measures itself; older ones it remembers
+
+
 def remembered_need(
-    req: FloatArray, pair_time: IntArray, known: npt.NDArray[np.bool_], now: int, st: AdaptationSettings
-) -> int:
+    req: FloatArray,
+    pair_time: IntArray,
+    known: npt.NDArray[np.bool_],
+    now: int,
+    st: AdaptationSettings,
+    earlier: Sequence[tuple[int, int]] = (),
+) -> tuple[int, int]:
     """The largest retention one of the last ``st.memory_periods`` periods needed for Q_user.
 
-    Periods are counted back from ``now``; a period's need is the Q_user-quantile of its known
-    pairs' required retentions (what the best constant retention for that period alone keeps).
+    A period's need is the Q_user-quantile of its known pairs' required retentions (what the
+    best constant retention for that period alone keeps). A decision measures the last
+    :data:`MEASURED_PERIODS` periods back from ``now`` itself (pairs up to that late are known by
+    then) and remembers the rest from what the decisions of the memory's older periods measured:
+    ``earlier`` holds their (progress, measured need). So a scheduled decision reads a bounded
+    history however long the memory, and the in-sequence controller decides the same.
+    Returns (the remembered need, the need measured now).
 
-    >>> st = AdaptationSettings(q_user=0.5, period_us=10, interval_us=1, memory_periods=2)
+    >>> st = AdaptationSettings(q_user=0.5, period_us=10, interval_us=1, memory_periods=4)
     >>> req = np.array([1.0, 2.0, 30.0, 40.0, 500.0, 600.0])
     >>> times = np.array([19, 18, 9, 8, -1, -2])   # two pairs in each of the last three periods
-    >>> remembered_need(req, times, np.ones(6, dtype=bool), 20, st)   # the third is forgotten
-    30
+    >>> remembered_need(req, times, np.ones(6, dtype=bool), 20, st)   # the third is not measured
+    (30, 30)
+    >>> remembered_need(req, times, np.ones(6, dtype=bool), 20, st, [(5, 500), (9, 7)])   # remembered
+    (500, 30)
+    >>> remembered_need(req, times, np.ones(6, dtype=bool), 20, st, [(-1, 900)])   # four periods ago
+    (30, 30)
     """
     need = 0.0
-    for k in range(st.memory_periods):
+    for k in range(min(st.memory_periods, MEASURED_PERIODS)):
         mine = known & (pair_time > now - (k + 1) * st.period_us) & (pair_time <= now - k * st.period_us)
         if mine.any():
             r = np.sort(req[mine])
             need = max(need, float(r[max(int(np.ceil(st.q_user * r.size)) - 1, 0)]))
-    return int(np.ceil(need))
+    measured = int(np.ceil(need))
+    since = now - (st.memory_periods - MEASURED_PERIODS) * st.period_us
+    older = [n for at, n in earlier if since <= at < now] if st.memory_periods > MEASURED_PERIODS else []
+    return max([measured, *older]), measured
 
 
 def _adaptation_points(progress: IntArray, interval_us: int) -> list[int]:
@@ -435,8 +484,9 @@ def run_adaptive_qjoin(
     for seg_start, seg_end in pairwise(bounds):
         if seg_start > 0:
             step = _decide(
-                inp, query, settings, pairs, earlier, later, e_side, t, delays, decided, produced, seg_start
-            )
+                inp, query, settings, pairs, earlier, later, e_side, t, delays, decided, produced, seg_start,
+                earlier_needs(steps),
+            )  # fmt: skip
             d_r[seg_start:] = step.d_r_us
             d_s[seg_start:] = step.d_s_us
             steps.append(step)
@@ -460,12 +510,15 @@ def decide(
     settings: AdaptationSettings,
     produced: npt.NDArray[np.bool_],
     truth: PairArray | None = None,
+    remembered: Sequence[tuple[int, int]] = (),
 ) -> Adaptation:
     """One adaptation after the last arrival of ``inp`` (the history so far).
 
     ``produced[k]`` tells whether true pair ``truth[k]`` was produced by the running join (the
-    stream stage reads it from its results table). For the scheduled, periodic adaptation of the
-    pipeline; :func:`run_adaptive_qjoin` makes the same decision at every L of one sequence.
+    stream stage reads it from its results table); ``remembered`` are the earlier decisions' measured
+    needs (:func:`earlier_needs`; the stage keeps them with its parameters), which the robust
+    estimator remembers. For the scheduled, periodic adaptation of the pipeline;
+    :func:`run_adaptive_qjoin` makes the same decision at every L of one sequence.
     """
     pairs = exact_join(inp, query) if truth is None else truth
     if produced.shape[0] != pairs.shape[0]:
@@ -487,7 +540,13 @@ def decide(
         decided,
         produced,
         len(inp),
+        remembered,
     )
+
+
+def earlier_needs(steps: Sequence[Adaptation]) -> list[tuple[int, int]]:
+    """(progress, measured need) of the decisions that measured one (:func:`remembered_need`)."""
+    return [(s.progress_us, int(s.stats["measured_need_us"])) for s in steps if "measured_need_us" in s.stats]
 
 
 def _decide(
@@ -503,6 +562,7 @@ def _decide(
     decided: npt.NDArray[np.bool_],
     produced: npt.NDArray[np.bool_],
     at: int,
+    earlier_needs: Sequence[tuple[int, int]] = (),
 ) -> Adaptation:
     now = int(t[at - 1])
     t_later = t[later]
@@ -521,8 +581,22 @@ def _decide(
     in_p = known & (pair_time > now + st.interval_us - st.period_us)
     in_l = known & (pair_time > now - st.interval_us)
     n_l = float(weight[in_l].sum())
-    q_l = interval_target(st.q_user, round(float(weight[in_p].sum())), int((in_p & produced).sum()), n_l)
+    n_p = float(weight[in_p].sum())
+    # the period's pairs still to come (weighted up from the known ones) are decided by the next
+    # retentions too. The seed's estimators count them as lost, a hidden margin that their point
+    # estimates rely on; robust has its margins in the open (the floor, the confidence bound), and
+    # counting them as lost on top kept its Q_L at 1 whenever a slow minority was in flight
+    pending = n_p - float(in_p.sum()) if st.estimator == "robust" else 0.0
+    q_l = interval_target(st.q_user, n_p, int((in_p & produced).sum()), n_l, pending)
+    q_eq3 = q_l
     q_l = max(q_l, st.q_floor)
+
+    def bounded(n_observed: int) -> float:
+        # The floor guards the next interval against a change the past has not shown; the
+        # confidence bound guards eq. 3's target against a sample too small to trust. Each
+        # must hold, but one need not be paid on top of the other.
+        return max(confident_target(q_eq3, n_observed, st.confidence), st.q_floor)
+
     recent = np.arange(at) >= np.searchsorted(t[:at], now - st.interval_us, side="right")
     rates = [float(((inp.side[:at] == s) & recent).sum()) / st.interval_us for s in (R, S)]
     max_d = [int(delays[:at][inp.side[:at] == s].max(initial=0)) for s in (R, S)]
@@ -536,21 +610,23 @@ def _decide(
     observed = 0
     regime: RegimeView | None = None
     if st.estimator in ("reactive", "robust"):
-        regime = regime_start(t, delays, at, st.interval_us, st.period_us, st.q_user, st.granularity_us)
+        regime = regime_start(
+            t, delays, at, st.interval_us, st.period_us, st.q_user, st.granularity_us, st.regime_factor
+        )
         done_in_regime = known & (t_later > regime.start_us)
         # too few pairs in the regime: those completed in the last P, which need what all pairs
         # need in a steady stream (weighting the period's known pairs up instead under-states a
         # slow minority: the pairs still unknown are the ones with a late tuple)
         sample = (
             done_in_regime
-            if done_in_regime.sum() >= MIN_REGIME_PAIRS
+            if done_in_regime.sum() >= st.min_regime_pairs
             else known & (t_later > now - st.period_us)
         )
         weight = np.where(sample, 1.0, 0.0)
         # pairs sharing their later tuple share its lateness: count the independent observations
         observed = np.unique(later[sample]).size
         if st.estimator == "robust":  # few pairs: aim at a bound on what the next L needs
-            q_l = confident_target(q_l, observed, RECALL_CONFIDENCE)
+            q_l = bounded(observed)
         if regime.held_since_us is not None:
             floor_us = now - regime.held_since_us + st.interval_us
     if st.estimator != "paper":
@@ -575,7 +651,9 @@ def _decide(
         w_r,
         w_s,
     )
-    if st.estimator == "robust" and observed < MIN_REGIME_PAIRS:
+    # what each guard asked for (which one set the retention explains the decision afterwards)
+    guards: dict[str, int] = {"sample_us": max(d_r, d_s)}
+    if st.estimator == "robust" and observed < st.min_regime_pairs:
         # Few pairs, and they come in clusters (one late tuple joins several): a side can go a
         # period without a late partner and its retention would collapse, evicting for good what
         # the next late partner needs. Every arrival of the other side bounds what its pairs
@@ -585,17 +663,23 @@ def _decide(
             inp, t, at, now - st.period_us, float(w_r.sum()), float(w_s.sum()),
             (off[sample & (e_side == R)], off[sample & (e_side == S)]),
         )  # fmt: skip
-        q_b = confident_target(q_l, min(m_r.size, m_s.size), RECALL_CONFIDENCE)
+        q_b = bounded(min(m_r.observed, m_s.observed))
         b_r, b_s, _ = choose_retention(
             m_r.values, m_s.values, q_b, st.granularity_us, cap[0], cap[1], rates[0], rates[1],
             query.window_us, m_r.weights, m_s.weights,
         )  # fmt: skip
         d_r, d_s = max(d_r, b_r), max(d_s, b_s)
+        guards["lateness_us"] = max(b_r, b_s)
+    if regime is not None and regime.held_since_us is not None:
+        guards["held_us"] = floor_us
     if st.estimator == "robust" and st.memory_periods:
         # a disturbance that recurs (a link's outages, bursts of congestion) is over before the
         # regime view can react and has left the regime by the next one: keep what the recent
         # periods needed in hindsight
-        floor_us = max(floor_us, remembered_need(req, pair_time, known, now, st))
+        guards["remembered_us"], guards["measured_need_us"] = remembered_need(
+            req, pair_time, known, now, st, earlier_needs
+        )
+        floor_us = max(floor_us, guards["remembered_us"])
     if floor_us:  # held tuples, a remembered need: keep what they will join with, on the grid
         floor_us = -(-floor_us // st.granularity_us) * st.granularity_us
         d_r, d_s = max(d_r, floor_us), max(d_s, floor_us)
@@ -618,6 +702,8 @@ def _decide(
         "needed_us": int(needed_us),
         "reachable": 1.0 if bound is None else reachable_recall(req_r, req_s, w_r, w_s, bound),
     }
+    if st.estimator == "robust":
+        stats |= guards
     if regime is not None:
         stats["observed"] = observed  # distinct later tuples in the sample
         stats["regime_start_us"] = regime.start_us

@@ -1,16 +1,20 @@
-"""Which periods no controller reading the past could have met: the history-maximum check.
+"""Which periods no controller reading the past could have met: the record check.
 
-A causal controller sets the retention from the pairs it has seen complete. The most generous
-one that trusts only what it has seen keeps, from every arrival on, the largest requirement
-(:func:`requirements`) any completed pair has shown so far, and never lowers it. When even that
-controller misses a period, the period needed a lateness the stream had never shown before it:
-a controller reading the past could only have met it by buffering more than anything it had
-seen justified, which is a guess, not an estimate.
+The promise is per period, and so is its yardstick: a period's *need* is the least constant
+retention that meets the target in that period alone (hindsight). A causal controller can at
+best keep what the periods before it needed; the most generous one that trusts only that keeps
+the largest need of any period known so far (a period is known once its last pair has
+completed) and never lowers it. When even that controller misses a period, the period needed
+more than any period before it had (a *record*): a controller reading the past could only have
+met it by buffering more than anything it had seen justified, which is a guess, not an estimate.
+Records are rare in a steady stream (the k-th period is one with chance 1/k) and are what abrupt
+shifts to a worse delay regime produce.
 
-Such a period gets an *infeasible* verdict with its evidence: the least constant retention that
-meets the target in that period alone (hindsight's need), the largest requirement seen before
-the period began, and the recall the history-maximum controller reached there. Everything else a
-controller missed is its own fault.
+Such a period gets an *infeasible* verdict with its evidence: its need, the largest need of any
+period before it, and the recall the history-maximum controller reached there. Everything else a
+controller missed is its own fault. (Judging by single pairs instead, a controller that keeps the
+largest requirement any one pair ever showed, would excuse almost nothing and cost without
+bound: under heavy-tailed delays one pair can need a minute where periods need a second.)
 
 >>> from outoforder.core.joins.query import JoinInput, JoinQuery
 >>> q = JoinQuery(window_us=0, predicate="key")
@@ -46,7 +50,7 @@ class PeriodVerdict:
     period: int
     start_us: int
     needed_us: int  # hindsight: the least constant retention meeting the target in this period
-    seen_before_us: int  # the largest requirement of any pair completed before the period began
+    seen_before_us: int  # the largest need of any period before it
     history_max_recall: float  # the period's recall under the history-maximum controller
     feasible: bool
 
@@ -55,8 +59,8 @@ class PeriodVerdict:
         if self.feasible:
             return ""
         return (
-            f"needed a retention of {self.needed_us / 1e6:.3g} s; the most any pair had needed before "
-            f"was {self.seen_before_us / 1e6:.3g} s; keeping the most seen so far reached recall "
+            f"needed a retention of {self.needed_us / 1e6:.3g} s; the most any period before it "
+            f"needed was {self.seen_before_us / 1e6:.3g} s; keeping that reached recall "
             f"{self.history_max_recall:.3f}"
         )
 
@@ -77,14 +81,28 @@ def requirements(inp: JoinInput, query: JoinQuery, truth: PairArray) -> tuple[In
     return req, t[later].astype(np.int64)
 
 
-def history_max_retention(inp: JoinInput, query: JoinQuery, truth: PairArray) -> IntArray:
-    """The retention in force at each arrival: the largest requirement of the pairs completed before it."""
-    return _largest_before(len(inp), truth, requirements(inp, query, truth)[0])
+def period_needs(req: IntArray, period: IntArray, q_user: float) -> dict[int, int]:
+    """Per period with pairs: the least retention covering a ``q_user`` share of its pairs.
+
+    >>> period_needs(np.array([0, 5, 9, 2, 40]), np.array([0, 0, 0, 1, 1]), 0.6)
+    {0: 5, 1: 40}
+    """
+    out = {}
+    for p in np.unique(period):
+        mine = np.sort(req[period == p])
+        out[int(p)] = int(mine[max(0, int(np.ceil(q_user * mine.size - 1e-9)) - 1)])
+    return out
 
 
-def _largest_before(n: int, truth: PairArray, req: IntArray) -> IntArray:
+def history_max_retention(n: int, truth: PairArray, period: IntArray, needs: dict[int, int]) -> IntArray:
+    """The retention in force at each of ``n`` arrivals: the largest need of the periods known by then.
+
+    A period's need is known once its last pair has completed (its later tuple arrived).
+    """
+    later = truth.max(axis=1)
     per_arrival = np.zeros(n, dtype=np.int64)
-    np.maximum.at(per_arrival, truth.max(axis=1), req)
+    for p, need in needs.items():
+        per_arrival[int(later[period == p].max())] = max(per_arrival[int(later[period == p].max())], need)
     return np.concatenate([[0], np.maximum.accumulate(per_arrival)[:-1]]).astype(np.int64)
 
 
@@ -95,16 +113,15 @@ def period_verdicts(
     pairs = exact_join(inp, query) if truth is None else truth
     if pairs.shape[0] == 0:
         return []
-    req, known_at = requirements(inp, query, pairs)
-    d = _largest_before(len(inp), pairs, req)
+    origin = int(inp.ts.min())
+    req, _ = requirements(inp, query, pairs)
+    period = period_of(inp, pairs, origin, period_us)
+    needs = period_needs(req, period, q_user)
+    d = history_max_retention(len(inp), pairs, period, needs)
     run = qjoin_set(inp, query, d, d, truth=pairs)
-    quality = period_recall(inp, pairs, run.pairs, period_us, q_user)
-    period = period_of(inp, pairs, int(inp.ts.min()), period_us)
     out = []
-    for p in quality:
-        mine = np.sort(req[period == p.period])
-        need = int(mine[max(0, int(np.ceil(q_user * mine.size - 1e-9)) - 1)])
-        before = req[known_at < p.start_us]
-        seen = int(before.max()) if before.size else 0
+    for p in period_recall(inp, pairs, run.pairs, period_us, q_user):
+        seen = max((n for k, n in needs.items() if k < p.period), default=0)
+        need = needs[p.period]
         out.append(PeriodVerdict(p.period, p.start_us, need, seen, p.recall, p.met or need <= seen))
     return out

@@ -3,7 +3,9 @@
 It looks at the history up to ``until`` (:mod:`outoforder.stages.join.history`): the exact join
 of bronze and the pairs the stream produced, and writes the retention for the next intervals with
 the statistics it came from to ``silver/join_params`` (either estimator of
-:mod:`outoforder.core.joins.adaptation`). Rerunning it rewrites the same row.
+:mod:`outoforder.core.joins.adaptation`). Rerunning it rewrites the same row. The robust
+estimator's memory of what older periods needed comes from the earlier decisions' rows, so the
+history it reads is three periods however long the memory.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from outoforder.config import Settings
-from outoforder.core.joins.adaptation import decide
+from outoforder.core.joins.adaptation import MEASURED_PERIODS, decide
+from outoforder.core.joins.progress import NEG, joint_progress
 from outoforder.errors import InputError
 from outoforder.io.conflicts import retry_on_conflict
 from outoforder.io.tables import JOIN_PARAMS
@@ -36,14 +39,21 @@ def adapt(
 
     jid = job.job_id()
     # the controller looks at the last period (eq. 3), learns from pairs up to a period old and
-    # remembers what each of the last M periods needed: M periods of arrivals (at least two) and
-    # one more bound the work however long the job has run
-    span_us = (max(job.memory_periods, 2) + 1) * job.period_us
+    # measures what the last two periods needed: three periods of arrivals bound the work however
+    # long the job has run; older periods' needs are in the earlier decisions' rows
+    span_us = (MEASURED_PERIODS + 1) * job.period_us
     seen = history.judged(spark, settings, source, job, until_us, span_us=span_us)
     if seen is None:
         msg = f"no arrivals of {source} before {until_us}: nothing to adapt on"
         raise InputError(msg)
-    step = decide(seen.inp, job.query(), job.adaptation(), seen.produced, seen.truth)
+    progress = joint_progress(seen.inp)
+    now = int(progress[-1])
+    remembered = (
+        earlier_needs(spark, settings, source, jid, until_us, now - job.memory_periods * job.period_us, now)
+        if job.estimator == "robust" and job.memory_periods > MEASURED_PERIODS and now > NEG
+        else []
+    )
+    step = decide(seen.inp, job.query(), job.adaptation(), seen.produced, seen.truth, remembered)
     row = {
         "source": source,
         "job": jid,
@@ -78,3 +88,32 @@ def adapt(
             step.stats["needed_us"] / 1e6,
         )  # fmt: skip
     return row
+
+
+def earlier_needs(
+    spark: SparkSession, settings: Settings, source: str, jid: str, until_us: int, since_us: int, now_us: int
+) -> list[tuple[int, int]]:
+    """(progress, measured need) of the job's decisions before ``until_us`` made at progress in [since, now).
+
+    One row per decision: a day at one adaptation a minute is 1,440 rows, a memory of 20
+    periods of a minute 120 of them.
+    """
+    from pyspark.sql import functions as F
+
+    from outoforder.io import delta
+    from outoforder.stages.interval import where_job
+
+    delta.ensure(spark, JOIN_PARAMS, settings.lake_root)
+    rows = (
+        delta.read(spark, JOIN_PARAMS, settings.lake_root)
+        .where(
+            where_job(source, jid)
+            & (F.col("valid_from_us") < until_us)
+            & (F.col("progress_us") >= since_us)
+            & (F.col("progress_us") < now_us)
+        )
+        .select("progress_us", F.get_json_object("stats_json", "$.measured_need_us").alias("need"))
+        .where(F.col("need").isNotNull())
+        .collect()
+    )
+    return sorted((int(r[0]), int(r[1])) for r in rows)

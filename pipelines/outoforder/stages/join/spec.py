@@ -52,7 +52,7 @@ class JoinJob(Job):
         help="robust: no L aims below q_user + headroom·(1 - q_user)",
     )
     memory_periods: int = param(
-        10,
+        20,
         identifies=False,
         minimum=0,
         help="robust: keep at least what each of the last M periods needed (recurring outages, bursts)",

@@ -1,0 +1,238 @@
+"""The robust join estimator's constants, chosen on the families benchmark's tuning part alone.
+
+``python -m outoforder.bench tuning`` (or ``bash infra/bench.sh tuning``) writes
+``docs/benchmarks/tuning.{json,md,png}``.
+
+Each constant of the robust estimator (:class:`~outoforder.core.joins.adaptation.AdaptationSettings`:
+the headroom, the memory, the confidence bound, the regime detector's minimum sample and factor)
+is varied one at a time around the defaults the stages use; every variant runs on every case of
+the *tuning* part of :mod:`outoforder.bench.families` at each target. The held-out part is never
+run here: it is judged by ``bench families`` with the defaults this sweep supports.
+
+A variant is scored as the families benchmark scores the promise: the cases keeping it (periods
+met or judged infeasible >= :data:`~outoforder.bench.families.TARGET_SHARE`, mean buffer within
+:data:`~outoforder.bench.families.BUFFER_BOUND` of hindsight's), then the fewest missed periods not
+judged infeasible, then the best worst case, then the lowest mean buffer against hindsight (within
+:data:`BUFFER_TIE` a tie). The report says whether each
+default is the best of its row.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from outoforder.bench import families
+from outoforder.bench.harness import DEFAULT_OUT, log, machine, markdown_table, write_json
+from outoforder.core.joins.adaptation import AdaptationSettings, run_adaptive_qjoin
+from outoforder.core.joins.feasibility import period_verdicts
+from outoforder.core.joins.metrics import period_recall, summarize
+from outoforder.core.joins.query import exact_join
+from outoforder.sources.workloads import Workload, arrive
+from outoforder.stages.join.evaluate import evaluate
+
+SWEEP: dict[str, tuple[float, ...]] = {
+    "headroom": (0.25, 0.5, 0.75),
+    "memory_periods": (5, 10, 20, 30),
+    "confidence": (0.75, 0.9, 0.97),
+    "min_regime_pairs": (100, 200, 400),
+    "regime_factor": (1.5, 2.0, 3.0),
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One tuning case: a workload under a family (its arrivals are drawn from the seed)."""
+
+    workload: Workload
+    family: str
+    seed: int
+
+
+def cases(quick: bool) -> list[Case]:
+    """The tuning part's cases, with the seeds the families benchmark gives them."""
+    tuning, _ = families.parts(quick)
+    return [
+        Case(w, f, families.case_seed(0, j, k))
+        for j, w in enumerate(tuning.workloads)
+        for k, f in enumerate(tuning.families)
+    ]
+
+
+def variants(base: AdaptationSettings) -> list[tuple[str, Any]]:
+    """(constant, value) for every variant, the defaults first as ("default", None)."""
+    out: list[tuple[str, Any]] = [("default", None)]
+    for name, values in SWEEP.items():
+        out += [(name, v) for v in values if v != getattr(base, name)]
+    return out
+
+
+def run_case(case: Case) -> list[dict[str, Any]]:
+    """Every variant on one case, at each target."""
+    t0 = time.monotonic()
+    a = arrive(case.workload, case.family, case.seed)
+    truth = exact_join(a.inp, case.workload.query)
+    out = []
+    for q_user in families.Q_USERS:
+        job = families.job_of(case.workload, q_user)
+        hind = evaluate(a.inp, job, ("qjoin-hindsight",), truth)["methods"]["qjoin-hindsight"][
+            "buffered_mean"
+        ]
+        infeasible = {
+            v.period
+            for v in period_verdicts(a.inp, job.query(), truth, job.period_us, q_user)
+            if not v.feasible
+        }
+        base = job.adaptation()
+        for name, value in variants(base):
+            st = base if value is None else replace(base, **{name: value})
+            run, _ = run_adaptive_qjoin(a.inp, job.query(), st, truth)
+            s = summarize(a.inp, truth, run, job.period_us, q_user, job.warmup_periods)
+            judged = period_recall(a.inp, truth, run.pairs, job.period_us, q_user)[job.warmup_periods :]
+            missed = [p.period for p in judged if not p.met]
+            unexcused = sum(p not in infeasible for p in missed)
+            ratio = s["buffered_mean"] / hind if hind else 1.0
+            share = 1.0 - unexcused / max(len(judged), 1)
+            out.append(
+                {
+                    "workload": case.workload.name, "family": case.family, "q_user": q_user,
+                    "constant": name, "value": value, "periods": len(judged),
+                    "periods_met": s["periods_meeting_target"], "missed": len(missed), "unexcused": unexcused,
+                    "periods_met_or_excused": round(share, 4), "buffer_vs_hindsight": round(ratio, 3),
+                    "kept": share >= families.TARGET_SHARE and ratio <= families.BUFFER_BOUND,
+                }
+            )  # fmt: skip
+    log("tuning", f"{case.workload.name} {case.family}: {time.monotonic() - t0:.1f} s")
+    return out
+
+
+def scores(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per variant: cases kept, unexcused misses, worst share, mean buffer ÷ hindsight."""
+    keys = list(dict.fromkeys((r["constant"], r["value"]) for r in records))
+    out = []
+    for name, value in keys:
+        mine = [r for r in records if (r["constant"], r["value"]) == (name, value)]
+        out.append(
+            {
+                "constant": name, "value": "default" if value is None else value,
+                "kept": sum(r["kept"] for r in mine), "cases": len(mine),
+                "unexcused": sum(r["unexcused"] for r in mine),
+                "worst_share": min(r["periods_met_or_excused"] for r in mine),
+                "periods_met_mean": round(float(np.mean([r["periods_met"] for r in mine])), 4),
+                "buffer_mean": round(float(np.mean([r["buffer_vs_hindsight"] for r in mine])), 3),
+                "buffer_max": max(r["buffer_vs_hindsight"] for r in mine),
+            }
+        )  # fmt: skip
+    return out
+
+
+BUFFER_TIE = 0.02  # buffers this close (relative) are a tie: the default stands
+
+
+def beats(row: dict[str, Any], other: dict[str, Any]) -> bool:
+    """Whether ``row`` ranks above ``other``.
+
+    More cases kept, then fewer unexcused misses, then a better worst share, then less buffer by
+    more than :data:`BUFFER_TIE`.
+    """
+    a = (row["kept"], -row["unexcused"], row["worst_share"])
+    b = (other["kept"], -other["unexcused"], other["worst_share"])
+    if a != b:
+        return a > b
+    return bool(row["buffer_mean"] < other["buffer_mean"] * (1.0 - BUFFER_TIE))
+
+
+def defaults_hold(rows: list[dict[str, Any]]) -> dict[str, bool]:
+    """Per constant: whether no value of its row beats the defaults."""
+    default = next(r for r in rows if r["constant"] == "default")
+    return {name: not any(beats(r, default) for r in rows if r["constant"] == name) for name in SWEEP}
+
+
+COLUMNS = (
+    ("constant", "constant", ""), ("value", "value", ""), ("kept", "cases kept", "d"),
+    ("unexcused", "missed periods not judged infeasible", "d"),
+    ("worst_share", "worst met or infeasible", ".0%"),
+    ("periods_met_mean", "periods met (mean)", ".1%"), ("buffer_mean", "buffer ÷ hindsight (mean)", ".2f"),
+    ("buffer_max", "… (max)", ".2f"),
+)  # fmt: skip
+
+
+def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    """The sweep: one row per variant, and whether each default is the best of its row."""
+    base = meta["defaults"]
+    held = meta["defaults_hold"]
+    lines = [
+        "# The robust join estimator's constants, chosen on the tuning part",
+        "",
+        f"Command: `{meta['command']}` ({meta['seconds']:.0f} s, {meta['machine']['date']}, commit "
+        f"{meta['machine']['commit']}). Tuning part only ({', '.join(meta['workloads'])} × "
+        f"{', '.join(meta['families'])}, Q_user {' and '.join(f'{q:.2f}' for q in families.Q_USERS)}: "
+        f"{meta['cases']} cases); the held-out part is judged by `bash infra/bench.sh families`. Each "
+        "constant varies alone around the defaults "
+        f"({', '.join(f'{k} {v}' for k, v in base.items())}). Ranked by cases keeping the promise, then "
+        "missed periods not judged infeasible, then the worst case's share, then buffer (within "
+        f"{BUFFER_TIE:.0%} a tie, where the default stands).",
+        "",
+        markdown_table(rows, COLUMNS),
+        "",
+        "Defaults no variant of their row beats: "
+        + ", ".join(f"{k} {'yes' if ok else 'NO'}" for k, ok in held.items())
+        + ".",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    """Unexcused misses against mean buffer, one point per variant."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for r in rows:
+        ax.scatter(r["buffer_mean"], r["unexcused"], color="black" if r["constant"] == "default" else "C0")
+        ax.annotate(f"{r['constant']} {r['value']}", (r["buffer_mean"], r["unexcused"]), fontsize=7)
+    ax.set_xlabel("mean buffer ÷ hindsight's (tuning part)")
+    ax.set_ylabel("missed periods not judged infeasible")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(
+    out: Path = DEFAULT_OUT, data_dir: Path | None = None, quick: bool = False, spark_on: bool = True
+) -> int:
+    """Run every variant on the tuning part and write the report (no Spark: exact set forms)."""
+    del data_dir, spark_on
+    t0 = time.monotonic()
+    todo = cases(quick)
+    with ProcessPoolExecutor(max_workers=max(1, min(2, os.cpu_count() or 1))) as pool:
+        records = [r for rs in pool.map(run_case, todo) for r in rs]
+    rows = scores(records)  # the defaults first, then each constant's values (the sweep's order)
+    base = families.job_of(todo[0].workload, families.Q_USERS[0]).adaptation()
+    tuning, _ = families.parts(quick)
+    meta: dict[str, Any] = {
+        "command": "bash infra/bench.sh tuning" + (" --quick" if quick else ""),
+        "machine": machine(),
+        "seconds": round(time.monotonic() - t0, 1),
+        "workloads": [w.name for w in tuning.workloads],
+        "families": list(tuning.families),
+        "cases": len(todo) * len(families.Q_USERS),
+        "defaults": {k: getattr(base, k) for k in SWEEP},
+        "defaults_hold": defaults_hold(rows),
+        "variants": rows,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "tuning.json", meta, records)
+    (out / "tuning.md").write_text(markdown(rows, meta))
+    plot(rows, out / "tuning.png")
+    log("bench", f"written {out / 'tuning.json'}, {out / 'tuning.md'} in {meta['seconds']:.0f} s")
+    return 0

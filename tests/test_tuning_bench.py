@@ -1,0 +1,64 @@
+"""The tuning sweep: it runs the tuning part only, every constant alone, and ranks as the promise does."""
+
+from outoforder.bench import families as F
+from outoforder.bench import tuning as T
+from outoforder.sources import workloads as W
+
+
+def test_the_sweep_runs_the_tuning_part_with_the_families_seeds_and_never_the_held_out_part():
+    tuning, held_out = F.parts(quick=True)
+    got = T.cases(quick=True)
+    assert {(c.workload.name, c.family) for c in got} == {
+        (w.name, f) for w in tuning.workloads for f in tuning.families
+    }
+    assert not {c.workload.name for c in got} & {w.name for w in held_out.workloads}
+    for j, w in enumerate(tuning.workloads):  # bench families draws the same arrivals
+        for k, f in enumerate(tuning.families):
+            assert [c.seed for c in got if (c.workload.name, c.family) == (w.name, f)] == [
+                F.case_seed(0, j, k)
+            ]
+
+
+def test_each_constant_varies_alone_around_the_defaults():
+    base = F.job_of(W.meters(60, n_meters=10, seed=1), 0.9).adaptation()
+    vs = T.variants(base)
+    assert vs[0] == ("default", None)
+    for name, value in vs[1:]:
+        assert value != getattr(base, name) and value in T.SWEEP[name]
+    assert {name for name, _ in vs[1:]} == set(T.SWEEP)
+
+
+def row(constant, value, kept, unexcused, share, buffer):
+    return {
+        "constant": constant, "value": value, "kept": kept, "cases": 4, "unexcused": unexcused,
+        "worst_share": share, "periods_met_mean": share, "buffer_mean": buffer, "buffer_max": buffer,
+    }  # fmt: skip
+
+
+def test_variants_rank_by_cases_kept_then_misses_then_worst_share_then_buffer():
+    rows = [
+        row("default", "default", 3, 1, 0.9, 1.1),
+        row("headroom", 0.25, 3, 1, 0.9, 1.0),  # the same promise with less buffer: better
+        row("memory_periods", 5, 2, 0, 1.0, 0.5),  # fewer cases kept: worse whatever else
+        row("confidence", 0.75, 3, 2, 1.0, 0.5),  # more misses: worse
+        row("min_regime_pairs", 100, 3, 1, 0.9, 1.09),  # 1 % less buffer: a tie, the default stands
+    ]
+    held = T.defaults_hold(rows)
+    assert held["headroom"] is False
+    assert held["memory_periods"] is True and held["confidence"] is True and held["min_regime_pairs"] is True
+    assert held["regime_factor"] is True  # no variant in the rows: nothing beats the default
+
+
+def test_one_case_scores_every_variant_at_each_target_against_hindsight():
+    case = T.Case(W.meters(180, n_meters=20, seed=3), "regimes", 5)
+    records = T.run_case(case)
+    base = F.job_of(case.workload, F.Q_USERS[0]).adaptation()
+    assert len(records) == len(T.variants(base)) * len(F.Q_USERS)
+    for r in records:
+        assert 0 <= r["unexcused"] <= r["missed"] <= r["periods"]
+        assert r["kept"] == (
+            r["periods_met_or_excused"] >= F.TARGET_SHARE and r["buffer_vs_hindsight"] <= F.BUFFER_BOUND
+        )
+    rows = T.scores(records)
+    assert rows[0]["value"] == "default" and rows[0]["cases"] == len(F.Q_USERS)
+    assert sum(r["cases"] for r in rows) == len(records)
