@@ -92,7 +92,8 @@ def test_each_adaptation_remembers_what_its_earlier_decisions_measured(spark, se
     # the decisions made in the memory's older periods
     load_bronze(arrivals(), SOURCE, 1)
     job = JoinJob(**{**JOB.__dict__, "period_us": 200_000, "interval_us": 100_000, "memory_periods": 4})
-    rows = [adapt(spark, settings, SOURCE, job, T0 + k * 100 * STEP) for k in range(3, 15)]
+    run_interval(spark, settings, SOURCE, job, T0, T0 + 1_500 * STEP)
+    rows = [adapt(spark, settings, SOURCE, job, T0 + k * 150 * STEP) for k in range(2, 10)]
     stats = [json.loads(r["stats_json"]) for r in rows]
     older = 0
     for i, (row, st) in enumerate(zip(rows, stats, strict=True)):
