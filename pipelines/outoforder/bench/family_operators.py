@@ -7,7 +7,9 @@ the stages' default controller, run as its reference on the same arrivals:
   window holds; a window meets ε when its count at emission is within ε = 0.05 of the exact one),
   the lateness controller with the aggregate stage's defaults adapting once per interval L, as
   the stage does (:data:`outoforder.bench.aggregate.PER_BATCH`); the target is (ε, δ): at least
-  1 − δ = 95 % of the windows meet ε. The yardstick: the hindsight constant K.
+  1 − δ = 95 % of the windows meet ε, or are judged infeasible: a window that needed a larger K
+  than every window before it (a record, :mod:`outoforder.core.windows.feasibility`), as the
+  join's periods are judged. The yardstick: the hindsight constant K.
 - **top-k**: the top-5 of 60 s windows sliding by 5 s with the top-k benchmark's lateness
   controller (:mod:`outoforder.bench.topk`); the workloads carry no score, so each tuple gets a
   seeded uniform one, independent of its delay. The target: mean accuracy ε_min = 0.95 over the
@@ -28,6 +30,8 @@ from outoforder.bench import topk
 from outoforder.core.topk.reference import exact_topk, hindsight_cache
 from outoforder.core.windows.assign import Windows
 from outoforder.core.windows.buffered import WindowQuery
+from outoforder.core.windows.feasibility import window_needs, window_verdicts
+from outoforder.core.windows.quality import emission_errors
 from outoforder.sources.workloads import Arrivals, Workload
 
 AGG_METHOD = "lateness-1s"  # the lateness controller adapting once per batch (here: per L)
@@ -48,13 +52,23 @@ def aggregate_record(w: Workload, a: Arrivals) -> dict[str, Any]:
         f"{w.name}/{a.family}", a.model, a.inp.ts, np.ones(len(a.inp)), a.arrival_us, query,
         batch_us=w.interval_us,
     )  # fmt: skip
-    rec, _ = agg.run_reference(case, AGG_METHOD)
+    rec, run = agg.run_reference(case, AGG_METHOD)
     hind = agg.hindsight_slack(case)
+    ids, err = emission_errors(
+        case.ts, case.values, query.windows, query.aggregate, run.window_ids, run.values
+    )
+    need_ids, needs = window_needs(case.ts, case.values, query.windows, query.aggregate, EPS)
+    records = {v.window for v in window_verdicts(need_ids, needs) if not v.feasible}
+    missed = ids[err >= EPS]
+    excused = sum(int(w) in records for w in missed)
+    share = 1.0 - (missed.size - excused) / max(ids.size, 1)
     return {
         "operator": "aggregate",
         "target": f"(ε, δ) = ({EPS}, {DELTA})",
         "met_share": rec["windows_meeting_target"],
-        "met": bool(rec["target_met"]),
+        "excused": excused,
+        "met_or_excused": share,
+        "met": share >= 1.0 - DELTA - 1e-12,
         "k_mean_s": rec["mean_k"],
         "hindsight_s": hind / 1e6,
         "k_vs_hindsight": rec["mean_k"] / (hind / 1e6) if hind else None,
@@ -76,6 +90,8 @@ def topk_record(w: Workload, a: Arrivals, seed: int) -> dict[str, Any]:
         "operator": "top-k",
         "target": f"ε_min = {topk.EPS_MIN}",
         "met_share": acc,
+        "excused": None,
+        "met_or_excused": acc,
         "met": acc is not None and acc >= topk.EPS_MIN,
         "k_mean_s": rec["cache_mean_s"],
         "hindsight_s": hind / 1e6,
@@ -92,6 +108,8 @@ def records(w: Workload, a: Arrivals, seed: int) -> list[dict[str, Any]]:
 COLUMNS = (
     ("workload", "workload", ""), ("family", "family", ""), ("operator", "operator", ""),
     ("target", "target", ""), ("met", "target met", ""),
-    ("met_share", "windows meeting ε / mean accuracy", ".3f"), ("k_mean_s", "mean K (s)", ".2f"),
+    ("met_share", "windows meeting ε / mean accuracy", ".3f"),
+    ("excused", "missed windows judged infeasible", ""),
+    ("met_or_excused", "… met or infeasible", ".3f"), ("k_mean_s", "mean K (s)", ".2f"),
     ("hindsight_s", "hindsight K (s)", ".2f"), ("k_vs_hindsight", "K ÷ hindsight", ".2f"),
 )  # fmt: skip
