@@ -211,11 +211,13 @@ def markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines += [
         "",
         "A *shift* is an abrupt change of the delay process (a regime's or a burst's start); "
-        '"… with a shift" counts the missed periods that contain one. A missed period is judged '
-        "*infeasible* when even the controller that keeps the largest requirement any completed pair "
-        "has shown (never lowering it) misses it, because it needed more retention than any pair had "
-        "needed before it began (outoforder.core.joins.feasibility); a case keeps the promise when "
-        f"the periods met or judged infeasible are ≥ {TARGET_SHARE:.0%}.",
+        '"… with a shift" counts the missed periods that contain one. A period\'s *need* is the least '
+        "constant retention meeting the target in that period alone. A missed period is judged "
+        "*infeasible* when it was a record, needing more than any period before it, and even the "
+        "controller that keeps the largest need of the periods known so far (never lowering it) "
+        "misses it (outoforder.core.joins.feasibility); a case keeps the promise when the periods met "
+        f"or judged infeasible are ≥ {TARGET_SHARE:.0%}. The raw share of periods met is the *met* "
+        "column.",
         "",
     ]
     for part in ("tuning", "held-out"):

@@ -101,6 +101,8 @@ def write_json(path: Path, meta: dict[str, Any], records: Sequence[dict[str, Any
 def source_commit() -> str:
     """The repository's commit the code runs from (``+dirty`` with uncommitted changes), or ``unknown``.
 
+    Changes under ``docs/benchmarks`` (the reports) do not count.
+
     Benchmarks split over several runs keep each record's commit, so a figure names its code.
     """
     try:
@@ -110,8 +112,9 @@ def source_commit() -> str:
             text=True,
             check=True,
         ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"],
+        dirty = subprocess.run(  # the benchmarks' own reports, written as they run, are not code
+            ["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no", "--", ".",
+             ":(exclude)docs/benchmarks"],
             capture_output=True, text=True, check=True,
         ).stdout.strip()  # fmt: skip
     except (OSError, subprocess.CalledProcessError):
