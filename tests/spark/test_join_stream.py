@@ -58,10 +58,13 @@ def test_intervals_with_adaptation_equal_the_set_form_and_reruns_change_nothing(
     for lo, hi in pairwise(bounds[2:]):
         run_interval(spark, settings, SOURCE, JOB, lo, hi)
 
-    # the set form under the same retention schedule: 0 until the adaptation, then its choice
+    # the set form under the same retention schedule: before the adaptation each interval keeps
+    # its whole length (nothing dropped without evidence), then the adaptation's choice
     inp = input_from_frame(frame, JOB)
-    d_r = np.where(np.arange(n) >= 900, params["d_r_us"], 0).astype(np.int64)
-    d_s = np.where(np.arange(n) >= 900, params["d_s_us"], 0).astype(np.int64)
+    idx = np.arange(n)
+    initial = np.where(idx < 400, 400 * STEP, 500 * STEP)
+    d_r = np.where(idx >= 900, params["d_r_us"], initial).astype(np.int64)
+    d_s = np.where(idx >= 900, params["d_s_us"], initial).astype(np.int64)
     expected = qjoin_set(inp, JOB.query(), d_r, d_s)
     got = result_pairs(spark, settings)
     assert sorted(zip(got["r_seq"] - 1, got["s_seq"] - 1, strict=True)) == [
@@ -71,6 +74,7 @@ def test_intervals_with_adaptation_equal_the_set_form_and_reruns_change_nothing(
     # provenance: the retention and parameter version in force when each pair was produced
     assert set(got["params_version"]) <= {-1, bounds[2]}
     assert (got.loc[got["params_version"] == bounds[2], "d_r_us"] == params["d_r_us"]).all()
+    assert set(got.loc[got["params_version"] == -1, "d_r_us"]) <= {400 * STEP, 500 * STEP}
     params_row = delta.read(spark, JOIN_PARAMS, settings.lake_root).collect()
     assert len(params_row) == 1 and "n_true_p" in params_row[0]["stats_json"]
 
@@ -88,8 +92,9 @@ def test_intervals_with_adaptation_equal_the_set_form_and_reruns_change_nothing(
 
 def test_each_adaptation_remembers_what_its_earlier_decisions_measured(spark, settings, load_bronze):
     # the memory of older periods' needs comes from the parameters table, not from re-reading
-    # their arrivals: each decision keeps the largest need it measured or found in the rows of
-    # the decisions made in the memory's older periods
+    # their arrivals: each decision keeps the largest need it measured (of the period in progress
+    # and the complete one before it) or found in the rows of the decisions made in the memory's
+    # older periods
     load_bronze(arrivals(), SOURCE, 1)
     job = JoinJob(**{**JOB.__dict__, "period_us": 200_000, "interval_us": 100_000, "memory_periods": 4})
     run_interval(spark, settings, SOURCE, job, T0, T0 + 1_500 * STEP)
@@ -102,11 +107,14 @@ def test_each_adaptation_remembers_what_its_earlier_decisions_measured(spark, se
         earlier = [
             s["measured_need_us"]
             for r, s in zip(rows[:i], stats, strict=False)
-            if since <= r["progress_us"] < now
+            if since <= r["progress_us"] < now and "measured_need_us" in s
         ]
-        assert st["remembered_us"] == max([st["measured_need_us"], *earlier])
-        older += st["remembered_us"] > st["measured_need_us"]
+        assert st["remembered_us"] == max([st["current_need_us"], st["previous_need_us"], *earlier])
+        older += st["remembered_us"] > max(st["current_need_us"], st["previous_need_us"])
     assert older  # some decision kept a need it no longer measured itself
+    # the decisions hand their previous period on once it lies wholly after the stream's start
+    handed = ["measured_need_us" in st for st in stats]
+    assert handed == sorted(handed) and handed[-1]
 
 
 def test_an_interval_cannot_skip_unprocessed_arrivals(spark, settings, load_bronze):
@@ -122,8 +130,16 @@ def test_recall_check_fails_or_warns_and_finds_no_duplicates(spark, settings, ca
     frame = arrivals()
     load_bronze(frame, SOURCE, 1)
     end = T0 + len(frame) * STEP
-    # d = 0 under disorder: 1.0 is out of reach; short periods so that several are closed
-    strict = JoinJob(**{**JOB.__dict__, "q_user": 1.0, "period_us": 300_000, "interval_us": 100_000})
+    # d = 0 under disorder (never adapted): 1.0 is out of reach; short periods so that several are closed
+    strict = JoinJob(
+        **{
+            **JOB.__dict__,
+            "q_user": 1.0,
+            "period_us": 300_000,
+            "interval_us": 100_000,
+            "initial_retention_us": 0,
+        }
+    )
     cuts = [T0, T0 + 500 * STEP, T0 + 1_000 * STEP, end]
     for lo, hi in pairwise(cuts):
         run_interval(spark, settings, SOURCE, strict, lo, hi)

@@ -416,37 +416,45 @@ def remembered_need(
     now: int,
     st: AdaptationSettings,
     earlier: Sequence[tuple[int, int]] = (),
-) -> tuple[int, int]:
+    start_us: int | None = None,
+) -> tuple[int, int, int, bool]:
     """The largest retention one of the last ``st.memory_periods`` periods needed for Q_user.
 
     A period's need is the Q_user-quantile of its known pairs' required retentions (what the
     best constant retention for that period alone keeps). A decision measures the last
-    :data:`MEASURED_PERIODS` periods back from ``now`` itself (pairs up to that late are known by
-    then) and remembers the rest from what the decisions of the memory's older periods measured:
-    ``earlier`` holds their (progress, measured need). So a scheduled decision reads a bounded
-    history however long the memory, and the in-sequence controller decides the same.
-    Returns (the remembered need, the need measured now).
+    :data:`MEASURED_PERIODS` periods back from ``now`` itself: the one in progress and the one
+    before, complete by then but for pairs later than a period. It remembers the rest from what
+    the decisions of the memory's older periods measured of *their* complete period: ``earlier``
+    holds their (progress, measured need). Only complete periods are remembered, and only those
+    after ``start_us`` (the stream's first progress): a period in progress, or one reaching back
+    before the stream began, measures a few pairs (the start's backlog, say) and would outlive
+    itself by the whole memory. So a scheduled decision reads a bounded history however long the memory,
+    and the in-sequence controller decides the same. Returns the remembered need, the needs of
+    the period in progress and of the one before it, and whether that one is complete (later
+    decisions remember it then).
 
     >>> st = AdaptationSettings(q_user=0.5, period_us=10, interval_us=1, memory_periods=4)
     >>> req = np.array([1.0, 2.0, 30.0, 40.0, 500.0, 600.0])
     >>> times = np.array([19, 18, 9, 8, -1, -2])   # two pairs in each of the last three periods
     >>> remembered_need(req, times, np.ones(6, dtype=bool), 20, st)   # the third is not measured
-    (30, 30)
+    (30, 1, 30, True)
     >>> remembered_need(req, times, np.ones(6, dtype=bool), 20, st, [(5, 500), (9, 7)])   # remembered
-    (500, 30)
+    (500, 1, 30, True)
     >>> remembered_need(req, times, np.ones(6, dtype=bool), 20, st, [(-1, 900)])   # four periods ago
-    (30, 30)
+    (30, 1, 30, True)
+    >>> remembered_need(req, times, np.ones(6, dtype=bool), 20, st, start_us=5)   # not a whole period
+    (30, 1, 30, False)
     """
-    need = 0.0
+    needs = [0, 0]
     for k in range(min(st.memory_periods, MEASURED_PERIODS)):
         mine = known & (pair_time > now - (k + 1) * st.period_us) & (pair_time <= now - k * st.period_us)
         if mine.any():
             r = np.sort(req[mine])
-            need = max(need, float(r[max(int(np.ceil(st.q_user * r.size)) - 1, 0)]))
-    measured = int(np.ceil(need))
+            needs[k] = int(np.ceil(r[max(int(np.ceil(st.q_user * r.size)) - 1, 0)]))
     since = now - (st.memory_periods - MEASURED_PERIODS) * st.period_us
     older = [n for at, n in earlier if since <= at < now] if st.memory_periods > MEASURED_PERIODS else []
-    return max([measured, *older]), measured
+    complete = start_us is None or now - MEASURED_PERIODS * st.period_us >= start_us
+    return max([*needs, *older]), needs[0], needs[1], complete
 
 
 def _adaptation_points(progress: IntArray, interval_us: int) -> list[int]:
@@ -676,9 +684,13 @@ def _decide(
         # a disturbance that recurs (a link's outages, bursts of congestion) is over before the
         # regime view can react and has left the regime by the next one: keep what the recent
         # periods needed in hindsight
-        guards["remembered_us"], guards["measured_need_us"] = remembered_need(
-            req, pair_time, known, now, st, earlier_needs
+        start = int(t[np.argmax(t[:at] > NEG)])
+        remembered, current, previous, complete = remembered_need(
+            req, pair_time, known, now, st, earlier_needs, start
         )
+        guards.update(remembered_us=remembered, current_need_us=current, previous_need_us=previous)
+        if complete:  # what later decisions remember of this one (earlier_needs)
+            guards["measured_need_us"] = previous
         floor_us = max(floor_us, guards["remembered_us"])
     if floor_us:  # held tuples, a remembered need: keep what they will join with, on the grid
         floor_us = -(-floor_us // st.granularity_us) * st.granularity_us

@@ -65,6 +65,27 @@ class JoinJob(Job):
         minimum=0,
         help="the bound on each stream's retention, i.e. on buffer and latency (none: unbounded)",
     )
+    initial_retention_us: int | None = param(
+        None,
+        unit="s",
+        option="initial_retention",
+        identifies=False,
+        minimum=0,
+        help="each stream's retention in join-stream's intervals before the first adaptation (none: "
+        "the interval's length, capped by the bound: nothing is dropped before there is evidence)",
+    )
+
+    def initial_retention_us_for(self, interval_us: int) -> int:
+        """The retention of an interval of ``interval_us`` that runs before any adaptation.
+
+        >>> JoinJob().initial_retention_us_for(60_000_000)
+        60000000
+        >>> JoinJob(max_retention_us=2).initial_retention_us_for(60)
+        2
+        """
+        if self.initial_retention_us is not None:
+            return self.initial_retention_us
+        return interval_us if self.max_retention_us is None else min(self.max_retention_us, interval_us)
 
     def query(self) -> JoinQuery:
         """The join query."""

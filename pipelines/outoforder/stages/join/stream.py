@@ -105,7 +105,10 @@ def result_rows(
 def params_in_force(
     spark: SparkSession, settings: Settings, source: str, jid: str, at_us: int
 ) -> tuple[int, int, int]:
-    """(d_r, d_s, version) valid at ``at_us``; the initial retention (0, 0) before any adaptation."""
+    """(d_r, d_s, version) valid at ``at_us``; (0, 0, -1) before any adaptation.
+
+    The stage then runs with the job's initial retention (:meth:`JoinJob.initial_retention_us_for`).
+    """
     from pyspark.sql import functions as F
 
     from outoforder.io import delta
@@ -173,6 +176,8 @@ class JoinStream(IntervalStage[JoinJob, JoinIntervalSummary]):
             buffer = self.snapshot(JOIN_BUFFER, prev).select(*TUPLE_COLS)
             state = QJoinState(prev["m_r"], prev["m_s"], prev["h_r"], prev["h_s"], buffer)
         d_r, d_s, version = params_in_force(self.spark, self.settings, source, jid, lo)
+        if version == INITIAL_PARAMS_VERSION:
+            d_r = d_s = self.job.initial_retention_us_for(hi - lo)
 
         batch = self.arrivals(lo, hi)
         size = one_row(
