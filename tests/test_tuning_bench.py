@@ -62,3 +62,18 @@ def test_one_case_scores_every_variant_at_each_target_against_hindsight():
     rows = T.scores(records)
     assert rows[0]["value"] == "default" and rows[0]["cases"] == len(F.Q_USERS)
     assert sum(r["cases"] for r in rows) == len(records)
+
+
+def test_the_aggregates_horizon_is_swept_on_a_tuning_case_and_chosen_by_the_same_ranking():
+    case = T.Case(W.meters(180, n_meters=20, seed=3), "regimes", 5)
+    records = T.run_aggregate_case(case)
+    assert [(r["constant"], r["value"]) for r in records] == [
+        (name, v) for name, values in T.AGG_SWEEP.items() for v in values
+    ]
+    for r in records:
+        assert 0.0 <= r["met_or_excused"] <= 1.0 and r["unexcused"] >= 0
+    trials = [(1, 5, 1.0), (2, 2, 1.1), (3, 2, 1.11), (4, 2, 2.0)]  # (value, unexcused, mean K)
+    same = {"constant": "horizon_windows", "kept": 3, "worst_share": 0.9}
+    agg = [same | {"value": v, "unexcused": u, "k_mean_s": k} for v, u, k in trials]
+    # fewer unexcused misses beat less K; a K within the tie keeps the shorter horizon
+    assert T.aggregate_choice(agg) == {"horizon_windows": 2}

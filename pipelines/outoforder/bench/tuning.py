@@ -1,4 +1,4 @@
-"""The robust join estimator's constants, chosen on the families benchmark's tuning part alone.
+"""The estimators' constants, chosen on the families benchmark's tuning part alone.
 
 ``python -m outoforder.bench tuning`` (or ``bash infra/bench.sh tuning``) writes
 ``docs/benchmarks/tuning.{json,md,png}``.
@@ -7,7 +7,8 @@ Each constant of the robust estimator (:class:`~outoforder.core.joins.adaptation
 the headroom, the memory, the confidence bound, the regime detector's minimum sample and factor)
 is varied one at a time around the defaults the stages use; every variant runs on every case of
 the *tuning* part of :mod:`outoforder.bench.families` at each target. The held-out part is never
-run here: it is judged by ``bench families`` with the defaults this sweep supports.
+run here: it is judged by ``bench families`` with the defaults this sweep supports. The
+aggregates' coverage horizon (:data:`AGG_SWEEP`) is swept on the same cases.
 
 A variant is scored as the families benchmark scores the promise: the cases keeping it (periods
 met or judged infeasible >= :data:`~outoforder.bench.families.TARGET_SHARE`, mean buffer within
@@ -28,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from outoforder.bench import families
+from outoforder.bench import families, family_operators
 from outoforder.bench.harness import DEFAULT_OUT, log, machine, markdown_table, write_json
 from outoforder.core.joins.adaptation import AdaptationSettings, run_adaptive_qjoin
 from outoforder.core.joins.feasibility import period_verdicts
@@ -37,6 +38,7 @@ from outoforder.core.joins.query import exact_join
 from outoforder.sources.workloads import Workload, arrive
 from outoforder.stages.join.evaluate import evaluate
 
+AGG_SWEEP: dict[str, tuple[int, ...]] = {"horizon_windows": (1, 2, 3, 4)}  # family_operators' constants
 SWEEP: dict[str, tuple[float, ...]] = {
     "headroom": (0.25, 0.5, 0.75),
     "memory_periods": (5, 10, 20, 30),
@@ -112,6 +114,52 @@ def run_case(case: Case) -> list[dict[str, Any]]:
     return out
 
 
+def run_aggregate_case(case: Case) -> list[dict[str, Any]]:
+    """The aggregates' constants on one case: COUNT at the stage's cadence with each horizon."""
+    a = arrive(case.workload, case.family, case.seed)
+    out = []
+    for name, values in AGG_SWEEP.items():
+        for value in values:
+            rec = family_operators.aggregate_record(case.workload, a, **{name: value})
+            out.append(
+                {
+                    "workload": case.workload.name, "family": case.family, "constant": name, "value": value,
+                    "met": rec["met"], "unexcused": rec["unexcused"], "met_or_excused": rec["met_or_excused"],
+                    "k_mean_s": rec["k_mean_s"],
+                }
+            )  # fmt: skip
+    return out
+
+
+def aggregate_scores(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per aggregate variant: cases meeting (ε, δ), unexcused misses, worst share, mean K."""
+    keys = list(dict.fromkeys((r["constant"], r["value"]) for r in records))
+    out = []
+    for name, value in keys:
+        mine = [r for r in records if (r["constant"], r["value"]) == (name, value)]
+        out.append(
+            {
+                "constant": name, "value": value, "kept": sum(r["met"] for r in mine), "cases": len(mine),
+                "unexcused": sum(r["unexcused"] for r in mine),
+                "worst_share": min(r["met_or_excused"] for r in mine),
+                "k_mean_s": round(float(np.mean([r["k_mean_s"] for r in mine])), 3),
+            }
+        )  # fmt: skip
+    return out
+
+
+def aggregate_choice(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per aggregate constant, its best value by the ranking of :func:`beats` (K for buffer)."""
+    out = {}
+    for name in AGG_SWEEP:
+        mine = [r | {"buffer_mean": r["k_mean_s"]} for r in rows if r["constant"] == name]
+        best = mine[0]
+        for r in mine[1:]:
+            best = r if beats(r, best) else best
+        out[name] = best["value"]
+    return out
+
+
 def scores(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per variant: cases kept, unexcused misses, worst share, mean buffer ÷ hindsight."""
     keys = list(dict.fromkeys((r["constant"], r["value"]) for r in records))
@@ -139,7 +187,7 @@ def beats(row: dict[str, Any], other: dict[str, Any]) -> bool:
     """Whether ``row`` ranks above ``other``.
 
     More cases kept, then fewer unexcused misses, then a better worst share, then less buffer by
-    more than :data:`BUFFER_TIE`.
+    more than :data:`BUFFER_TIE` (for the aggregates: less K).
     """
     a = (row["kept"], -row["unexcused"], row["worst_share"])
     b = (other["kept"], -other["unexcused"], other["worst_share"])
@@ -185,8 +233,26 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         + ", ".join(f"{k} {'yes' if ok else 'NO'}" for k, ok in held.items())
         + ".",
         "",
+        "## The aggregates' coverage horizon",
+        "",
+        "COUNT over windows of three intervals sliding by one, the lateness controller adapting once "
+        "per interval (as `bench families` runs it), on the same tuning cases; the horizon (how long "
+        "after its close a window's members are counted, in window lengths) varies. A case meets "
+        "(ε, δ) when the windows meeting ε or judged infeasible are at least 1 − δ. Ranked as above, "
+        f"with the mean K for buffer. Chosen: {meta['aggregate_choice']}; `bench families` uses "
+        f"{meta['aggregate_defaults']}.",
+        "",
+        markdown_table(meta["aggregate_variants"], AGG_COLUMNS),
+        "",
     ]
     return "\n".join(lines)
+
+
+AGG_COLUMNS = (
+    ("constant", "constant", ""), ("value", "value", ""), ("kept", "cases meeting (ε, δ)", "d"),
+    ("unexcused", "missed windows not judged infeasible", "d"),
+    ("worst_share", "worst met or infeasible", ".1%"), ("k_mean_s", "mean K (s)", ".2f"),
+)  # fmt: skip
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
@@ -216,7 +282,9 @@ def main(
     todo = cases(quick)
     with ProcessPoolExecutor(max_workers=max(1, min(2, os.cpu_count() or 1))) as pool:
         records = [r for rs in pool.map(run_case, todo) for r in rs]
+        agg_records = [r for rs in pool.map(run_aggregate_case, todo) for r in rs]
     rows = scores(records)  # the defaults first, then each constant's values (the sweep's order)
+    agg_rows = aggregate_scores(agg_records)
     base = families.job_of(todo[0].workload, families.Q_USERS[0]).adaptation()
     tuning, _ = families.parts(quick)
     meta: dict[str, Any] = {
@@ -229,6 +297,10 @@ def main(
         "defaults": {k: getattr(base, k) for k in SWEEP},
         "defaults_hold": defaults_hold(rows),
         "variants": rows,
+        "aggregate_defaults": {k: getattr(family_operators, k.upper()) for k in AGG_SWEEP},
+        "aggregate_choice": aggregate_choice(agg_rows),
+        "aggregate_variants": agg_rows,
+        "aggregate_records": agg_records,
     }
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "tuning.json", meta, records)
