@@ -101,7 +101,8 @@ def write_json(path: Path, meta: dict[str, Any], records: Sequence[dict[str, Any
 def source_commit() -> str:
     """The repository's commit the code runs from (``+dirty`` with uncommitted changes), or ``unknown``.
 
-    Changes under ``docs/benchmarks`` (the reports) do not count.
+    Changes to the prose (``docs``, the README, the reports under ``docs/benchmarks``) do not count:
+    the commit names the code a figure came from.
 
     Benchmarks split over several runs keep each record's commit, so a figure names its code.
     """
@@ -112,9 +113,9 @@ def source_commit() -> str:
             text=True,
             check=True,
         ).stdout.strip()
-        dirty = subprocess.run(  # the benchmarks' own reports, written as they run, are not code
+        dirty = subprocess.run(  # the reports, written as they run, and the prose are not code
             ["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no", "--", ".",
-             ":(exclude)docs/benchmarks"],
+             ":(exclude)docs", ":(exclude)README.md"],
             capture_output=True, text=True, check=True,
         ).stdout.strip()  # fmt: skip
     except (OSError, subprocess.CalledProcessError):

@@ -216,7 +216,7 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     base = meta["defaults"]
     held = meta["defaults_hold"]
     lines = [
-        "# The robust join estimator's constants, chosen on the tuning part",
+        "# The estimators' constants, chosen on the tuning part",
         "",
         f"Command: `{meta['command']}` ({meta['seconds']:.0f} s, {meta['machine']['date']}, commit "
         f"{meta['machine']['commit']}). Tuning part only ({', '.join(meta['workloads'])} × "
@@ -239,8 +239,11 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "per interval (as `bench families` runs it), on the same tuning cases; the horizon (how long "
         "after its close a window's members are counted, in window lengths) varies. A case meets "
         "(ε, δ) when the windows meeting ε or judged infeasible are at least 1 − δ. Ranked as above, "
-        f"with the mean K for buffer. Chosen: {meta['aggregate_choice']}; `bench families` uses "
-        f"{meta['aggregate_defaults']}.",
+        "with the mean K for buffer. Chosen: "
+        + ", ".join(f"{k} {v}" for k, v in meta["aggregate_choice"].items())
+        + "; `bench families` uses "
+        + ", ".join(f"{k} {v}" for k, v in meta["aggregate_defaults"].items())
+        + ".",
         "",
         markdown_table(meta["aggregate_variants"], AGG_COLUMNS),
         "",
