@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import signal
 import sys
 import time
@@ -149,6 +150,42 @@ def _us(seconds: float | None) -> int | None:
 def _fail(args: argparse.Namespace) -> bool | None:
     """``--on-violation`` as the stages take it (None: the configured ``quality.on_violation``)."""
     return None if args.on_violation is None else args.on_violation == "fail"
+
+
+MAX_SECONDS = 1e9  # about 32 years: beyond it a duration is a typo, and µs would pass int64 soon after
+
+
+def _number(text: str, *, zero: bool, unit: str = "", upper: float = math.inf) -> float:
+    """A finite number > 0 (>= 0 where ``zero`` has a meaning) and at most ``upper``, or a usage error."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and (value > 0 or (zero and value == 0)) and value <= upper):
+        bounds = (">= 0" if zero else "> 0") + (f" and at most {upper:g}" if math.isfinite(upper) else "")
+        msg = f"takes a finite number{unit} {bounds}, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
+def _seconds(text: str) -> float:
+    """A duration flag in seconds, > 0."""
+    return _number(text, zero=False, unit=" of seconds", upper=MAX_SECONDS)
+
+
+def _seconds_or_zero(text: str) -> float:
+    """A duration flag in seconds where 0 means something (never, as fast as possible)."""
+    return _number(text, zero=True, unit=" of seconds", upper=MAX_SECONDS)
+
+
+def _positive(text: str) -> float:
+    """A finite number > 0 (a rate)."""
+    return _number(text, zero=False)
+
+
+def _non_negative(text: str) -> float:
+    """A finite number >= 0 (a speed-up, 0: as fast as possible)."""
+    return _number(text, zero=True)
 
 
 def _yes(text: str) -> bool:
@@ -645,7 +682,9 @@ def _interval_options(p: argparse.ArgumentParser, every: bool = True) -> None:
     )
     p.add_argument("--end", help="interval end, exclusive (default: after the newest arrival in bronze)")
     if every:
-        p.add_argument("--every-s", type=float, help="split [start, end) into intervals of this many seconds")
+        p.add_argument(
+            "--every-s", type=_seconds, help="split [start, end) into intervals of this many seconds"
+        )
     p.add_argument(
         "--catch-up", action="store_true",
         help="start where the job stopped when that is before --end (scheduled runs: no gap, no overlap)",
@@ -722,7 +761,7 @@ def build_parser() -> argparse.ArgumentParser:
     pd.add_argument("--topic", required=True, help="created (log-append time) if it does not exist")
     pd.add_argument("--partitions", type=int, default=3, help="of a topic it creates (default 3)")
     pd.add_argument(
-        "--speed", type=float, default=0.0,
+        "--speed", type=_non_negative, default=0.0,
         help="1 = the source's own arrival pace, 10 = ten times faster, 0 = as fast as possible (default)",
     )  # fmt: skip
     pd.add_argument("--limit", type=int, help="only the first N rows")
@@ -737,14 +776,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r = stage("replay", cmd_replay, "synthetic soccer play with injected disorder, ingested")
     r.add_argument("--model", default="hpm_game1", help="a preset or family:key=value,...")
-    r.add_argument("--seconds", type=float, default=20.0)
+    r.add_argument("--seconds", type=_seconds, default=20.0)
     r.add_argument("--seed", type=int, default=7)
     r.add_argument(
-        "--rate", type=float, default=1.0,
+        "--rate", type=_positive, default=1.0,
         help="the sensor rates as a share of the papers' (ball 2000 Hz, legs 200 Hz); 0.1: ~1,100 tuples/s",
     )  # fmt: skip
     r.add_argument(
-        "--part-s", type=float,
+        "--part-s", type=_seconds,
         help="generate and ingest in parts of this many seconds of arrival time (long replays)",
     )  # fmt: skip
     s = stage("stats", cmd_stats, "disorder statistics per source")
@@ -772,7 +811,7 @@ def build_parser() -> argparse.ArgumentParser:
     js = stage("join-stream", cmd_join_stream, "the stream join over intervals")
     _interval_options(js)
     js.add_argument(
-        "--adapt-every-s", type=float,
+        "--adapt-every-s", type=_seconds_or_zero,
         help="adapt the retention every this many seconds, counted from the job's first interval "
         "(default: the job's L, --interval-s; at most once per interval; 0: never)",
     )  # fmt: skip
@@ -780,7 +819,9 @@ def build_parser() -> argparse.ArgumentParser:
     ja.add_argument("--until", required=True, help="history before this arrival time; in force from it")
     jr = stage("join-repair", cmd_join_repair, "add the pairs the stream missed")
     jr.add_argument("--until", required=True, help="repair the history before this arrival time")
-    jr.add_argument("--span-s", type=float, help="only the last this many seconds of arrivals (default: all)")
+    jr.add_argument(
+        "--span-s", type=_seconds, help="only the last this many seconds of arrivals (default: all)"
+    )
     vj = stage("validate-join", cmd_validate_join, "GX checks of the stream join", checks)
     vj.add_argument("--until", required=True, help="check the history before this arrival time")
     _since_option(vj, "periods")

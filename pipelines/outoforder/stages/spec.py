@@ -40,6 +40,7 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import math
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -116,10 +117,20 @@ class Option:
         if self.kind in ("list", "str"):
             return text
         try:
-            return float(text) if self.kind == "float" or self.scale != 1 else int(text)
+            value = float(text) if self.kind == "float" or self.scale != 1 else int(text)
         except ValueError as e:
             msg = f"{self.flag} takes a number, got {text!r}"
             raise argparse.ArgumentTypeError(msg) from e
+        if not self._representable(value):
+            msg = f"{self.flag} takes a finite number within range, got {text!r}"
+            raise argparse.ArgumentTypeError(msg)
+        return value
+
+    def _representable(self, value: float) -> bool:
+        """Finite, and held as a 64-bit integer in the field's unit where it is one."""
+        if not math.isfinite(value):
+            return False
+        return (self.kind == "float" and self.scale == 1) or abs(value * self.scale) < 2**63
 
     def to_field(self, value: Any) -> Any:
         """An option value (number or string, in the option's unit) as the field holds it."""
@@ -134,6 +145,9 @@ class Option:
                 return tuple(s.strip() for s in items if str(s).strip())
             if self.kind == "str":
                 return str(value)
+            if isinstance(value, bool) or not self._representable(float(value)):
+                msg = f"{self.flag} takes a finite number within range, got {value!r}"
+                raise ConfigError(msg)
             if self.scale != 1:
                 return round(float(value) * self.scale)
             return float(value) if self.kind == "float" else int(value)
