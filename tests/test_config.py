@@ -127,3 +127,29 @@ def test_the_stage_settings_go_on_a_session_the_stage_opens_not_on_one_it_shares
         assert cli._spark(settings, "join-stream") is opened
         assert dict(opened.conf) == expect
         assert cli._spark(settings, "report").conf == expect  # other stages: only the common settings
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ('[lake]\nrooot = "/tmp/x"\n', r"unknown setting 'lake.rooot' in \[lake\]; did you mean lake.root\?"),
+        ("[qualty]\non_violation = 'warn'\n", r"'qualty' in the top level; did you mean quality\?"),
+        ("[spark]\nshuffle_partition = 8\n", r"did you mean spark.shuffle_partitions\?"),
+        ("[kafka]\nbootstrap_servers = 'x'\n", r"'kafka.bootstrap_servers'.*did you mean kafka.bootstrap\?"),
+    ],
+)
+def test_a_misspelt_setting_is_refused_with_the_nearest_known_key(tmp_path, text, match):
+    f = tmp_path / "mine.toml"
+    f.write_text(text)
+    with pytest.raises(ConfigError, match=match):  # it used to be ignored: the default stood silently
+        load_settings(f, env={})
+
+
+def test_the_tables_of_user_names_take_any_key(tmp_path):
+    f = tmp_path / "mine.toml"
+    f.write_text(
+        '[spark.conf]\n"spark.anything" = "1"\n[spark.stage_conf.join-stream]\n"spark.sql.x" = "2"\n'
+        '[ingest.plausible_event_us]\nmine = [0, 10]\n[dags]\nsource = "yard"\n[dags.join]\nq_user = 0.9\n'
+    )
+    s = load_settings(f, env={})
+    assert s.spark.conf["spark.anything"] == "1" and s.ingest.plausible_range("mine") == (0, 10)

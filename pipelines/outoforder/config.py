@@ -384,6 +384,34 @@ def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+# tables whose keys are the user's own names (Spark properties, stages, sources, DAGs, readers)
+FREE_TABLES = frozenset({"spark.conf", "spark.stage_conf", "ingest.plausible_event_us", "sources", "dags"})
+
+
+def check_keys(user: Mapping[str, Any], known: Mapping[str, Any], where: str = "") -> None:
+    """Refuse a key of a settings file that the defaults do not have, naming the nearest known one.
+
+    A misspelt key (``rooot``) would otherwise be ignored and its setting silently left at the
+    default. ``known`` is the defaults file's content; the :data:`FREE_TABLES` take any key.
+    """
+    import difflib
+
+    extra = {"spark": ("stage_conf",)}.get(where, ())
+    for key, value in user.items():
+        path = f"{where}.{key}" if where else key
+        if where in FREE_TABLES or path in FREE_TABLES:
+            continue
+        names = [*known, *extra] + ([] if where else sorted(t for t in FREE_TABLES if "." not in t))
+        if key not in names:
+            near = difflib.get_close_matches(key, names, n=1)
+            hint = f"; did you mean {f'{where}.' if where else ''}{near[0]}?" if near else ""
+            table = f"[{where}]" if where else "the top level"
+            msg = f"unknown setting {path!r} in {table}{hint} (known: {', '.join(sorted(names))})"
+            raise ConfigError(msg)
+        if isinstance(value, Mapping) and isinstance(known.get(key), Mapping):
+            check_keys(value, known[key], path)
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
         with path.open("rb") as fh:
@@ -436,7 +464,13 @@ def load_settings(
     raw = _read_toml(DEFAULT_CONFIG)
     user_file = config_file or env.get("OOO_CONFIG")
     if user_file:
-        raw = _merge(raw, _read_toml(Path(user_file)))
+        user = _read_toml(Path(user_file))
+        try:
+            check_keys(user, raw)
+        except ConfigError as e:
+            msg = f"{user_file}: {e}"
+            raise ConfigError(msg) from e
+        raw = _merge(raw, user)
     try:
         lake, data, spark, ingest, demo, quality, stream = (
             raw.get("lake", {}),
