@@ -396,19 +396,17 @@ def check_keys(user: Mapping[str, Any], known: Mapping[str, Any], where: str = "
     """
     import difflib
 
-    extra = {"spark": ("stage_conf",)}.get(where, ())
+    if where in FREE_TABLES:
+        return
     for key, value in user.items():
         path = f"{where}.{key}" if where else key
-        if where in FREE_TABLES or path in FREE_TABLES:
-            continue
-        names = [*known, *extra] + ([] if where else sorted(t for t in FREE_TABLES if "." not in t))
-        if key not in names:
-            near = difflib.get_close_matches(key, names, n=1)
+        if key not in known:
+            near = difflib.get_close_matches(key, list(known), n=1)
             hint = f"; did you mean {f'{where}.' if where else ''}{near[0]}?" if near else ""
             table = f"[{where}]" if where else "the top level"
-            msg = f"unknown setting {path!r} in {table}{hint} (known: {', '.join(sorted(names))})"
+            msg = f"unknown setting {path!r} in {table}{hint} (known: {', '.join(sorted(known))})"
             raise ConfigError(msg)
-        if isinstance(value, Mapping) and isinstance(known.get(key), Mapping):
+        if isinstance(value, Mapping) and isinstance(known[key], Mapping):
             check_keys(value, known[key], path)
 
 

@@ -131,21 +131,23 @@ def run_aggregate_case(case: Case) -> list[dict[str, Any]]:
     return out
 
 
+def by_variant(records: list[dict[str, Any]]) -> list[tuple[str, Any, list[dict[str, Any]]]]:
+    """(constant, value, its records) per variant, in the order the records first name them."""
+    keys = list(dict.fromkeys((r["constant"], r["value"]) for r in records))
+    return [(n, v, [r for r in records if (r["constant"], r["value"]) == (n, v)]) for n, v in keys]
+
+
 def aggregate_scores(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per aggregate variant: cases meeting (ε, δ), unexcused misses, worst share, mean K."""
-    keys = list(dict.fromkeys((r["constant"], r["value"]) for r in records))
-    out = []
-    for name, value in keys:
-        mine = [r for r in records if (r["constant"], r["value"]) == (name, value)]
-        out.append(
-            {
-                "constant": name, "value": value, "kept": sum(r["met"] for r in mine), "cases": len(mine),
-                "unexcused": sum(r["unexcused"] for r in mine),
-                "worst_share": min(r["met_or_excused"] for r in mine),
-                "k_mean_s": round(float(np.mean([r["k_mean_s"] for r in mine])), 3),
-            }
-        )  # fmt: skip
-    return out
+    return [
+        {
+            "constant": name, "value": value, "kept": sum(r["met"] for r in mine), "cases": len(mine),
+            "unexcused": sum(r["unexcused"] for r in mine),
+            "worst_share": min(r["met_or_excused"] for r in mine),
+            "k_mean_s": round(float(np.mean([r["k_mean_s"] for r in mine])), 3),
+        }
+        for name, value, mine in by_variant(records)
+    ]  # fmt: skip
 
 
 def aggregate_choice(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -162,22 +164,18 @@ def aggregate_choice(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def scores(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per variant: cases kept, unexcused misses, worst share, mean buffer ÷ hindsight."""
-    keys = list(dict.fromkeys((r["constant"], r["value"]) for r in records))
-    out = []
-    for name, value in keys:
-        mine = [r for r in records if (r["constant"], r["value"]) == (name, value)]
-        out.append(
-            {
-                "constant": name, "value": "default" if value is None else value,
-                "kept": sum(r["kept"] for r in mine), "cases": len(mine),
-                "unexcused": sum(r["unexcused"] for r in mine),
-                "worst_share": min(r["periods_met_or_excused"] for r in mine),
-                "periods_met_mean": round(float(np.mean([r["periods_met"] for r in mine])), 4),
-                "buffer_mean": round(float(np.mean([r["buffer_vs_hindsight"] for r in mine])), 3),
-                "buffer_max": max(r["buffer_vs_hindsight"] for r in mine),
-            }
-        )  # fmt: skip
-    return out
+    return [
+        {
+            "constant": name, "value": "default" if value is None else value,
+            "kept": sum(r["kept"] for r in mine), "cases": len(mine),
+            "unexcused": sum(r["unexcused"] for r in mine),
+            "worst_share": min(r["periods_met_or_excused"] for r in mine),
+            "periods_met_mean": round(float(np.mean([r["periods_met"] for r in mine])), 4),
+            "buffer_mean": round(float(np.mean([r["buffer_vs_hindsight"] for r in mine])), 3),
+            "buffer_max": max(r["buffer_vs_hindsight"] for r in mine),
+        }
+        for name, value, mine in by_variant(records)
+    ]  # fmt: skip
 
 
 BUFFER_TIE = 0.02  # buffers this close (relative) are a tie: the default stands
