@@ -16,6 +16,7 @@ import io
 import json
 import os
 
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -52,9 +53,9 @@ def reject(reader: DeclaredReader, text: str) -> tuple[str, str]:
 
 
 def test_a_csv_line_becomes_a_row():
-    row = plant().parse("press,s7,1700000000123,2023-11-14T22:13:21.5+01:00,21.5,,north")
+    row = plant().parse("press,s7,1700000000123,2023-11-14T23:13:21.5+01:00,21.5,,north")
     assert (row.stream, row.key, row.event_us) == ("press", "s7", 1_700_000_000_123_000)
-    assert row.arrival_us == 1_699_996_401_500_000
+    assert row.arrival_us == 1_700_000_001_500_000
     assert (row.value, row.x, row.y) == (21.5, None, None)
     assert dict(row.attrs) == {"site": "north"}
 
@@ -66,7 +67,7 @@ def test_a_csv_line_becomes_a_row():
 )  # fmt: skip
 def test_epoch_units_convert_exactly_floored_to_the_microsecond(unit, text, us):
     reader = plant(event_time={"column": "ts", "unit": unit})
-    assert reader.parse(f"oven,k,{text},1970-01-01T00:00:00Z,1,2,s").event_us == us
+    assert reader.parse(f"oven,k,{text},2100-01-01T00:00:00Z,1,2,s").event_us == us
 
 
 def test_every_bad_value_names_its_column():
@@ -195,6 +196,15 @@ ANY_TIME = (-(2**63), 2**63 - 1)
 UNITS = ["s", "ms", "us", "ns", "iso8601"]
 
 
+def assert_paths_agree(reader: DeclaredReader, content: bytes) -> None:
+    """The vectorised and per-line paths give the same rows, rejects and counts."""
+    fast = parse_all(reader, content, ANY_TIME)
+    slow = parse_all(PerLine(reader), content, ANY_TIME)
+    assert fast[0].to_pylist() == slow[0].to_pylist()
+    assert fast[1].to_pylist() == slow[1].to_pylist()
+    assert fast[2] == slow[2]
+
+
 @st.composite
 def csv_line(draw: st.DrawFn) -> bytes:
     good = ["press", "s7", "1700000000123", "2023-11-14T22:13:21Z", "21.5", "3", "north"]
@@ -219,11 +229,7 @@ def test_the_vectorised_csv_path_equals_the_per_line_definition(unit, arrival_un
     if len(lines) > 1 and data.draw(st.booleans()):
         lines.append(lines[data.draw(st.integers(1, len(lines) - 1))])  # an exact duplicate
     content = b"\n".join(lines) + b"\n"
-    fast = parse_all(reader, content, ANY_TIME)
-    slow = parse_all(PerLine(reader), content, ANY_TIME)
-    assert fast[0].to_pylist() == slow[0].to_pylist()
-    assert fast[1].to_pylist() == slow[1].to_pylist()
-    assert fast[2] == slow[2]
+    assert_paths_agree(reader, content)
 
 
 JSON_EDGE = [None, True, False, 0, 7, -5, 2**53 + 1, 2**63 - 1, 2**63, -(2**63), 10**19, 1.5, -0.0, 1e300,
@@ -347,3 +353,133 @@ def test_the_settings_know_every_built_in_reader_name():
     from outoforder.sources.readers import READERS
 
     assert set(BUILTIN_READERS) == set(READERS)
+
+
+# --- the European layout: decimal commas, positions in degrees, value ranges, clock skew ----------
+
+FLEET = {
+    "format": "csv",
+    "delimiter": ";",
+    "decimal": ",",
+    "thousands": ".",
+    "stream": "fleet",
+    "key": "vehicle",
+    "event_time": {"column": "seen", "unit": "iso8601"},
+    "arrival": {"column": "recv_ms", "unit": "ms"},
+    "values": {"lat": "lat", "lon": "lon", "value": "temp_c"},
+    "origin": [52.52, 13.40],
+    "ranges": {"value": [-40, 60]},
+    "max_clock_skew_s": 5,
+}
+FLEET_HEADER = "vehicle;seen;recv_ms;lat;lon;temp_c"
+FLEET_LINE = "v1;2024-03-01T10:00:00+01:00;1709283600250;52,53;13,40;3,99"
+
+
+def fleet(**changes: object) -> DeclaredReader:
+    decl = parse_declaration("fleet", {**FLEET, **changes})
+    return DeclaredReader(decl, header_fields(decl, FLEET_HEADER))
+
+
+def test_decimal_commas_and_thousands_separators_read_as_declared():
+    row = fleet().parse(FLEET_LINE)
+    assert row.value == 3.99
+    assert fleet(ranges={}).parse(FLEET_LINE.replace(";3,99", ";1.234,5")).value == 1234.5
+    assert fleet(ranges={}).parse(FLEET_LINE.replace(";3,99", ";-1.234.567")).value == -1234567.0
+    # a dot is a thousands separator here: a number written the other way round is not guessed
+    assert reject(fleet(), FLEET_LINE.replace(";3,99", ";3.99")) == (
+        "not_numeric",
+        "column 'temp_c': '3.99' (declared decimal ',', thousands '.')",
+    )
+    assert reject(fleet(), FLEET_LINE.replace(";3,99", ";1.23,4"))[0] == "not_numeric"
+    assert reject(fleet(), FLEET_LINE.replace(";3,99", ";inf"))[0] == "non_finite_value"
+    plain = fleet(decimal=".", thousands="")  # the default: Python's own form
+    assert reject(plain, FLEET_LINE)[0] == "not_numeric"
+
+
+def test_positions_in_degrees_become_metres_about_the_origin():
+    row = fleet().parse(FLEET_LINE)
+    assert row.x == 0.0 and 1112 < row.y < 1113  # 0.01° of latitude north of the origin
+    east = fleet().parse(FLEET_LINE.replace("52,53;13,40", "52,52;13,41"))
+    assert 678 < east.x < 679 and east.y == 0.0  # 0.01° of longitude at 52.52° N
+    no_lon = fleet().parse(FLEET_LINE.replace(";13,40;", ";;"))
+    assert (no_lon.x, no_lon.y) == (None, None)
+    assert reject(fleet(), FLEET_LINE.replace("52,53", "91,5")) == (
+        "out_of_range",
+        "column 'lat': 91.5 is outside [-90, 90]",
+    )
+    assert reject(fleet(), FLEET_LINE.replace("13,40", "-181"))[0] == "out_of_range"
+    narrowed = fleet(ranges={"lat": [52, 53]})
+    south = FLEET_LINE.replace("52,53", "51,9")
+    assert reject(narrowed, south)[1] == "column 'lat': 51.9 is outside [52, 53]"
+
+
+def test_declared_value_ranges_quarantine_out_of_range():
+    assert reject(fleet(), FLEET_LINE.replace(";3,99", ";61")) == (
+        "out_of_range",
+        "column 'temp_c': 61 is outside [-40, 60]",
+    )
+    assert fleet().parse(FLEET_LINE.replace(";3,99", ";60")).value == 60.0
+
+
+def test_an_arrival_long_before_its_event_time_is_quarantined():
+    two_years_early = FLEET_LINE.replace("1709283600250", "1646125200000")
+    reason, detail = reject(fleet(), two_years_early)
+    assert reason == "arrival_before_event"
+    assert detail.startswith("column 'recv_ms': 6.31584e+07 s before the event time")
+    a_little_early = FLEET_LINE.replace("1709283600250", "1709283596000")  # 4 s: within the skew
+    assert fleet().parse(a_little_early).arrival_us == 1_709_283_596_000_000
+    assert reject(fleet(max_clock_skew_s=3), a_little_early)[0] == "arrival_before_event"
+
+
+@pytest.mark.parametrize(
+    ("changes", "fragment"),
+    [({"origin": None}, "sources.s.origin"), ({"origin": [95, 0]}, "sources.s.origin"),
+     ({"values": {"lat": "lat", "value": "temp_c"}}, "sources.s.values"),
+     ({"values": {"lat": "lat", "lon": "lon", "x": "lon"}}, "sources.s.values"),
+     ({"values": {"value": "temp_c"}, "ranges": {}}, "sources.s.origin"),
+     ({"ranges": {"z": [0, 1]}}, "sources.s.ranges.z"),
+     ({"ranges": {"value": [2, 1]}}, "sources.s.ranges.value"),
+     ({"ranges": {"value": [0, float("inf")]}}, "sources.s.ranges.value"),
+     ({"decimal": ";"}, "sources.s.decimal"), ({"thousands": ","}, "sources.s.thousands"),
+     ({"max_clock_skew_s": -1}, "sources.s.max_clock_skew_s")],
+)  # fmt: skip
+def test_a_european_declaration_that_cannot_work_fails_naming_its_key(changes, fragment):
+    table = {**FLEET, **changes}
+    table = {k: v for k, v in table.items() if v is not None}
+    with pytest.raises(ConfigError, match=fragment.replace(".", r"\.")):
+        parse_declaration("s", table)
+
+
+FLEET_EDGE = ["3,99", "1.234,5", "1.23,4", "3.99", "-0,5", "+2", "1e3", "1,5e2", "12.345.678", "0", "",
+              "NA", "inf", "nan", "91,5", "-90", "180", "180,0001", "52", "13,4", "61", "-40", ",5",
+              "5,"]  # fmt: skip
+
+
+@st.composite
+def fleet_line(draw: st.DrawFn) -> bytes:
+    fields = FLEET_LINE.split(";")
+    for i in draw(st.lists(st.integers(2, len(fields) - 1), max_size=3)):
+        if i == 2:  # the arrival: early, late, or not a number
+            fields[i] = draw(st.sampled_from(["1709283590000", "1709283595000", "1709283700000", "x"]))
+        else:
+            fields[i] = draw(st.sampled_from(FLEET_EDGE) | st.text(alphabet="0123456789.,-e", max_size=9))
+    return ";".join(fields).encode()
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from([(",", "."), (",", ""), (".", ","), (",", " ")]), st.data())
+def test_the_vectorised_path_equals_the_per_line_definition_with_separators_and_positions(seps, data):
+    decimal, thousands = seps
+    reader = fleet(decimal=decimal, thousands=thousands, null_values=["", "NA"])
+    lines = [FLEET_HEADER.encode(), *data.draw(st.lists(fleet_line(), max_size=25))]
+    content = b"\n".join(lines) + b"\n"
+    assert_paths_agree(reader, content)
+
+
+def test_the_vectorised_path_reads_the_european_layout_in_bulk():
+    reader = fleet()
+    lines = [FLEET_LINE.replace("v1", f"v{i}").replace(";3,99", f";{i},5") for i in range(50)]
+    ok, cols = reader.parse_fast(pa.array(lines, pa.large_string()))
+    assert ok.all()
+    assert cols["value"].to_pylist() == [i + 0.5 for i in range(50)]
+    assert cols["y"].to_pylist() == [reader.parse(lines[0]).y] * 50

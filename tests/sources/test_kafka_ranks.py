@@ -105,3 +105,19 @@ def test_a_partition_whose_times_go_back_is_reported_unsorted():
     back = [*good, (999, 0, 7, b'{"k":"a","t":3}')]
     for chunk in (1, 2, 3):  # within a chunk or across chunks
         assert "unsorted" in task_output(back, 0, chunk)["kind"].to_pylist()
+
+
+def test_an_event_time_ahead_of_its_log_append_time_beyond_the_skew_is_quarantined():
+    skew_us = int(DECL.max_clock_skew_s * 1_000_000)
+    ahead = [json.dumps({"k": "a", "t": 1000 + skew_us + d}).encode() for d in (1, 0)]
+    records = [(1000, 0, 5, b'{"k":"a","t":900}'), (1000, 0, 6, ahead[0]), (1000, 0, 7, ahead[1])]
+    for chunk in (1, 3):
+        out = task_output(records, 0, chunk).to_pydict()
+        kinds = [(k, r) for k, r in zip(out["kind"], out["reason"], strict=True) if k != "run"]
+        assert sorted(kinds, key=str) == sorted(
+            [("row", None), ("row", None), ("reject", "arrival_before_event")], key=str
+        )
+        detail = next(d for d in out["detail"] if d)
+        assert (
+            detail.startswith("the log-append time is 300 s before the event time") and "offset 6" in detail
+        )

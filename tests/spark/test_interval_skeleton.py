@@ -1,6 +1,8 @@
 """The interval skeleton's rules, on the aggregate stage: reruns write nothing, no interval straddles
 the newest processed end, old snapshots are pruned in steps (:mod:`outoforder.stages.interval`)."""
 
+import itertools
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -87,3 +89,16 @@ def test_a_scheduled_run_catches_up_in_whole_steps_and_a_long_quiet_gap_is_one_s
     assert run(far - step, far) == tail
     results = delta.read(spark, AGG_RESULTS, settings.lake_root).where(F.col("source") == SOURCE)
     assert results.count() == results.select("window_id").distinct().count() > 0
+
+
+def test_a_run_over_years_without_arrivals_steps_only_where_arrivals_are(spark, settings, load_bronze):
+    # four arrivals a year apart: a minute's steps would be two million intervals
+    year = 365 * 86_400 * 1_000_000
+    load_bronze(arrivals(n=4), "test/gap", step=year)
+    minute = 60_000_000
+    got = AggregateStream(spark, settings, "test/gap", JOB).run(every_us=minute)
+    spans = [(s.start_us, s.end_us, s.arrivals) for s in got]
+    assert len(spans) == 7  # four minutes with an arrival, three quiet stretches between them
+    assert [a for _, _, a in spans] == [1, 0, 1, 0, 1, 0, 1]
+    assert all(hi == lo2 for (_, hi, _), (lo2, _, _) in itertools.pairwise(spans))  # contiguous
+    assert all((lo - T0) % minute == 0 for lo, _, _ in spans)  # on the job's grid

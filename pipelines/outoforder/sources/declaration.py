@@ -26,6 +26,7 @@ outoforder.errors.ConfigError: sources.plant.format: 'xml' is not one of csv, js
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -37,6 +38,10 @@ FORMATS = ("csv", "jsonl", "parquet")
 EPOCH_UNITS = {"s": 1_000_000, "ms": 1_000, "us": 1, "ns": -1_000}
 TIME_UNITS = (*EPOCH_UNITS, "iso8601")
 VALUE_COLUMNS = ("x", "y", "z", "value")
+GEO_COLUMNS = ("lat", "lon")  # degrees, projected to metres in x and y about the declared origin
+VALUE_FIELDS = (*VALUE_COLUMNS, *GEO_COLUMNS)  # what ``values`` may map (and ``ranges`` bound)
+GEO_BOUNDS = {"lat": (-90.0, 90.0), "lon": (-180.0, 180.0)}
+DEFAULT_MAX_CLOCK_SKEW_S = 300.0  # an arrival may precede its event time by this much (clocks differ)
 ARRIVAL_ORDER = "order"  # arrival = "order": the file's line order (a topic's log order)
 ALL_OTHERS = "*"
 # event times outside are quarantined as implausible unless the declaration says otherwise: a wrong
@@ -82,12 +87,29 @@ class Declaration:
     null_values: tuple[str, ...] = ("",)
     plausible_event_us: tuple[int, int] = DEFAULT_PLAUSIBLE_US
     topic: str = ""  # a Kafka topic to ingest (stages/ingest/kafka.py); "" for a source of files
+    decimal: str = "."  # a text number's decimal separator ("," for 3,99) ...
+    thousands: str = ""  # ... and its digit-group separator, if any ("." for 1.234,5)
+    origin: tuple[float, float] | None = None  # (lat, lon) in degrees: x/y are metres east/north of it
+    ranges: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # values field -> [lo, hi]
+    max_clock_skew_s: float = DEFAULT_MAX_CLOCK_SKEW_S
+
+    @property
+    def max_clock_skew_us(self) -> int:
+        """How far an arrival time may precede its event time, in µs."""
+        return int(self.max_clock_skew_s * 1_000_000)
+
+    def bounds(self, target: str) -> tuple[float, float] | None:
+        """The range a values field must lie in (a latitude's and longitude's own, narrowed by ``ranges``)."""
+        lo, hi = GEO_BOUNDS.get(target, (-math.inf, math.inf))
+        if target in self.ranges:
+            lo, hi = max(lo, self.ranges[target][0]), min(hi, self.ranges[target][1])
+        return None if (lo, hi) == (-math.inf, math.inf) else (lo, hi)
 
     def columns_used(self) -> tuple[str, ...]:
         """Every field the declaration reads, in a stable order (attrs' ``*`` not expanded)."""
         used = [self.stream_column, self.key, self.event_time.column]
         used += [self.arrival.column] if self.arrival else []
-        used += [self.values[c] for c in VALUE_COLUMNS if c in self.values]
+        used += [self.values[c] for c in VALUE_FIELDS if c in self.values]
         used += [a for a in self.attrs if a != ALL_OTHERS]
         return tuple(dict.fromkeys(c for c in used if c))
 
@@ -104,12 +126,15 @@ class Declaration:
         for name in ("attrs", "columns", "null_values", "streams"):
             raw[name] = tuple(raw[name])
         raw["plausible_event_us"] = tuple(raw["plausible_event_us"])
+        raw["origin"] = tuple(raw["origin"]) if raw["origin"] else None
+        raw["ranges"] = {k: (float(v[0]), float(v[1])) for k, v in raw["ranges"].items()}
         return cls(**raw)
 
 
 _KEYS = {
     "format", "key", "event_time", "stream", "arrival", "values", "attrs", "delimiter", "quote", "header",
-    "columns", "null_values", "plausible_event_us", "topic",
+    "columns", "null_values", "plausible_event_us", "topic", "decimal", "thousands", "origin", "ranges",
+    "max_clock_skew_s",
 }  # fmt: skip
 
 
@@ -149,6 +174,58 @@ def _strings(name: str, key: str, raw: object) -> tuple[str, ...]:
     return tuple(raw)
 
 
+def _number(name: str, key: str, raw: object) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw):
+        raise _fail(name, key, f"a finite number, got {raw!r}")
+    return float(raw)
+
+
+def _origin(name: str, values: Mapping[str, str], raw: object) -> tuple[float, float] | None:
+    geo = [c for c in GEO_COLUMNS if c in values]
+    if not geo:
+        if raw is not None:
+            raise _fail(name, "origin", "only with values' lat and lon (a position in degrees)")
+        return None
+    if len(geo) != 2 or "x" in values or "y" in values:
+        raise _fail(name, "values", "lat and lon come together, and instead of x and y (they become x and y)")
+    if not isinstance(raw, list | tuple) or len(raw) != 2:
+        raise _fail(
+            name, "origin", "required with lat and lon: [lat, lon] in degrees near the data, e.g. "
+            "[52.52, 13.40]; x and y become metres east and north of it"
+        )  # fmt: skip
+    lat, lon = _number(name, "origin", raw[0]), _number(name, "origin", raw[1])
+    if not (-85 <= lat <= 85 and -180 <= lon <= 180):
+        raise _fail(name, "origin", f"[{lat}, {lon}]: latitude in [-85, 85], longitude in [-180, 180]")
+    return lat, lon
+
+
+def _ranges(name: str, values: Mapping[str, str], raw: object) -> dict[str, tuple[float, float]]:
+    if not isinstance(raw, Mapping):
+        raise _fail(name, "ranges", "expected a table like { value = [-40, 60] }")
+    out: dict[str, tuple[float, float]] = {}
+    for target, bounds in raw.items():
+        if target not in values:
+            known = ", ".join(values) or "none"
+            raise _fail(name, f"ranges.{target}", f"not a field of values (declared: {known})")
+        if not isinstance(bounds, list | tuple) or len(bounds) != 2:
+            raise _fail(name, f"ranges.{target}", "expected [lower, upper]")
+        lo, hi = (_number(name, f"ranges.{target}", b) for b in bounds)
+        if not lo <= hi:
+            raise _fail(name, f"ranges.{target}", f"lower {lo} > upper {hi}")
+        out[str(target)] = (lo, hi)
+    return out
+
+
+def _separators(name: str, decimal: object, thousands: object) -> tuple[str, str]:
+    if decimal not in (".", ","):
+        raise _fail(name, "decimal", f'"." or ",", got {decimal!r}')
+    if thousands not in ("", ".", ",", " ", "'", "\u00a0", "\u202f") or thousands == decimal:
+        raise _fail(
+            name, "thousands", f"none, or one of . , ' and a space, not the decimal; got {thousands!r}"
+        )
+    return str(decimal), str(thousands)
+
+
 def parse_declaration(name: str, raw: Mapping[str, Any]) -> Declaration:
     """A declaration from its TOML table ``[sources.<name>]``; every mistake names its key."""
     if not name or "/" in name or name.strip() != name:
@@ -186,10 +263,19 @@ def parse_declaration(name: str, raw: Mapping[str, Any]) -> Declaration:
     values_raw = raw.get("values", {})
     if not isinstance(values_raw, Mapping):
         raise _fail(name, "values", 'expected a table like { value = "temperature", x = "lon" }')
-    bad = set(values_raw) - set(VALUE_COLUMNS)
+    bad = set(values_raw) - set(VALUE_FIELDS)
     if bad:
-        raise _fail(name, "values", f"{sorted(bad)}: bronze's value columns are {', '.join(VALUE_COLUMNS)}")
+        raise _fail(
+            name, "values", f"{sorted(bad)}: bronze's value columns are {', '.join(VALUE_COLUMNS)}, "
+            "or lat and lon (degrees, projected to metres in x and y)"
+        )  # fmt: skip
     values = {str(k): str(v) for k, v in values_raw.items()}
+    origin = _origin(name, values, raw.get("origin"))
+    ranges = _ranges(name, values, raw.get("ranges", {}))
+    decimal, thousands = _separators(name, raw.get("decimal", "."), raw.get("thousands", ""))
+    skew = raw.get("max_clock_skew_s", DEFAULT_MAX_CLOCK_SKEW_S)
+    if isinstance(skew, bool) or not isinstance(skew, int | float) or not 0 <= skew <= 1e9:
+        raise _fail(name, "max_clock_skew_s", f"seconds in [0, 1e9], got {skew!r}")
     attrs = _strings(name, "attrs", raw.get("attrs", []))
     delimiter, quote = raw.get("delimiter", ","), raw.get("quote", '"')
     if fmt == "csv":
@@ -231,7 +317,8 @@ def parse_declaration(name: str, raw: Mapping[str, Any]) -> Declaration:
         stream_column=stream_column, streams=streams, arrival=arrival, values=values, attrs=attrs,
         delimiter=str(delimiter), quote=str(quote), header=header, columns=columns,
         null_values=_strings(name, "null_values", raw.get("null_values", [""])), plausible_event_us=bounds,
-        topic=topic,
+        topic=topic, decimal=decimal, thousands=thousands, origin=origin, ranges=ranges,
+        max_clock_skew_s=float(skew),
     )  # fmt: skip
     if columns:
         missing = [c for c in decl.columns_used() if c not in columns]

@@ -54,7 +54,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from outoforder.errors import InputError
-from outoforder.sources.declaration import ALL_OTHERS, VALUE_COLUMNS, Declaration, TimeField
+from outoforder.sources.declaration import ALL_OTHERS, VALUE_COLUMNS, VALUE_FIELDS, Declaration, TimeField
+from outoforder.sources.geo import LocalProjection
 from outoforder.sources.readers import INT64_MAX, Reject, Row
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -153,6 +154,33 @@ class DeclaredReader:
         listed = [a for a in self.decl.attrs if a != ALL_OTHERS]
         return tuple(dict.fromkeys([*listed, *(c for c in self.fields if c not in used)]))
 
+    @cached_property
+    def number_form(self) -> re.Pattern[str] | None:
+        """A text number with the declared separators (None: Python's own form, ``3.99``)."""
+        d = self.decl
+        if d.decimal == "." and not d.thousands:
+            return None
+        grouped = f"[0-9]{{1,3}}(?:{re.escape(d.thousands)}[0-9]{{3}})+|" if d.thousands else ""
+        digits = f"(?:{grouped}[0-9]+)"
+        return re.compile(f"[-+]?{digits}(?:{re.escape(d.decimal)}[0-9]+)?(?:[eE][-+]?[0-9]+)?", re.ASCII)
+
+    def _plain(self, text: str) -> str:
+        """A number in the declared form, in Python's (``1.234,5`` -> ``1234.5``)."""
+        d = self.decl
+        return (text.replace(d.thousands, "") if d.thousands else text).replace(d.decimal, ".")
+
+    def _plain_numbers(self, values: pa.Array) -> pa.Array:
+        """:meth:`_plain` over an array of text."""
+        d = self.decl
+        if d.thousands:
+            values = pc.replace_substring(values, d.thousands, "")
+        return pc.replace_substring(values, d.decimal, ".")
+
+    @cached_property
+    def projection(self) -> LocalProjection | None:
+        """Latitude and longitude to metres in x and y, when the declaration maps both."""
+        return LocalProjection(*self.decl.origin) if self.decl.origin else None
+
     def spec(self) -> str:
         """The reader as one string: what Spark tasks receive (``readers.make_reader`` reads it)."""
         return json.dumps({"declaration": self.decl.as_dict(), "fields": list(self.fields)})
@@ -210,6 +238,19 @@ class DeclaredReader:
             return None
         if isinstance(value, bool) or not isinstance(value, int | float | str):
             raise _bad("not_numeric", column, f": {_shown(_text(value))}")
+        if isinstance(value, str) and self.number_form is not None:
+            text = value.strip()
+            if not self.number_form.fullmatch(text):
+                try:
+                    finite = math.isfinite(float(text))
+                except ValueError:
+                    finite = True
+                if not finite:
+                    raise _bad("non_finite_value", column, f": {_shown(value)}")
+                d = self.decl
+                form = f"decimal {d.decimal!r}" + (f", thousands {d.thousands!r}" if d.thousands else "")
+                raise _bad("not_numeric", column, f": {_shown(value)} (declared {form})")
+            value = self._plain(text)
         try:
             number = float(value)
         except (ValueError, OverflowError) as e:
@@ -230,7 +271,22 @@ class DeclaredReader:
         key = self._string(get, d.key, "null_key")
         event = self._time(get, d.event_time)
         arrival = self._time(get, d.arrival) if d.arrival else None
-        nums = {c: self._number(get, d.values[c]) if c in d.values else None for c in VALUE_COLUMNS}
+        if d.arrival and arrival is not None and event - arrival > d.max_clock_skew_us:
+            raise _bad(
+                "arrival_before_event", d.arrival.column, f": {(event - arrival) / 1e6:g} s before the "
+                f"event time, more than max_clock_skew_s = {d.max_clock_skew_s:g} (a sender's clock? a unit?)"
+            )  # fmt: skip
+        nums = {c: self._number(get, d.values[c]) for c in VALUE_FIELDS if c in d.values}
+        for c, number in nums.items():
+            bounds = d.bounds(c)
+            if number is not None and bounds is not None and not bounds[0] <= number <= bounds[1]:
+                lo, hi = bounds
+                raise _bad("out_of_range", d.values[c], f": {number:g} is outside [{lo:g}, {hi:g}]")
+        if self.projection is not None:
+            lat, lon = nums.pop("lat"), nums.pop("lon")
+            at = None if lat is None or lon is None else self.projection.point(lat, lon)
+            nums["x"], nums["y"] = at if at is not None else (None, None)
+        nums = {c: nums.get(c) for c in VALUE_COLUMNS}
         attrs: dict[str, str] = {}
         for name in self.attr_columns:
             value = get(name)
@@ -336,23 +392,44 @@ class DeclaredReader:
             ok, cols[target] = self._fast_time(col(f.column), f, ok, is_null, strict)
             if not ok.any():
                 return ok, {}
-        for target in VALUE_COLUMNS:
+        if d.arrival is not None:
+            event = cols["event_ts"].to_numpy(zero_copy_only=False)
+            arrival = cols["arrival_ts"].to_numpy(zero_copy_only=False)
+            ok &= event - arrival <= d.max_clock_skew_us
+        nums: dict[str, tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]] = {}
+        for target in VALUE_FIELDS:
             if target not in d.values:
-                cols[target] = pa.nulls(n, pa.float64())
                 continue
             values = col(d.values[target])
             missing = is_null(values)
             if pa.types.is_floating(values.type) or pa.types.is_integer(values.type):
-                nums = values.cast(pa.float64()).fill_null(0).to_numpy(zero_copy_only=False)
+                got = values.cast(pa.float64()).fill_null(0).to_numpy(zero_copy_only=False)
             elif _is_text(values.type):
+                if self.number_form is not None:  # declared separators: their form, then Python's
+                    ok &= missing | strict(values, f"^{self.number_form.pattern}$")
+                    values = self._plain_numbers(values)
                 ok &= missing | strict(values, _FAST_FLOAT)
                 safe = pc.if_else(pa.array(missing | ~ok), "0", values)
-                nums = pc.cast(safe, pa.float64()).to_numpy(zero_copy_only=False)
+                got = pc.cast(safe, pa.float64()).to_numpy(zero_copy_only=False)
             else:
                 ok &= missing
-                nums = np.zeros(n)
-            ok &= missing | np.isfinite(nums)
-            cols[target] = pa.array(np.where(missing, 0.0, nums), mask=missing)
+                got = np.zeros(n)
+            ok &= missing | np.isfinite(got)
+            bounds = d.bounds(target)
+            if bounds is not None:
+                ok &= missing | ((got >= bounds[0]) & (got <= bounds[1]))
+            nums[target] = (np.where(missing, 0.0, got), missing)
+        if self.projection is not None:
+            (lat, lat_missing), (lon, lon_missing) = nums.pop("lat"), nums.pop("lon")
+            missing = lat_missing | lon_missing
+            x, y = self.projection.xy(np.where(missing, self.projection.lat0, lat), lon)
+            nums["x"], nums["y"] = (x, missing), (y, missing)
+        for target in VALUE_COLUMNS:
+            if target in nums:
+                got, missing = nums[target]
+                cols[target] = pa.array(np.where(missing, 0.0, got), mask=missing)
+            else:
+                cols[target] = pa.nulls(n, pa.float64())
         attrs = []
         for name in self.attr_columns:
             usable, present, values = text(col(name))

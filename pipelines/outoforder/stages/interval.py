@@ -30,7 +30,9 @@ results twice, so :meth:`~IntervalStage.run_interval` refuses it (naming the two
 instead) and :meth:`~IntervalStage.run` splits such a span itself.
 
 :meth:`IntervalStage.run` is the loop the CLI and the main job use: from where the job stopped
-(or a given start) to the newest arrival (or a given end), in steps of a given length.
+(or a given start) to the newest arrival (or a given end), in steps of a given length. Over a
+long span it steps only where bronze has arrivals: each stretch without any is one interval
+(:func:`quiet_collapsed`), so a year with nothing in it costs one interval, not half a million.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from __future__ import annotations
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
@@ -59,8 +61,8 @@ PRUNE_SLACK = 16  # snapshots beyond keep_snapshots before a prune deletes them
 APPENDS_AT_ONCE = 4  # an interval's appends committed side by side
 
 
-# a catch-up over more steps than this cuts only the part with arrivals into steps: the rest (where
-# nothing arrived, e.g. from a replay's 1970 clock to now) is one step, not millions
+# a run over more steps than this cuts only the stretches with arrivals into steps: each stretch where
+# nothing arrived (a replay's 1970 clock to now, a sender offline for a year) is one step, not millions
 CATCH_UP_STEPS = 120
 
 
@@ -74,6 +76,32 @@ def split_span(start: int, end: int, step: int) -> list[tuple[int, int]]:
         msg = f"need start < end and a positive interval (got [{start}, {end}), step {step} µs)"
         raise ConfigError(msg)
     return [(lo, min(lo + step, end)) for lo in range(start, end, step)]
+
+
+def quiet_collapsed(start: int, end: int, step: int, busy: Iterable[int]) -> list[tuple[int, int]]:
+    """[start, end) in steps of ``step``, except that each stretch of steps without arrivals is one step.
+
+    ``busy``: the indices of the steps (from ``start``) that hold an arrival. The steps stay on the
+    grid, so a later run continues them.
+
+    >>> quiet_collapsed(0, 18, 4, {0, 4})
+    [(0, 4), (4, 16), (16, 18)]
+    >>> quiet_collapsed(0, 10, 4, [])
+    [(0, 10)]
+    """
+    out: list[tuple[int, int]] = []
+    pos = start
+    for i in sorted(set(busy)):
+        lo = start + i * step
+        if lo < pos or lo >= end:
+            continue
+        if lo > pos:
+            out.append((pos, lo))
+        pos = min(lo + step, end)
+        out.append((lo, pos))
+    if pos < end:
+        out.append((pos, end))
+    return out
 
 
 def where_job(source: str, job: str) -> Column:
@@ -201,6 +229,27 @@ class IntervalStage(ABC, Generic[J, S]):
             self.spark, BRONZE, self.settings.lake_root, source=self.source, arrival_ts_range=(lo, hi)
         )
         return self.tuples(bronze)
+
+    def _busy_steps(self, start_us: int, end_us: int, step: int) -> list[int]:
+        """The indices of the ``step``-µs steps from ``start_us`` holding a bronze arrival of the source."""
+        from pyspark.sql import functions as F
+
+        from outoforder.io import delta
+        from outoforder.io.tables import BRONZE
+
+        rows = (
+            delta.read_arrivals(
+                self.spark,
+                BRONZE,
+                self.settings.lake_root,
+                source=self.source,
+                arrival_ts_range=(start_us, end_us),
+            )
+            .select(F.expr(f"(arrival_ts - {start_us}) div {step}").alias("i"))
+            .distinct()
+            .collect()
+        )
+        return [int(r["i"]) for r in rows]
 
     def mine(self) -> Column:
         """The filter on this job's rows of the stage's tables."""
@@ -417,7 +466,6 @@ class IntervalStage(ABC, Generic[J, S]):
         already reruns its own interval as given (a rerun of a processed interval changes nothing).
         """
         done = self.last_processed()
-        quiet_from: int | None = None  # from here to the end nothing has arrived: one step
         if catch_up and start_us is not None and end_us is not None:
             if done is not None and done < end_us and done != start_us:
                 log.info(
@@ -433,10 +481,6 @@ class IntervalStage(ABC, Generic[J, S]):
                     log.info("[%s] %s: no whole interval to process yet", self.name, self.source)
                     return []
                 end_us = whole
-                if (end_us - start_us) // every_us > CATCH_UP_STEPS:  # a long gap (a replay's lake, a pause)
-                    span = pending_span(self.spark, self.settings, self.source, done)
-                    newest = span[1] if span is not None else start_us
-                    quiet_from = start_us + -(-max(newest - start_us, 0) // every_us) * every_us
         if start_us is None or end_us is None:
             span = pending_span(self.spark, self.settings, self.source, done)
             if span is None:
@@ -453,10 +497,10 @@ class IntervalStage(ABC, Generic[J, S]):
             end_us = span[1] if end_us is None else end_us
         summaries = []
         step = every_us or end_us - start_us
-        steps = split_span(start_us, end_us, step)
-        if quiet_from is not None and quiet_from < end_us:
-            busy = split_span(start_us, quiet_from, step) if quiet_from > start_us else []
-            steps = [*busy, (quiet_from, end_us)]
+        if -(-(end_us - start_us) // step) > CATCH_UP_STEPS:  # long: iterate only where arrivals are
+            steps = quiet_collapsed(start_us, end_us, step, self._busy_steps(start_us, end_us, step))
+        else:
+            steps = split_span(start_us, end_us, step)
         if done is not None:  # never an interval across the newest processed end (module docstring)
             steps = [
                 part

@@ -368,6 +368,8 @@ def parse_records(
     its run (see RECORD_SCHEMA); the runs follow, from which the driver's plan ranks the records.
     """
     parser = LineParser(make_reader(reader), (lo, hi), local=False)
+    decl = getattr(parser.reader, "decl", None)
+    skew_us = decl.max_clock_skew_us if decl is not None else None
     runs = _Runs()
     seen = 0
     for big in batches:
@@ -379,7 +381,9 @@ def parse_records(
             parts = chunk.column("partition").to_numpy().astype(np.int64)
             offsets = chunk.column("offset").to_numpy()
             run = runs.add(ts, parts, offsets, seen + 1)
-            acc = got.accepted
+            acc, q = got.accepted, got.quarantined
+            if skew_us is not None and acc.num_rows:
+                acc, q = _ahead_of_arrival(acc, q, ts[acc.column("line_no").to_numpy() - (seen + 1)], skew_us)
             if acc.num_rows:
                 idx = acc.column("line_no").to_numpy() - (seen + 1)
                 cols = {f: acc.column(f) for f in acc.column_names if f != "line_no"}
@@ -387,7 +391,6 @@ def parse_records(
                 yield _filled(
                     acc.num_rows, pid, "row", **cols, local=acc.column("line_no"), run=pa.array(run[idx])
                 )
-            q = got.quarantined
             if q.num_rows:
                 idx = q.column("line_no").to_numpy() - (seen + 1)
                 detail = [
@@ -399,6 +402,36 @@ def parse_records(
                               detail=pa.array(detail, pa.string()))  # fmt: skip
             seen += len(lines)
     yield from runs.rows(pid, seen)
+
+
+def _ahead_of_arrival(
+    accepted: pa.Table, quarantined: pa.Table, arrival_us: npt.NDArray[np.int64], skew_us: int
+) -> tuple[pa.Table, pa.Table]:
+    """Move the rows whose event time is more than ``skew_us`` after their log-append time to the rejects.
+
+    A record cannot have happened after the broker stored it, beyond the senders' clock skew; such
+    an event time (a sender's clock years ahead) would hold every later record's lateness hostage.
+    """
+    ahead = accepted.column("event_ts").to_numpy() - arrival_us > skew_us
+    if not ahead.any():
+        return accepted, quarantined
+    moved = accepted.filter(pa.array(ahead))
+    gaps = (moved.column("event_ts").to_numpy() - arrival_us[ahead]) / 1e6
+    rejects = pa.table(
+        {
+            "line_no": moved.column("line_no"),
+            "raw_line": moved.column("raw_line"),
+            "reason": pa.array(["arrival_before_event"] * moved.num_rows, pa.string()),
+            "detail": pa.array(
+                [f"the log-append time is {g:g} s before the event time, more than the "
+                 f"max_clock_skew_s of {skew_us / 1e6:g}" for g in gaps.tolist()], pa.string()
+            ),
+        },
+        schema=REJECT_SCHEMA,
+    )  # fmt: skip
+    both = pa.concat_tables([quarantined.cast(REJECT_SCHEMA), rejects])
+    both = both.take(pa.array(np.argsort(both.column("line_no").to_numpy(), kind="stable")))
+    return accepted.filter(pa.array(~ahead)), both
 
 
 RUN_BEFORE_SCHEMA = pa.schema(
