@@ -53,3 +53,15 @@ def test_the_dag_params_path_refuses_the_same_values():
         with pytest.raises(ConfigError, match="--window-ms takes a finite number"):
             JoinJob.from_options({"window_ms": value})
     assert JoinJob.from_options({"window_ms": 250}).window_us == 250_000
+
+
+@pytest.mark.parametrize(
+    "stage", [["join-stream"], ["validate-join", "--until", "1"], ["join-adapt", "--until", "1"]]
+)
+def test_a_stream_named_in_both_r_and_s_is_refused_before_anything_runs(stage, capsys):
+    # it silently went to R: a join of a stream with itself, judged green
+    argv = [*stage, *SRC, "--r-streams", "ball,team_a", "--s-streams", "team_a,team_b"]
+    assert exit_code(argv) == 2
+    assert "stream 'team_a' is named in both R and S" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="both R and S"):
+        JoinJob.from_options({"r_streams": "a", "s_streams": "a"})

@@ -128,3 +128,24 @@ def test_cli_rejects_unknown_methods_and_missing_files(tmp_path, capsys):
     arrivals(200, 200_000).to_csv(f, index=False)
     assert main(["join", "--file", str(f), "--methods", "magic"]) == 2
     assert "unknown methods" in capsys.readouterr().err
+
+
+def test_a_file_with_an_event_time_that_is_not_an_integer_exits_naming_it(tmp_path, capsys):
+    # it was an exit 1 with a traceback (int64 conversion of the column)
+    f = tmp_path / "times.csv"
+    frame = arrivals(300, 300_000).astype({"event_ts": object})
+    frame.loc[5, "event_ts"] = "2024-03-01T10:00:00Z"
+    frame.to_csv(f, index=False)
+    assert main(["join", "--file", str(f), "--s-streams", "team_a", "--theta", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "event_ts must be an integer of µs" in err[-1] and "'2024-03-01T10:00:00Z'" in err[-1]
+    assert "Traceback" not in "\n".join(err)
+
+
+def test_a_band_of_infinite_width_is_refused():
+    from outoforder.core.theta.predicate import parse_predicate
+    from outoforder.errors import ConfigError
+
+    for text in ("band:inf", "band:nan", "band:-1"):
+        with pytest.raises(ConfigError, match="band width must be a finite number >= 0"):
+            parse_predicate(text)

@@ -29,6 +29,8 @@ s = load_settings().storage
 src = Path(sys.argv[1])
 for key in ("ooo/ooo/d-1.csv.gz", "ooo/ooo/d-2-is-d-1.csv.gz", "nope/x/y.csv", "stray.csv"):
     objectstore.put_file(s, f"{s.landing_uri}/incoming/{key}", src)
+# a file that does not fit its declared source: rejected with its reason, the others still ingested
+objectstore.put_file(s, f"{s.landing_uri}/incoming/plant/p/misfit.csv", Path(sys.argv[2]))
 print("DROPPED" + json.dumps([f.relative for f in objectstore.pending(s)]))
 """
 
@@ -59,6 +61,15 @@ print("AFTER" + json.dumps({
 """
 
 
+def _declared(folder: Path) -> Path:
+    path = folder / "declared.toml"
+    path.write_text(
+        '[sources.plant]\nformat = "csv"\nstream = "press"\nkey = "sensor"\n'
+        'event_time = { column = "ts", unit = "ms" }\nvalues = { value = "temp" }\n'
+    )
+    return path
+
+
 @pytest.fixture(scope="module")
 def stack(airflow_env, tmp_path_factory):
     folder = tmp_path_factory.mktemp("scale-out")
@@ -87,6 +98,7 @@ def stack(airflow_env, tmp_path_factory):
             "OOO_LANDING_URI": "s3a://landing/airflow-test",
             "OOO_PUBLISH_URI": "s3a://reports/airflow-test",
             "OOO_WORK_DIR": str(folder / "work"),
+            "OOO_CONFIG": str(_declared(folder)),
             "OOO_REPORTS_DIR": str(folder / "work" / "reports"),
         }
         # the shared server, on the cluster, with the s3a lake's storage
@@ -99,8 +111,12 @@ def test_landing_files_are_ingested_once_on_the_cluster_into_an_s3a_lake_with_po
 ):
     spark_python = str(Path(os.environ["OOO_SPARK_VENV"]) / "bin" / "python")
     env = {k: v for k, v in stack.items() if k != "client"}
-    dropped = run_probe(spark_python, DROP, "DROPPED", env, str(data_dir / "ooo-dataset" / "d-1.csv.gz"))
-    assert len(dropped) == 4
+    misfit = Path(stack["OOO_WORK_DIR"]).parent / "misfit.csv"
+    misfit.write_text("line,sensor,temp\npress,s1,20.5\n")
+    dropped = run_probe(
+        spark_python, DROP, "DROPPED", env, str(data_dir / "ooo-dataset" / "d-1.csv.gz"), str(misfit)
+    )
+    assert len(dropped) == 5
     migrate = airflow_cli(env, "db", "migrate")
     assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
     run = airflow_cli(env, "dags", "test", "ingest_landing")
@@ -108,7 +124,7 @@ def test_landing_files_are_ingested_once_on_the_cluster_into_an_s3a_lake_with_po
     (Path(stack["OOO_WORK_DIR"]).parent / "dags-test.log").write_text(out)  # kept for a failure's reader
     assert run.returncode == 0, out[-6000:]
     assert "state=success" in out
-    assert "4 files waiting" in out
+    assert "5 files waiting" in out
     assert "bronze_accounting: PASSED" in out
     assert "already ingested" in out  # the copy with the same content
     assert "[publish]" in out
@@ -120,7 +136,12 @@ def test_landing_files_are_ingested_once_on_the_cluster_into_an_s3a_lake_with_po
     assert not [k for k in got["keys"] if k.startswith("incoming/")]  # nothing left waiting
     assert "ingested/ooo/ooo/d-1.csv.gz" in got["keys"]
     assert "ingested/ooo/ooo/d-2-is-d-1.csv.gz" in got["keys"]
-    assert set(got["reasons"]) == {"rejected/nope/x/y.csv.reason.txt", "rejected/stray.csv.reason.txt"}
+    assert set(got["reasons"]) == {
+        "rejected/nope/x/y.csv.reason.txt",
+        "rejected/stray.csv.reason.txt",
+        "rejected/plant/p/misfit.csv.reason.txt",
+    }
+    assert "no column 'ts'" in got["reasons"]["rejected/plant/p/misfit.csv.reason.txt"]
     assert "unknown reader 'nope'" in got["reasons"]["rejected/nope/x/y.csv.reason.txt"]
     assert "<reader>/<source id>/<file name>" in got["reasons"]["rejected/stray.csv.reason.txt"]
     assert "airflow-test/quality/index.html" in got["published"]

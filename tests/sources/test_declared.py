@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 import os
+from collections.abc import Callable
 
 import pyarrow as pa
 import pytest
@@ -483,3 +484,97 @@ def test_the_vectorised_path_reads_the_european_layout_in_bulk():
     assert ok.all()
     assert cols["value"].to_pylist() == [i + 0.5 for i in range(50)]
     assert cols["y"].to_pylist() == [reader.parse(lines[0]).y] * 50
+
+
+# --- any declaration x any file: a clear error or a result, lines conserved, never a traceback -----
+
+OPTIONAL = {  # key: (values that work, values refused)
+    "decimal": ([".", ","], [";", "x"]),
+    "thousands": (["", " ", ".", ",", "'"], ["ab"]),
+    "origin": ([[52.5, 13.4]], [[95, 0], [0, 181], "x", [1]]),  # lat and lon get a working one anyway
+    "ranges": ([{"value": [0, 10]}, {"lat": [50, 55]}], [{"value": [10, 0]}, {"zz": [0, 1]}, []]),
+    "max_clock_skew_s": ([0, 300, 0.5], [-1, float("nan"), "x", True]),
+    "null_values": ([["", "NA"], [""]], [[1]]),
+}
+FIELD_EDGE = ["1", "-2,5", "3.5", "1.234,5", "1 234,5", "1'234.5", "52,52", "13.4", "91", "-181", "NA", "",
+              "1700000000123", "2024-03-01T10:00:00+01:00", "1e3", "nan", "x"]  # fmt: skip
+
+
+VALUE_MAPS = (  # (maps that work, maps refused)
+    [
+        {"value": "v"},
+        {"lat": "la", "lon": "lo", "value": "v"},
+        {"lat": "la", "lon": "lo"},
+        {"value": "la"},
+        {},
+    ],
+    [{"lat": "la"}, {"x": "la", "lat": "lo"}],
+)
+ARRIVALS = ["order", {"column": "a", "unit": "ms"}, {"column": "a", "unit": "iso8601"}]
+
+
+def error_of(fn: Callable[..., object], *args: object) -> str | None:
+    """The message of the clear error ``fn`` raises (ConfigError, InputError), or None."""
+    try:
+        fn(*args)
+    except (ConfigError, InputError) as e:
+        return str(e)
+    return None
+
+
+@st.composite
+def declaration(draw: st.DrawFn) -> dict[str, object]:
+    raw: dict[str, object] = {
+        "format": "csv",
+        "delimiter": draw(st.sampled_from([",", ";", "|"])),
+        "stream": "s",
+        "key": "k",
+        "event_time": {"column": "t", "unit": draw(st.sampled_from(UNITS))},
+        "arrival": draw(st.sampled_from(ARRIVALS)),
+        "values": draw(st.sampled_from(VALUE_MAPS[0] if draw(st.integers(0, 7)) else VALUE_MAPS[1])),
+    }
+    for key, (works, refused) in OPTIONAL.items():
+        if draw(st.booleans()):  # mostly a value that works, so most examples reach the file
+            raw[key] = draw(st.sampled_from(works if draw(st.integers(0, 7)) else refused))
+    values = raw["values"]
+    if "lat" in values and "origin" not in raw:
+        raw["origin"] = [52.5, 13.4]
+    elif "lat" not in values and raw.get("origin") == [52.5, 13.4]:
+        del raw["origin"]
+    if (
+        isinstance(raw.get("ranges"), dict)
+        and not set(raw["ranges"]) <= set(values)
+        and draw(st.integers(0, 3))
+    ):
+        raw["ranges"] = {name: [0, 60] for name in values}  # mostly ranges of fields it maps
+    return raw
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(declaration(), st.data())
+def test_any_declaration_and_file_give_a_clear_error_or_conserved_lines(raw, data):
+    refused = error_of(parse_declaration, "any", raw)
+    if refused is not None:
+        assert refused.startswith("sources.any")
+        return
+    decl = parse_declaration("any", raw)
+    d = decl.delimiter
+    header = d.join(["k", "t", "a", "v", "la", "lo"])
+    good = ["k1", "1700000000123", "1700000000500", "2,5", "52,52", "13,40"]
+    lines = [header]
+    for _ in range(data.draw(st.integers(0, 12))):
+        fields = list(good)
+        for i in data.draw(st.lists(st.integers(0, 5), max_size=3)):
+            fields[i] = data.draw(st.sampled_from(FIELD_EDGE))
+        lines.append(d.join(fields))
+    reader = DeclaredReader(decl, header_fields(decl, header))
+    stopped = error_of(check_sample, reader, lines[1:], "any.csv")
+    assert stopped is None or "fix the declaration [sources.any]" in stopped
+    accepted, rejected, counts, _ = parse_all(
+        reader, ("\n".join(lines) + "\n").encode(), decl.plausible_event_us
+    )
+    assert counts["lines"] == len(lines)
+    assert counts["header_lines"] + counts["blank_lines"] + counts["accepted"] + counts["quarantined"] == len(
+        lines
+    )
+    assert accepted.num_rows == counts["accepted"] and rejected.num_rows == counts["quarantined"]

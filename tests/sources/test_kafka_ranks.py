@@ -16,11 +16,13 @@ import json
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from outoforder.errors import InputError
 from outoforder.sources.declaration import parse_declaration
-from outoforder.sources.declared import DeclaredReader
+from outoforder.sources.declared import DeclaredReader, check_sample
 from outoforder.stages.ingest.tasks import RECORD_SCHEMA, parse_records, runs_before
 
 DECL = parse_declaration(
@@ -46,15 +48,18 @@ def partition(draw: st.DrawFn, p: int) -> list[tuple[int, int, int, bytes]]:
     return out
 
 
-def task_output(records: list[tuple[int, int, int, bytes]], pid: int, chunk: int) -> pa.Table:
-    batch = pa.record_batch(
+def _batch(records: list[tuple[int, int, int, bytes]]) -> pa.RecordBatch:
+    return pa.record_batch(
         {"partition": pa.array([r[1] for r in records], pa.int32()),
          "offset": pa.array([r[2] for r in records], pa.int64()),
          "ts_us": pa.array([r[0] for r in records], pa.int64()),
          "value": pa.array([r[3] for r in records], pa.binary())}
     )  # fmt: skip
+
+
+def task_output(records: list[tuple[int, int, int, bytes]], pid: int, chunk: int) -> pa.Table:
     return pa.Table.from_batches(
-        list(parse_records(iter([batch]), pid, READER, 0, 10**12, chunk)), RECORD_SCHEMA
+        list(parse_records(iter([_batch(records)]), pid, READER, 0, 10**12, chunk)), RECORD_SCHEMA
     )
 
 
@@ -121,3 +126,20 @@ def test_an_event_time_ahead_of_its_log_append_time_beyond_the_skew_is_quarantin
         assert (
             detail.startswith("the log-append time is 300 s before the event time") and "offset 6" in detail
         )
+
+
+def test_a_batch_whose_sample_does_not_fit_is_quarantined_not_a_stop(caplog):
+    # a file that does not fit waits untouched; a topic cannot set records aside, so a stop would wedge it
+    from outoforder.stages.ingest.kafka import _reader
+
+    bad = [json.dumps({"k": "a", "t": "yesterday"}) for _ in range(50)]
+    with pytest.raises(InputError, match="none of the first 50 records fits"):
+        check_sample(DeclaredReader(DECL, DECL.columns_used()), bad, "yard#1")
+    reader = _reader(DECL, bad, "yard#1")
+    assert "none of the first 50 records fits the declaration" in caplog.text
+    records = [(1000, 0, i, b.encode()) for i, b in enumerate(bad[:3])] + [(1001, 0, 9, b'{"k":"a","t":5}')]
+    out = pa.Table.from_batches(
+        list(parse_records(iter([_batch(records)]), 0, reader.spec(), 0, 10**12, 64)), RECORD_SCHEMA
+    ).to_pydict()
+    got = sorted((k, r) for k, r in zip(out["kind"], out["reason"], strict=True) if k != "run")
+    assert got == [("reject", "not_numeric")] * 3 + [("row", None)]

@@ -194,7 +194,7 @@ def test_recall_check_fails_or_warns_and_finds_no_duplicates(spark, settings, ca
 
 
 def test_a_run_killed_before_an_adaptation_adapts_when_resumed_like_an_uninterrupted_run(
-    spark, settings, tmp_path, monkeypatch, load_bronze
+    spark, settings, tmp_path, monkeypatch, load_bronze, capsys
 ):
     # the reliability run found it: killed between an interval's commits and the adaptation after
     # it, the resumed run started past that adaptation time and kept the older retention
@@ -235,10 +235,12 @@ def test_a_run_killed_before_an_adaptation_adapts_when_resumed_like_an_uninterru
     for g, w in zip(got, want, strict=True):
         pd.testing.assert_frame_equal(g, w)
 
-    # the validation from the command line; a span that ends before it starts is refused
+    # the validation from the command line: 0.6 s of stream close no period of 1 s, and a check
+    # that judged nothing is not a pass; a span that ends before it starts is refused
     validate_args = command(calm)[1:-2]  # the job's options, without the interval cadence
     validate_args += ["--until", str(T0 + 600 * STEP), "--on-violation", "warn"]
-    assert main(["validate-join", *validate_args]) == 0
+    assert main(["validate-join", *validate_args]) == 2
+    assert "validate-join: nothing to judge: job qj-" in capsys.readouterr().err
     assert main([*command(calm), "--start", str(T0 + 600 * STEP), "--end", str(T0)]) == 2
 
 

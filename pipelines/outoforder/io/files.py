@@ -8,6 +8,7 @@ Nothing here imports Spark: this code runs in the executors' Python workers.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import IO
 from urllib.parse import urlparse
@@ -54,7 +55,9 @@ def open_input(uri: str, storage: StorageSettings) -> IO[bytes]:
     try:
         if isinstance(fs, pafs.LocalFileSystem):
             return Path(path).open("rb", buffering=1 << 20)
-        return fs.open_input_file(path)  # type: ignore[no-any-return]
+        # buffered: Arrow's files have no readline (io.UnsupportedOperation, an OSError, which the
+        # line reader took for a corrupt file: every uncompressed file on S3 was quarantined whole)
+        return io.BufferedReader(fs.open_input_file(path), buffer_size=1 << 20)
     except (OSError, pa.ArrowException) as e:
         msg = f"cannot open {uri}: {e}"
         raise InputError(msg) from e

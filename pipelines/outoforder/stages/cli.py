@@ -926,6 +926,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = load_settings(args.config)
         _check_stage_conf(settings, parser)
+        if args.stage in STAGE_JOBS and getattr(args, "source", None):
+            STAGE_JOBS[args.stage].from_options(
+                vars(args)
+            )  # a job that cannot work fails before Spark starts
         return int(args.func(args, settings))
     except OutOfOrderError as e:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr, flush=True)

@@ -251,6 +251,10 @@ class IntervalStage(ABC, Generic[J, S]):
         )
         return [int(r["i"]) for r in rows]
 
+    def streams(self) -> dict[str, tuple[str, ...]]:
+        """The job's streams by role (the join's R and S); an empty tuple means every stream."""
+        return {"streams": tuple(getattr(self.job, "streams", ()))}
+
     def mine(self) -> Column:
         """The filter on this job's rows of the stage's tables."""
         return where_job(self.source, self.jid)
@@ -442,6 +446,32 @@ class IntervalStage(ABC, Generic[J, S]):
             _, self._first = job_extent(self.spark, self.settings, self.state_table, self.source, self.jid)
         return self._first
 
+    def ingested_until(self) -> int:
+        """What the file ingest of the source has delivered: arrivals before this instant (µs).
+
+        Just after the newest arrival in bronze, or the time of the source's newest ingest if that
+        is later: a file landing at ``T`` is taken to hold the arrivals up to ``T`` (a live
+        collector's), so files of a source continue it in arrival order. An interval that ends
+        after both may still be filled by a file not ingested yet: a scheduled run stops here, as it
+        waits for the Kafka ingest's coverage on a topic.
+        """
+        from pyspark.sql import functions as F
+
+        from outoforder.io import delta
+        from outoforder.io.tables import INGEST_LOG
+
+        span = pending_span(self.spark, self.settings, self.source, None)
+        newest = span[1] if span is not None else 0
+        if not delta.exists(self.spark, INGEST_LOG, self.settings.lake_root):
+            return newest
+        at = (
+            delta.read(self.spark, INGEST_LOG, self.settings.lake_root)
+            .where((F.col("source") == self.source) & (F.col("status") == "done"))
+            .agg(F.max("ingested_at_us"))
+            .first()
+        )
+        return max(newest, int(at[0])) if at is not None and at[0] is not None else newest
+
     def pending_span(self) -> tuple[int, int] | None:
         """The arrivals still to process: [resume point, newest arrival + 1), or None when there are none."""
         return pending_span(self.spark, self.settings, self.source, self.last_processed())
@@ -464,8 +494,13 @@ class IntervalStage(ABC, Generic[J, S]):
         (an overlap), or runs were skipped; with ``every_us``, in whole steps from there (what is
         left before ``end`` waits for the next run). A run whose ``end`` the job has passed
         already reruns its own interval as given (a rerun of a processed interval changes nothing).
+        A run never steps past what the ingest has delivered: for a file source, the newest
+        arrival in bronze or its newest ingest's time (:meth:`ingested_until`), in whole steps; for
+        a topic, the Kafka ingest's coverage (waited for in :meth:`run_interval`).
         """
         done = self.last_processed()
+        if done is None:  # the job's first run: a misspelt source or stream would run green on nothing
+            check_input(self.spark, self.settings, self.source, self.streams(), self.what)
         if catch_up and start_us is not None and end_us is not None:
             if done is not None and done < end_us and done != start_us:
                 log.info(
@@ -473,9 +508,22 @@ class IntervalStage(ABC, Generic[J, S]):
                     self.name, self.source, done, start_us, done,
                 )  # fmt: skip
                 start_us = done
-            if every_us and done is not None and start_us == done:
+            clamped = False
+            if not self._kafka:  # a topic's coverage is waited for per interval (run_interval)
+                covered = self.ingested_until()
+                if covered < end_us:  # the file ingest has not delivered the interval's end yet
+                    log.info(
+                        "[%s] %s: bronze has arrivals up to %d: the run stops there, the rest waits for "
+                        "the ingest", self.name, self.source, covered - 1,
+                    )  # fmt: skip
+                    end_us, clamped = covered, True
+            if end_us <= start_us:
+                log.info("[%s] %s: nothing ingested to process yet", self.name, self.source)
+                return []
+            if every_us and ((done is not None and start_us == done) or clamped):
                 # whole steps from where the job stopped: a run whose times drifted off the job's
-                # grid leaves the rest to the next run instead of adding an interval of a few ms
+                # grid, or that the ingest has not covered, leaves the rest to the next run instead
+                # of adding an interval of a few ms
                 whole = start_us + (end_us - start_us) // every_us * every_us
                 if whole <= start_us:
                     log.info("[%s] %s: no whole interval to process yet", self.name, self.source)
@@ -680,6 +728,100 @@ def first_start(
 ) -> int | None:
     """The start of the job's first interval (None before its first run)."""
     return job_extent(spark, settings, state_table, source, job)[1]
+
+
+def check_input(
+    spark: SparkSession, settings: Settings, source: str, roles: Mapping[str, Sequence[str]], what: str
+) -> None:
+    """Fail, naming what bronze has, when it holds no row of ``source`` or none of a role's streams.
+
+    ``roles``: the job's streams by role (R and S of a join); an empty role means every stream. A
+    named stream that is absent while others of its role are present is only warned about (on a
+    live stream it may not have sent yet).
+    """
+    from difflib import get_close_matches
+
+    from pyspark.sql import functions as F
+
+    from outoforder.io import delta
+    from outoforder.io.tables import BRONZE
+
+    def hint(name: str, known: Sequence[str]) -> str:
+        near = get_close_matches(name, known, n=1)
+        return f"; did you mean {near[0]!r}?" if near else ""
+
+    def listed(names: Sequence[str]) -> str:
+        return ", ".join(names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "") or "none"
+
+    bronze = (
+        delta.read(spark, BRONZE, settings.lake_root)
+        if delta.exists(spark, BRONZE, settings.lake_root)
+        else None
+    )
+    present = (
+        [r[0] for r in bronze.where(F.col("source") == source).select("stream").distinct().collect()]
+        if bronze is not None
+        else []
+    )
+    if not present:
+        sources = (
+            sorted(r[0] for r in bronze.select("source").distinct().collect()) if bronze is not None else []
+        )
+        msg = (
+            f"the {what} has no input: bronze has no rows of source {source!r} (its sources: "
+            f"{listed(sources)}{hint(source, sources)})"
+        )
+        raise InputError(msg)
+    present = sorted(present)
+    for role, wanted in roles.items():
+        absent = [s for s in wanted if s not in present]
+        if not absent:
+            continue
+        shown = ", ".join(map(repr, absent))
+        if len(absent) == len(wanted):
+            msg = (
+                f"the {what} has no input: source {source!r} has no rows of {role} = {shown} (its streams: "
+                f"{listed(present)}{hint(absent[0], present)})"
+            )
+            raise InputError(msg)
+        log.warning(
+            "the %s's %s names %s, which source %r has no rows of yet (its streams: %s%s)",
+            what, role, shown, source, listed(present), hint(absent[0], present),
+        )  # fmt: skip
+
+
+def nothing_judged(
+    spark: SparkSession, settings: Settings, state_table: Table, source: str, job: str, check: str, what: str
+) -> InputError:
+    """The error of a check that found nothing to judge: what it looked for, and what the lake has.
+
+    A check that judged nothing has not passed: a misspelt source, or options that make another
+    job id than the stream stage's, would otherwise be a green report on no data.
+    """
+    from pyspark.sql import functions as F
+
+    from outoforder.io import delta
+
+    jobs = (
+        delta.read(spark, state_table, settings.lake_root)
+        .groupBy("source", "job")
+        .agg(F.max("as_of_us").alias("upto"))
+        .orderBy("source", "job")
+        .collect()
+        if delta.exists(spark, state_table, settings.lake_root)
+        else []
+    )
+    mine = next((int(r["upto"]) for r in jobs if (r["source"], r["job"]) == (source, job)), None)
+    if mine is not None:
+        return InputError(
+            f"{check}: nothing to judge: job {job} has processed {source!r} up to {mine} µs and no "
+            f"{what} closed in the range asked for: run the stream further, or check a later --until"
+        )
+    known = "; ".join(f"{r['job']} on {r['source']!r} up to {r['upto']} µs" for r in jobs[:10]) or "none"
+    return InputError(
+        f"{check}: nothing to judge: job {job} has not processed source {source!r} (jobs on this lake: "
+        f"{known}); check --source, and pass the stream stage's options (they make the job's id)"
+    )
 
 
 def pending_span(

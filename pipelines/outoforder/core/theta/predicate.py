@@ -9,6 +9,8 @@ Standard library only, so that job declarations can validate predicates where nu
 
 from __future__ import annotations
 
+import math
+
 from outoforder.errors import ConfigError
 
 OPS = ("<", "<=", ">=", ">", "=")
@@ -24,8 +26,8 @@ def parse_predicate(text: str) -> tuple[str, float]:
         except ValueError as e:
             msg = f"bad band predicate {text!r}: expected band:c with c >= 0"
             raise ConfigError(msg) from e
-        if not c >= 0:
-            msg = f"band width must be >= 0, got {c}"
+        if not 0 <= c < math.inf:
+            msg = f"band width must be a finite number >= 0, got {c}"
             raise ConfigError(msg)
         return "band", c
     msg = f"unknown θ operator {text!r}; known: {', '.join(OPS)}, band:c"

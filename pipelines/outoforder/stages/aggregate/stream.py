@@ -37,12 +37,20 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from outoforder.config import Settings
 from outoforder.core.control.pd import PDState
 from outoforder.core.windows.slack import HPMSlack, LatenessSlack
-from outoforder.io.tables import AGG_BUFFER, AGG_CONTROL, AGG_LEDGER, AGG_RESULTS, AGG_STATE, AGG_WATCH
+from outoforder.io.tables import (
+    AGG_BUFFER,
+    AGG_CONTROL,
+    AGG_LEDGER,
+    AGG_RESULTS,
+    AGG_STATE,
+    AGG_WATCH,
+    BRONZE,
+)
 from outoforder.stages.aggregate.spec import AggJob
 from outoforder.stages.interval import Interval, IntervalStage, IntervalSummary, Step
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +71,7 @@ class AggIntervalSummary(IntervalSummary):
     reachable: float | None = None  # the share of recent windows within the bound
     bound_us: int | None = None
     delta: float = 0.05
+    unvalued: int = 0  # arrivals of the job's streams with a null or NaN value: not aggregated
 
     def figures(self) -> str:
         """Windows emitted, late memberships, buffered tuples, the buffer K, and feasibility."""
@@ -70,6 +79,8 @@ class AggIntervalSummary(IntervalSummary):
             f"{self.emitted:,} windows emitted, {self.late:,} late memberships, {self.buffered:,} buffered, "
             f"mean K {self.slack_mean_us / 1000:.1f} ms"
         )
+        if self.unvalued:
+            text = f"{self.unvalued:,} without a value (not aggregated), {text}"
         if self.controller == "seed":
             text += f", α now {self.alpha:.3f}"
         elif self.slack_next_us is not None:
@@ -89,11 +100,23 @@ def agg_tuples(bronze: DataFrame, job: AggJob) -> DataFrame:
     """Bronze rows of the job's streams with a value, as operator tuples (seq, ts, v)."""
     from pyspark.sql import functions as F
 
-    if job.streams:
-        bronze = bronze.where(F.col("stream").isin(*job.streams))
-    return bronze.where(F.col("value").isNotNull() & ~F.isnan("value")).select(
-        F.col("arrival_seq").alias("seq"), F.col("event_ts").alias("ts"), F.col("value").alias("v")
+    return (
+        _of_streams(bronze, job)
+        .where(_valued())
+        .select(F.col("arrival_seq").alias("seq"), F.col("event_ts").alias("ts"), F.col("value").alias("v"))
     )
+
+
+def _of_streams(bronze: DataFrame, job: AggJob) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    return bronze.where(F.col("stream").isin(*job.streams)) if job.streams else bronze
+
+
+def _valued() -> Column:
+    from pyspark.sql import functions as F
+
+    return F.col("value").isNotNull() & ~F.isnan("value")
 
 
 class AggregateStream(IntervalStage[AggJob, AggIntervalSummary]):
@@ -168,6 +191,7 @@ class AggregateStream(IntervalStage[AggJob, AggIntervalSummary]):
         policy, lateness = self.policies(prev)
         query = self.job.query()
         arrivals = self.arrivals(interval.start_us, end)
+        unvalued = self.unvalued(interval.start_us, end)
         if policy.follows_unsettled:  # K reads what the interval's late members tell the closed windows
             needs = foreseen(arrivals, state, query)
             if needs is not None:
@@ -251,8 +275,18 @@ class AggregateStream(IntervalStage[AggJob, AggIntervalSummary]):
                 "reachable": lateness.reachable,
                 "bound_us": self.job.max_k_us,
                 "delta": self.job.delta,
+                "unvalued": unvalued,
             },
         )
+
+    def unvalued(self, lo: int, hi: int) -> int:
+        """How many arrivals of the job's streams in ``[lo, hi)`` have no value (null or NaN)."""
+        from outoforder.io import delta
+
+        bronze = delta.read_arrivals(
+            self.spark, BRONZE, self.settings.lake_root, source=self.source, arrival_ts_range=(lo, hi)
+        )
+        return int(_of_streams(bronze, self.job).where(~_valued()).count())
 
     def finish(self, summary: AggIntervalSummary) -> None:
         """Leave the ledger's Γ status for the scheduler (the DAG's ``gamma_rule`` reads it).

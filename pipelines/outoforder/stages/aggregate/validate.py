@@ -23,7 +23,6 @@ import numpy as np
 from outoforder.config import Settings
 from outoforder.core.windows.lateness import need_at
 from outoforder.core.windows.quality import rank_error, relative_error
-from outoforder.errors import InputError
 from outoforder.io.conflicts import retry_on_conflict
 from outoforder.stages.aggregate.ledger import pending_ledger
 from outoforder.stages.aggregate.spec import AggJob
@@ -51,13 +50,12 @@ def judged_windows(
     job's state at ``until_us`` (its newest state when None) and at ``since_us``.
     """
     from outoforder.io.tables import AGG_STATE
-    from outoforder.stages.interval import check_states
+    from outoforder.stages.interval import check_states, nothing_judged
 
     jid, w = job.job_id(), job.query().windows
     state, before = check_states(spark, settings, AGG_STATE, source, jid, until_us, since_us)
     if state is None:
-        msg = f"the aggregate job {jid} has not processed {source} yet: run aggregate-stream first"
-        raise InputError(msg)
+        raise nothing_judged(spark, settings, AGG_STATE, source, jid, "validate-aggregate", "window")
     if state["frontier"] is None:  # intervals ran, but nothing has arrived yet: no window closed
         log.info("[validate-aggregate] %s: no arrivals processed yet, no window closed", source)
         return int(state["as_of_us"]), -1, -1
@@ -218,6 +216,11 @@ def validate(
     jid = job.job_id()
     windows = repaired_windows(spark, settings, source, job) if repaired else None
     frame = window_quality(spark, settings, source, job, until_us, since_us, windows)
+    if not len(frame) and since_us is None and windows is None:
+        from outoforder.io.tables import AGG_STATE
+        from outoforder.stages.interval import nothing_judged
+
+        raise nothing_judged(spark, settings, AGG_STATE, source, jid, "validate-aggregate", "window")
     stored = delta.read(spark, AGG_RESULTS, settings.lake_root).where(where_job(source, jid))
     results: DataFrame | pd.DataFrame = stored
     items = None

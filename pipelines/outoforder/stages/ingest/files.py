@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from outoforder.config import Settings
-from outoforder.errors import ConfigError
+from outoforder.errors import ConfigError, InputError
 from outoforder.io import delta
 from outoforder.io.conflicts import retry_on_conflict
 from outoforder.io.tables import BRONZE, INGEST_LOG, QUARANTINE, SEQ_PER_FILE
@@ -163,11 +163,14 @@ def _spark_schema(schema: Any) -> Any:
     return from_arrow_schema(schema)
 
 
-def _identify(spark: SparkSession, settings: Settings, files: list[PlannedFile]) -> None:
+def _identify(
+    spark: SparkSession, settings: Settings, files: list[PlannedFile], misfits: dict[str, str] | None = None
+) -> None:
     """Each file's size, hash and gzip flag; a declared source's file is checked against its declaration.
 
     The check reads the file's first lines (from the same task), so a declaration that does not fit
-    the data fails here, before any claim or write.
+    the data fails here, before any claim or write; with ``misfits``, such a file's reason is put
+    there (by its path) instead, and the other files go on.
     """
     storage = settings.storage
     declared = settings.sources
@@ -191,7 +194,12 @@ def _identify(spark: SparkSession, settings: Settings, files: list[PlannedFile])
         if r["head"] is not None:
             decl = declared[f.spec.reader]
             f.parquet = decl.format == "parquet"
-            f.reader = _declared_reader(decl, list(r["head"]), f.shown).spec()
+            try:
+                f.reader = _declared_reader(decl, list(r["head"]), f.shown).spec()
+            except InputError as e:
+                if misfits is None:
+                    raise
+                misfits[f.spec.path] = str(e)
 
 
 def _declared_reader(decl: Declaration, head: list[str], where: str) -> DeclaredReader:
@@ -378,9 +386,18 @@ def _decide(rows: DataFrame, suspects: DataFrame, ordinal_of: DataFrame) -> Data
 
 @retry_on_conflict
 def ingest_files(
-    spark: SparkSession, settings: Settings, specs: list[FileSpec], now_us: int | None = None
+    spark: SparkSession,
+    settings: Settings,
+    specs: list[FileSpec],
+    now_us: int | None = None,
+    misfits: dict[str, str] | None = None,
 ) -> list[IngestSummary]:
-    """Ingest files into bronze in Spark tasks, idempotently (module docstring); a summary per file."""
+    """Ingest files into bronze in Spark tasks, idempotently (module docstring); a summary per file.
+
+    A file that does not fit its source's declaration stops the whole call before anything is
+    written, unless ``misfits`` is given: then that file is left out, its reason put there by its
+    path, and the summaries are those of the other files, in order (what the landing zone does).
+    """
     from pyspark.sql import functions as F
 
     t0 = time.monotonic()
@@ -392,7 +409,13 @@ def ingest_files(
     lake = settings.lake_root
     for table in (BRONZE, QUARANTINE, INGEST_LOG):
         delta.ensure(spark, table, lake)
-    _identify(spark, settings, files)
+    _identify(spark, settings, files, misfits)
+    if misfits:
+        files = [f for f in files if f.spec.path not in misfits]
+        for i, f in enumerate(files):
+            f.idx = i
+        if not files:
+            return []
     ids = [f.ingest_id for f in files]
     done = {
         r["ingest_id"]

@@ -298,8 +298,19 @@ def _read(spark: SparkSession, settings: Settings, batch: Batch) -> DataFrame:
 
 
 def _reader(decl: Declaration, sample: list[str], where: str) -> DeclaredReader:
+    """The topic's reader; a sample that does not fit is said, not a stop.
+
+    A file that does not fit waits (or goes to ``rejected/``) untouched; a topic's records cannot be
+    set aside, and stopping would wedge every later record behind them. So they are quarantined,
+    each with its reason and raw payload, and the ingest goes on.
+    """
     reader = DeclaredReader(decl, decl.columns or decl.columns_used())
-    check_sample(reader, sample, where)
+    try:
+        check_sample(reader, sample, where)
+    except InputError as e:
+        log.warning(
+            "[ingest-kafka] %s; the batch's records that do not fit are quarantined, the topic goes on", e
+        )
     return reader
 
 

@@ -4,9 +4,10 @@ Every object under ``<storage.landing_uri>/incoming/<reader>/<source id>/<name>`
 built-in reader, or a source declared in the settings' ``[sources.<name>]``) is ingested in
 one go (:func:`outoforder.stages.ingest.files.ingest_files`: Spark tasks read the objects from the
 store themselves, oldest key first in arrival order), then moved under ``ingested/``. An object
-that cannot be ingested at all (a key of the wrong shape, an unknown reader) is moved under
-``rejected/`` with its reason beside it; bad *rows*, and a file that is not readable text, are
-quarantined as for any file.
+that cannot be ingested at all (a key of the wrong shape, an unknown reader, a file that does not
+fit its source's declaration) is moved under ``rejected/`` with its reason beside it, and the
+other files go on; bad *rows*, and a file that is not readable text, are quarantined as for any
+file.
 
 Exactly once: the ingest log keys a file by its content hash, so a crash between the ingest and the
 moves (the objects are still under ``incoming/`` on the rerun) ingests nothing twice; a move copies
@@ -64,8 +65,15 @@ def ingest_landing(spark: Any, settings: Settings, limit: int | None = None) -> 
             continue
         good.append((item, FileSpec(item.uri, reader, source, origin=item.uri)))
     if good:
-        summaries = ingest_files(spark, settings, [spec for _, spec in good])
-        for (item, _), summary in zip(good, summaries, strict=True):
-            out.append(LandingOutcome(item.uri, objectstore.mark_ingested(storage, item), summary))
+        misfits: dict[str, str] = {}  # a file that does not fit its declaration: rejected, the rest goes on
+        summaries = iter(ingest_files(spark, settings, [spec for _, spec in good], misfits=misfits))
+        for item, spec in good:
+            if spec.path in misfits:
+                moved = objectstore.reject(storage, item, misfits[spec.path])
+                out.append(LandingOutcome(item.uri, moved, None, misfits[spec.path]))
+            else:
+                out.append(
+                    LandingOutcome(item.uri, objectstore.mark_ingested(storage, item), next(summaries))
+                )
             log.info("%s", out[-1].line())
     return out

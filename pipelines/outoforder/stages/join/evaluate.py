@@ -114,7 +114,16 @@ def input_from_frame(
             f"{bad:,} rows of {what} lack one"
         )
         raise InputError(msg)
-    return JoinInput(side[keep], sub[ts_col].to_numpy(np.int64), xs, ys, keys)
+    ts = pd.to_numeric(sub[ts_col], errors="coerce").to_numpy(np.float64)
+    bad_ts = ~np.isfinite(ts) | (ts != np.round(ts)) | (np.abs(ts) > 2**62)
+    if bad_ts.any():
+        first = sub[ts_col].to_numpy()[np.flatnonzero(bad_ts)[0]]
+        msg = (
+            f"{ts_col} must be an integer of µs on every tuple of the joined streams; {int(bad_ts.sum()):,} "
+            f"rows of {what} are not (the first: {str(first)[:40]!r})"
+        )
+        raise InputError(msg)
+    return JoinInput(side[keep], ts.astype(np.int64), xs, ys, keys)
 
 
 def _hindsight(meets: Callable[[int], bool], upper: int, grid: int) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from outoforder.errors import ConfigError
 from outoforder.stages.spec import Job, param
 
 if TYPE_CHECKING:
@@ -74,6 +75,19 @@ class JoinJob(Job):
         help="each stream's retention in join-stream's intervals before the first adaptation (none: "
         "the interval's length, capped by the bound: nothing is dropped before there is evidence)",
     )
+
+    def check(self) -> None:
+        """R and S are non-empty and disjoint: a stream in both would join with itself, silently R's."""
+        if not self.r_streams or not self.s_streams:
+            msg = (
+                f"a join needs streams on both sides, got R {list(self.r_streams)}, S {list(self.s_streams)}"
+            )
+            raise ConfigError(msg)
+        both = sorted(set(self.r_streams) & set(self.s_streams))
+        if both:
+            named = ", ".join(map(repr, both))
+            msg = f"stream {named} is named in both R and S: each stream belongs to one side"
+            raise ConfigError(msg)
 
     def initial_retention_us_for(self, interval_us: int) -> int:
         """The retention of an interval of ``interval_us`` that runs before any adaptation.

@@ -144,6 +144,10 @@ class JoinStream(IntervalStage[JoinJob, JoinIntervalSummary]):
     counters = ("arrivals", "pairs")
     summary_type = JoinIntervalSummary
 
+    def streams(self) -> dict[str, tuple[str, ...]]:
+        """R's and S's streams: a join with no row on either side would run green on nothing."""
+        return {"R": self.job.r_streams, "S": self.job.s_streams}
+
     def __init__(
         self,
         spark: SparkSession,

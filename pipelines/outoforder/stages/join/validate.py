@@ -199,12 +199,18 @@ def validate(
     import pandas as pd
 
     from outoforder.io import delta
+    from outoforder.io.tables import JOIN_STATE
     from outoforder.quality.checkpoints import conclude, run_checkpoint
     from outoforder.quality.measures import record_measures
+    from outoforder.stages.interval import last_processed, nothing_judged
 
     jid = job.job_id()
     judged = period_quality(spark, settings, source, job, until_us, since_us)
     quality = judged.frame
+    if not len(quality) and (
+        since_us is None or last_processed(spark, settings, JOIN_STATE, source, jid) is None
+    ):
+        raise nothing_judged(spark, settings, JOIN_STATE, source, jid, "validate-join", "period")
     method = f"stream:{jid}"
     records = quality.to_dict("records")
     # an incremental run replaces the periods it judged; a full one every period of the job

@@ -238,6 +238,12 @@ def validate(
         # one row per window judged: the verdicts are computed in the driver, GX's included
         judged = window_accuracy(spark, settings, source, job, until_us, since_us).toPandas()
     except NothingYet as e:
+        from outoforder.io.tables import TOPK_STATE
+        from outoforder.stages.interval import last_processed, nothing_judged
+
+        jid = job.job_id()
+        if since_us is None or last_processed(spark, settings, TOPK_STATE, source, jid) is None:
+            raise nothing_judged(spark, settings, TOPK_STATE, source, jid, "validate-topk", "window") from e
         log.info("[quality] no top-k window emitted yet (%s): nothing to check", e)
         return []
     judged = judged.sort_values("window_id", ignore_index=True)
