@@ -27,6 +27,10 @@ class InputError(OutOfOrderError):
     """Input data cannot be read at all (missing file, unknown format); bad rows are quarantined instead."""
 
 
+class NothingToJudge(InputError):
+    """A check found nothing to judge (no period or window closed): not a pass, and not a verdict either."""
+
+
 class StateError(OutOfOrderError):
     """Persisted state (operator snapshot, table contents) contradicts what the code expects."""
 

@@ -79,7 +79,8 @@ def test_every_operator_runs_as_the_pipeline_runs_it_and_passes_its_checks(ran):
     assert set(join["methods"]) >= {"qjoin-learned", "mp-kslack"} and join["true_pairs"] > 0
     stream = results["stream-join"]
     assert stream["intervals"] and sum(s.arrivals for s in stream["intervals"]) > 0
-    assert _suites(stream["suites"])["join_results"]  # no pair stored twice
+    # P = 5 s: a 1.5 s replay closes no period, so the join's checks give no verdict (not a pass)
+    assert stream["suites"] == []
     aggregates = results["aggregates"]
     # the final repair leaves every window exact (on this short replay there may be nothing left to repair)
     final = aggregates["final_repair"]

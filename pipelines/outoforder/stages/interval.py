@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from outoforder.config import Settings
-from outoforder.errors import ConfigError, InputError, SchemaError, StateError
+from outoforder.errors import ConfigError, InputError, NothingToJudge, SchemaError, StateError
 from outoforder.io.conflicts import retrying
 from outoforder.stages.spec import Job
 
@@ -792,7 +792,7 @@ def check_input(
 
 def nothing_judged(
     spark: SparkSession, settings: Settings, state_table: Table, source: str, job: str, check: str, what: str
-) -> InputError:
+) -> NothingToJudge:
     """The error of a check that found nothing to judge: what it looked for, and what the lake has.
 
     A check that judged nothing has not passed: a misspelt source, or options that make another
@@ -813,12 +813,12 @@ def nothing_judged(
     )
     mine = next((int(r["upto"]) for r in jobs if (r["source"], r["job"]) == (source, job)), None)
     if mine is not None:
-        return InputError(
+        return NothingToJudge(
             f"{check}: nothing to judge: job {job} has processed {source!r} up to {mine} µs and no "
             f"{what} closed in the range asked for: run the stream further, or check a later --until"
         )
     known = "; ".join(f"{r['job']} on {r['source']!r} up to {r['upto']} µs" for r in jobs[:10]) or "none"
-    return InputError(
+    return NothingToJudge(
         f"{check}: nothing to judge: job {job} has not processed source {source!r} (jobs on this lake: "
         f"{known}); check --source, and pass the stream stage's options (they make the job's id)"
     )
