@@ -7,13 +7,17 @@
 #   bash infra/minio.sh start     install (idempotent), start, wait until ready, create the buckets
 #   bash infra/minio.sh stop      stop it
 #   bash infra/minio.sh status    running or not, and where
-#   bash infra/minio.sh env       the OOO_S3_* settings that point the pipeline at it
-#                                 (eval "$(bash infra/minio.sh env)")
+#   bash infra/minio.sh env       the OOO_S3_* settings that point the pipeline at it, with the
+#                                 pipeline's own keys (eval "$(bash infra/minio.sh env)")
+#   bash infra/minio.sh root-env  the root user's keys (the console's login), only when asked
+#
+# Credentials: generated at the first start (random, never in the repository), kept owner-only in
+# $OOO_MINIO_DATA/.credentials: the root user (the operator's: buckets, users, policies) and the
+# pipeline's own user, allowed the deployment's buckets and nothing else (objectstore.grant_pipeline).
+# Nothing prints them but `env` and `root-env`.
 #
 # Defaults (override in the environment): OOO_MINIO_PORT=9000 (S3 API), OOO_MINIO_CONSOLE_PORT=9001,
-# data under OOO_MINIO_DATA=.local/minio, credentials OOO_S3_ACCESS_KEY=outoforder and
-# OOO_S3_SECRET_KEY=outoforder-secret (loopback only: change them anywhere else), buckets
-# OOO_MINIO_BUCKETS="lake landing reports".
+# data under OOO_MINIO_DATA=.local/minio, buckets OOO_MINIO_BUCKETS="lake landing reports".
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/env.sh"
@@ -26,8 +30,7 @@ minio="$bin_dir/minio"
 port="${OOO_MINIO_PORT:-9000}"
 console="${OOO_MINIO_CONSOLE_PORT:-9001}"
 data="${OOO_MINIO_DATA:-$OOO_LOCAL/minio}"
-export MINIO_ROOT_USER="${OOO_S3_ACCESS_KEY:-outoforder}"
-export MINIO_ROOT_PASSWORD="${OOO_S3_SECRET_KEY:-outoforder-secret}"
+creds="$data/.credentials"
 buckets="${OOO_MINIO_BUCKETS:-lake landing reports}"
 url="http://127.0.0.1:$port"
 pidfile="$data/.minio.pid"
@@ -36,6 +39,26 @@ say() { echo "[minio] $*"; }
 
 running() { [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }
 ready() { curl -fsS -o /dev/null "$url/minio/health/ready" 2>/dev/null; }
+
+make_credentials() {  # once per data folder, owner-only
+  [ -s "$creds" ] && return
+  if [ -d "$data/.minio.sys" ]; then
+    say "$data holds a MinIO made before generated credentials: remove it (or write $creds)" >&2
+    exit 1
+  fi
+  mkdir -p "$data"
+  (umask 077; "$OOO_SPARK_VENV/bin/python" -c '
+import secrets
+print(f"MINIO_ROOT_USER=root-{secrets.token_hex(4)}")
+print(f"MINIO_ROOT_PASSWORD={secrets.token_urlsafe(30)}")
+print(f"PIPELINE_ACCESS_KEY=pipeline-{secrets.token_hex(4)}")
+print(f"PIPELINE_SECRET_KEY={secrets.token_urlsafe(30)}")' >"$creds.tmp")
+  mv "$creds.tmp" "$creds"
+}
+credential() {  # the value of one key of the credentials file
+  [ -s "$creds" ] || { say "no credentials yet in $creds: run bash infra/minio.sh start first" >&2; exit 1; }
+  sed -n "s/^$1=//p" "$creds"
+}
 
 install() {
   if [ -x "$minio" ]; then return; fi
@@ -56,6 +79,9 @@ case "${1:-start}" in
   start)
     install
     mkdir -p "$data"
+    make_credentials
+    MINIO_ROOT_USER="$(credential MINIO_ROOT_USER)"; MINIO_ROOT_PASSWORD="$(credential MINIO_ROOT_PASSWORD)"
+    export MINIO_ROOT_USER MINIO_ROOT_PASSWORD
     if running; then
       say "already running (pid $(cat "$pidfile")): S3 API at $url"
     else
@@ -71,9 +97,12 @@ case "${1:-start}" in
       done
       ready || { say "not ready after 30 s; see $log" >&2; exit 1; }
     fi
+    # as root: the buckets and the pipeline's user (keys in the environment, not on a command line)
     OOO_S3_ENDPOINT="$url" OOO_S3_ACCESS_KEY="$MINIO_ROOT_USER" OOO_S3_SECRET_KEY="$MINIO_ROOT_PASSWORD" \
-      "$OOO_SPARK_VENV/bin/python" -m outoforder.stages buckets $buckets
-    say "ready: S3 API at $url, console at http://127.0.0.1:$console (user $MINIO_ROOT_USER)"
+      OOO_S3_PIPELINE_ACCESS_KEY="$(credential PIPELINE_ACCESS_KEY)" \
+      OOO_S3_PIPELINE_SECRET_KEY="$(credential PIPELINE_SECRET_KEY)" \
+      "$OOO_SPARK_VENV/bin/python" -m outoforder.stages buckets $buckets --pipeline-user
+    say "ready: S3 API at $url, console at http://127.0.0.1:$console (keys: bash infra/minio.sh env | root-env)"
     ;;
   stop)
     if running; then
@@ -92,11 +121,16 @@ case "${1:-start}" in
     ;;
   env)
     echo "export OOO_S3_ENDPOINT='$url'"
-    echo "export OOO_S3_ACCESS_KEY='$MINIO_ROOT_USER'"
-    echo "export OOO_S3_SECRET_KEY='$MINIO_ROOT_PASSWORD'"
+    echo "export OOO_S3_ACCESS_KEY='$(credential PIPELINE_ACCESS_KEY)'"
+    echo "export OOO_S3_SECRET_KEY='$(credential PIPELINE_SECRET_KEY)'"
+    ;;
+  root-env)
+    echo "export OOO_S3_ENDPOINT='$url'"
+    echo "export OOO_S3_ACCESS_KEY='$(credential MINIO_ROOT_USER)'"
+    echo "export OOO_S3_SECRET_KEY='$(credential MINIO_ROOT_PASSWORD)'"
     ;;
   *)
-    echo "usage: bash infra/minio.sh install|start|stop|status|env" >&2
+    echo "usage: bash infra/minio.sh install|start|stop|status|env|root-env" >&2
     exit 64
     ;;
 esac

@@ -153,3 +153,11 @@ def test_the_tables_of_user_names_take_any_key(tmp_path):
     )
     s = load_settings(f, env={})
     assert s.spark.conf["spark.anything"] == "1" and s.ingest.plausible_range("mine") == (0, 10)
+
+
+def test_the_object_stores_secret_is_in_no_repr():
+    # a settings object shows up in log lines and tracebacks' locals: the secret must not
+    settings = load_settings(env={"OOO_S3_ACCESS_KEY": "pipeline-1", "OOO_S3_SECRET_KEY": "s3cr3t-v4lue"})
+    assert settings.storage.secret_key == "s3cr3t-v4lue"
+    assert "s3cr3t-v4lue" not in repr(settings) and "s3cr3t-v4lue" not in str(settings.storage)
+    assert "pipeline-1" in repr(settings.storage)

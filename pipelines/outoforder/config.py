@@ -122,7 +122,7 @@ class StorageSettings:
 
     endpoint: str = "http://127.0.0.1:9000"
     access_key: str = ""
-    secret_key: str = ""
+    secret_key: str = field(default="", repr=False)  # never in a log line or a traceback's locals
     region: str = "us-east-1"
     path_style: bool = True  # MinIO and most S3-compatible servers want path-style addressing
     jars_dir: str = ""  # hadoop-aws and the AWS SDK bundle, fetched by infra/setup.sh

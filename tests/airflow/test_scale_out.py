@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -51,10 +52,16 @@ reasons = {
     k: mc.get_object(bucket, f"{prefix}/{k}").read().decode() for k in keys if k.endswith(".reason.txt")
 }
 published = listing(*objectstore.split_uri(s.storage.publish_uri))
+from minio.error import S3Error
+try:  # the pipeline's user may use its buckets, not administer the store
+    mc.make_bucket("not-the-pipelines")
+    denied = ""
+except S3Error as e:
+    denied = e.code
 spark = get_spark(s)
 log = delta.read(spark, INGEST_LOG, s.lake_root).where("status = 'done'").collect()
 print("AFTER" + json.dumps({
-    "keys": keys, "reasons": reasons, "published": published,
+    "keys": keys, "reasons": reasons, "published": published, "denied": denied,
     "bronze": delta.read(spark, BRONZE, s.lake_root).count(),
     "log": sorted([r["source"], r["source_file"], r["rows_accepted"]] for r in log),
 }))
@@ -145,6 +152,14 @@ def test_landing_files_are_ingested_once_on_the_cluster_into_an_s3a_lake_with_po
     assert "unknown reader 'nope'" in got["reasons"]["rejected/nope/x/y.csv.reason.txt"]
     assert "<reader>/<source id>/<file name>" in got["reasons"]["rejected/stray.csv.reason.txt"]
     assert "airflow-test/quality/index.html" in got["published"]
+    assert got["denied"] == "AccessDenied"  # least privilege: the DAG above ran with these keys
+
+    # the keys were generated at MinIO's first start and are kept owner-only; the pipeline's are not root's
+    creds = Path(stack["OOO_WORK_DIR"]).parent / "minio" / ".credentials"
+    assert stat.S_IMODE(creds.stat().st_mode) == 0o600
+    values = dict(line.split("=", 1) for line in creds.read_text().splitlines())
+    assert values["PIPELINE_SECRET_KEY"] == stack["OOO_S3_SECRET_KEY"] != values["MINIO_ROOT_PASSWORD"]
+    assert len(values["MINIO_ROOT_PASSWORD"]) >= 32
     assert any(p.startswith("airflow-test/data_docs/") for p in got["published"])
 
     # the run is recorded in PostgreSQL, not SQLite

@@ -3,7 +3,8 @@
 The lake itself is reached by Spark through s3a (:meth:`outoforder.config.Settings.spark_conf`);
 this module is the driver-side client (the ``minio`` SDK) for everything else:
 
-* :func:`ensure_buckets` creates the buckets a deployment needs;
+* :func:`ensure_buckets` creates the buckets a deployment needs, and :func:`grant_pipeline` the
+  pipeline's own user, allowed those buckets and nothing else (the root user stays the operator's);
 * the landing zone: raw files dropped under ``storage.landing_uri`` as
   ``<reader>/<source id>/<file name>`` are listed (:func:`pending`), read by ingest's Spark tasks
   (:mod:`outoforder.io.files`), and after their ingest moved under ``ingested/`` (or, when they
@@ -73,6 +74,59 @@ def ensure_buckets(storage: StorageSettings, names: Iterable[str]) -> list[str]:
             mc.make_bucket(name)
             created.append(name)
     return created
+
+
+PIPELINE_POLICY = "outoforder-pipeline"
+
+
+def pipeline_policy(buckets: Iterable[str]) -> dict[str, object]:
+    """What the pipeline's user may do: read, write and list the named buckets' objects, nothing else.
+
+    >>> pipeline_policy(["lake"])["Statement"][1]["Resource"]
+    ['arn:aws:s3:::lake/*']
+    """
+    names = sorted(buckets)
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Allow", "Action": ["s3:ListBucket", "s3:GetBucketLocation",
+                                           "s3:ListBucketMultipartUploads"],
+             "Resource": [f"arn:aws:s3:::{b}" for b in names]},
+            {"Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject",
+                                           "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"],
+             "Resource": [f"arn:aws:s3:::{b}/*" for b in names]},
+        ],
+    }  # fmt: skip
+
+
+def grant_pipeline(
+    storage: StorageSettings, access_key: str, secret_key: str, buckets: Iterable[str]
+) -> None:
+    """Create (or update) the pipeline's user with :func:`pipeline_policy`; ``storage`` holds the root keys.
+
+    Idempotent: a second call sets the same secret and policy again.
+    """
+    import json
+
+    from minio import MinioAdmin
+    from minio.credentials.providers import StaticProvider
+
+    storage.require_credentials()
+    if not access_key or not secret_key:
+        msg = "the pipeline's user needs an access key and a secret key"
+        raise ConfigError(msg)
+    endpoint = urlparse(storage.endpoint)
+    admin = MinioAdmin(
+        endpoint=endpoint.netloc,
+        credentials=StaticProvider(storage.access_key, storage.secret_key),
+        region=storage.region,
+        secure=endpoint.scheme == "https",
+    )
+    admin.policy_add(PIPELINE_POLICY, policy=pipeline_policy(buckets))
+    admin.user_add(access_key, secret_key)
+    attached = json.loads(admin.user_info(access_key)).get("policyName", "")
+    if PIPELINE_POLICY not in attached.split(","):
+        admin.attach_policy([PIPELINE_POLICY], user=access_key)
 
 
 def _key(*parts: str) -> str:

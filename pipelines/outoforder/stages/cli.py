@@ -42,6 +42,7 @@ import argparse
 import json
 import logging
 import math
+import os
 import signal
 import sys
 import time
@@ -652,6 +653,17 @@ def cmd_buckets(args: argparse.Namespace, settings: Settings) -> int:
 
     created = objectstore.ensure_buckets(settings.storage, args.names)
     log.info("[buckets] %s ready (%s created)", ", ".join(args.names), ", ".join(created) or "none")
+    if args.pipeline_user:  # its keys from the environment: a secret never goes on a command line
+        access = os.environ.get("OOO_S3_PIPELINE_ACCESS_KEY", "")
+        objectstore.grant_pipeline(
+            settings.storage, access, os.environ.get("OOO_S3_PIPELINE_SECRET_KEY", ""), args.names
+        )
+        log.info(
+            "[buckets] user %s may use %s (policy %s)",
+            access,
+            ", ".join(args.names),
+            objectstore.PIPELINE_POLICY,
+        )
     return 0
 
 
@@ -883,6 +895,11 @@ def build_parser() -> argparse.ArgumentParser:
     la.add_argument("--json", action="store_true", help="one JSON list (the Airflow sensor reads it)")
     bu = stage("buckets", cmd_buckets, "create object-store buckets")
     bu.add_argument("names", nargs="+")
+    bu.add_argument(
+        "--pipeline-user", action="store_true",
+        help="also create the pipeline's own user, allowed these buckets only (its keys from "
+        "OOO_S3_PIPELINE_ACCESS_KEY and OOO_S3_PIPELINE_SECRET_KEY; the settings' keys are the root's)",
+    )  # fmt: skip
     ck = stage("checksum", cmd_checksum, "rows and a content digest per table")
     ck.add_argument("--tables", nargs="*", help="table names, e.g. gold/join_results (default: all)")
     ck.add_argument("--json", action="store_true", help="one line: CHECKSUMS{...}")
