@@ -446,31 +446,40 @@ class IntervalStage(ABC, Generic[J, S]):
             _, self._first = job_extent(self.spark, self.settings, self.state_table, self.source, self.jid)
         return self._first
 
-    def ingested_until(self) -> int:
-        """What the file ingest of the source has delivered: arrivals before this instant (µs).
+    def ingested_until(self, start_us: int, end_us: int) -> int:
+        """Up to where the file ingest of the source has delivered ``[start_us, end_us)`` (µs, exclusive).
 
-        Just after the newest arrival in bronze, or the time of the source's newest ingest if that
+        The time of the source's newest ingest, or just after the newest arrival in bronze if that
         is later: a file landing at ``T`` is taken to hold the arrivals up to ``T`` (a live
         collector's), so files of a source continue it in arrival order. An interval that ends
         after both may still be filled by a file not ingested yet: a scheduled run stops here, as it
-        waits for the Kafka ingest's coverage on a topic.
+        waits for the Kafka ingest's coverage on a topic. The ingest log (small) answers first;
+        bronze is read only from ``start_us`` on, and only when the log does not cover ``end_us``.
         """
         from pyspark.sql import functions as F
 
         from outoforder.io import delta
-        from outoforder.io.tables import INGEST_LOG
+        from outoforder.io.tables import BRONZE, INGEST_LOG
 
-        span = pending_span(self.spark, self.settings, self.source, None)
-        newest = span[1] if span is not None else 0
-        if not delta.exists(self.spark, INGEST_LOG, self.settings.lake_root):
-            return newest
-        at = (
-            delta.read(self.spark, INGEST_LOG, self.settings.lake_root)
-            .where((F.col("source") == self.source) & (F.col("status") == "done"))
-            .agg(F.max("ingested_at_us"))
+        lake = self.settings.lake_root
+        logged = 0
+        if delta.exists(self.spark, INGEST_LOG, lake):
+            at = (
+                delta.read(self.spark, INGEST_LOG, lake)
+                .where((F.col("source") == self.source) & (F.col("status") == "done"))
+                .agg(F.max("ingested_at_us"))
+                .first()
+            )
+            logged = int(at[0]) if at is not None and at[0] is not None else 0
+        if logged >= end_us:
+            return logged
+        newest = (
+            delta.read_arrivals(self.spark, BRONZE, lake, source=self.source)
+            .where(F.col("arrival_ts") >= max(logged, start_us))
+            .agg(F.max("arrival_ts"))
             .first()
         )
-        return max(newest, int(at[0])) if at is not None and at[0] is not None else newest
+        return max(logged, int(newest[0]) + 1) if newest is not None and newest[0] is not None else logged
 
     def pending_span(self) -> tuple[int, int] | None:
         """The arrivals still to process: [resume point, newest arrival + 1), or None when there are none."""
@@ -510,7 +519,7 @@ class IntervalStage(ABC, Generic[J, S]):
                 start_us = done
             clamped = False
             if not self._kafka:  # a topic's coverage is waited for per interval (run_interval)
-                covered = self.ingested_until()
+                covered = self.ingested_until(start_us, end_us)
                 if covered < end_us:  # the file ingest has not delivered the interval's end yet
                     log.info(
                         "[%s] %s: bronze has arrivals up to %d: the run stops there, the rest waits for "
