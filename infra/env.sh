@@ -19,5 +19,6 @@ export PYSPARK_DRIVER_PYTHON="$OOO_SPARK_VENV/bin/python"
 
 export OOO_LOCAL="${OOO_LOCAL:-$OOO_REPO/.local}"
 export AIRFLOW_HOME="${AIRFLOW_HOME:-$OOO_LOCAL/airflow}"
-# hadoop-aws + the AWS SDK bundle, for a lake on s3a:// (fetched by setup.sh, ~650 MB, never committed)
-export OOO_S3A_JARS_DIR="$OOO_HOME/jars/s3a-$(_ooo_hash "$OOO_REPO/infra/maven/s3a/pom.xml")"
+# hadoop-aws + the AWS SDK bundle, for a lake on s3a:// (fetched by setup.sh, ~650 MB, never committed),
+# and the project's log store for Delta on S3 (compiled by setup.sh from infra/jvm/logstore)
+export OOO_S3A_JARS_DIR="$OOO_HOME/jars/s3a-$(_ooo_hash "$OOO_REPO/infra/maven/s3a/pom.xml" "$OOO_REPO"/infra/jvm/logstore/*.java)"

@@ -3,16 +3,19 @@
 # postgresql package, on loopback in the background.
 #
 #   bash infra/postgres.sh start   install the package if missing, initdb once, start, create the
-#                                  database and user, print the SQLAlchemy URL
+#                                  database and its user
 #   bash infra/postgres.sh stop
 #   bash infra/postgres.sh status
-#   bash infra/postgres.sh url     the URL for AIRFLOW__DATABASE__SQL_ALCHEMY_CONN
+#   bash infra/postgres.sh url     the URL for AIRFLOW__DATABASE__SQL_ALCHEMY_CONN (with the password)
 #   bash infra/postgres.sh env     export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=<url>
 #                                  (eval "$(bash infra/postgres.sh env)"; infra/airflow.sh then uses it)
 #
-# Defaults (override in the environment): OOO_PG_PORT=5433, data under OOO_PG_DATA=.local/postgres,
-# database, user and password "airflow" (loopback only). PostgreSQL refuses to run as root, so
-# under root the server runs as the postgres system user.
+# Password authentication (scram-sha-256) for every connection, local ones included. The first
+# start generates two random passwords, the superuser's (postgres) and the database user's, and
+# keeps them owner-only (mode 0600) in $OOO_PG_DATA.credentials; url and env print the user's,
+# nothing else prints either. Defaults (override in the environment): OOO_PG_PORT=5433, data under
+# OOO_PG_DATA=.local/postgres, database and user OOO_PG_DB=airflow (loopback only). PostgreSQL
+# refuses to run as root, so under root the server runs as the postgres system user.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/env.sh"
@@ -20,8 +23,15 @@ source "$here/env.sh"
 port="${OOO_PG_PORT:-5433}"
 data="${OOO_PG_DATA:-$OOO_LOCAL/postgres}"
 db="${OOO_PG_DB:-airflow}"
-url="postgresql+psycopg2://$db:$db@127.0.0.1:$port/$db"
+creds="$data.credentials"
+shown="postgresql+psycopg2://$db:***@127.0.0.1:$port/$db"
 say() { echo "[postgres] $*"; }
+
+credential() {  # the value of one key of the credentials file
+  [ -s "$creds" ] || { say "no credentials yet in $creds: run bash infra/postgres.sh start first" >&2; exit 1; }
+  sed -n "s/^$1=//p" "$creds"
+}
+url() { echo "postgresql+psycopg2://$db:$(credential USER_PASSWORD)@127.0.0.1:$port/$db"; }
 
 bindir() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1; }
 as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
@@ -36,12 +46,24 @@ case "${1:-start}" in
     fi
     bin="$(bindir)"
     if [ ! -f "$data/PG_VERSION" ]; then
-      say "initdb in $data"
+      say "initdb in $data (password authentication; passwords generated into $creds)"
       mkdir -p "$data"
       [ "$(id -u)" -eq 0 ] && chown postgres: "$data"
       chmod 700 "$data"
-      as_pg "$bin/initdb" -D "$data" -U postgres --auth=trust -E UTF8 >"$data.initdb.log" 2>&1 \
-        || { cat "$data.initdb.log" >&2; exit 1; }
+      (umask 077; "$OOO_PYTHON" -c 'import secrets
+print(f"SUPERUSER_PASSWORD={secrets.token_urlsafe(30)}")
+print(f"USER_PASSWORD={secrets.token_urlsafe(30)}")' >"$creds")
+      # initdb reads the superuser's password from a file the server's user can read: one in a
+      # private folder of its own, removed at once
+      pwdir="$(mktemp -d)"
+      (umask 077; credential SUPERUSER_PASSWORD >"$pwdir/pw")
+      [ "$(id -u)" -eq 0 ] && chown -R postgres: "$pwdir"
+      as_pg "$bin/initdb" -D "$data" -U postgres --auth=scram-sha-256 --pwfile="$pwdir/pw" -E UTF8 \
+        >"$data.initdb.log" 2>&1 || { rm -rf "$pwdir"; cat "$data.initdb.log" >&2; exit 1; }
+      rm -rf "$pwdir"
+    elif [ ! -s "$creds" ]; then
+      say "$data was made before passwords were generated (trust authentication): remove it" >&2
+      exit 1
     fi
     if running; then
       say "already running on 127.0.0.1:$port"
@@ -50,24 +72,29 @@ case "${1:-start}" in
         -o "-c listen_addresses=127.0.0.1 -p $port -k $data -c max_connections=100" start >/dev/null \
         || { tail -20 "$data/server.log" >&2; exit 1; }
     fi
-    psql_() { as_pg "$bin/psql" -h 127.0.0.1 -p "$port" -U postgres -v ON_ERROR_STOP=1 -qtA "$@"; }
-    [ "$(psql_ -c "SELECT 1 FROM pg_roles WHERE rolname='$db'")" = 1 ] \
-      || psql_ -c "CREATE ROLE $db LOGIN PASSWORD '$db'"
-    [ "$(psql_ -c "SELECT 1 FROM pg_database WHERE datname='$db'")" = 1 ] \
-      || psql_ -c "CREATE DATABASE $db OWNER $db"
-    say "ready: $url"
+    # the password in psql's environment and the statement on its standard input: neither is on
+    # a command line
+    psql_() {
+      PGPASSWORD="$(credential SUPERUSER_PASSWORD)" as_pg "$bin/psql" -h 127.0.0.1 -p "$port" \
+        -U postgres -v ON_ERROR_STOP=1 -qtA "$@"
+    }
+    [ "$(echo "SELECT 1 FROM pg_roles WHERE rolname='$db'" | psql_)" = 1 ] \
+      || echo "CREATE ROLE $db LOGIN PASSWORD '$(credential USER_PASSWORD)'" | psql_
+    [ "$(echo "SELECT 1 FROM pg_database WHERE datname='$db'" | psql_)" = 1 ] \
+      || echo "CREATE DATABASE $db OWNER $db" | psql_
+    say "ready: $shown (the URL with its password: bash infra/postgres.sh url)"
     ;;
   stop)
     if running; then as_pg "$(bindir)/pg_ctl" -D "$data" -m fast -w stop >/dev/null; say "stopped"; else say "not running"; fi
     ;;
   status)
-    if running; then say "running: $url"; else say "not running"; exit 3; fi
+    if running; then say "running: $shown"; else say "not running"; exit 3; fi
     ;;
   url)
-    echo "$url"
+    url
     ;;
   env)
-    echo "export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN='$url'"
+    echo "export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN='$(url)'"
     ;;
   *)
     echo "usage: bash infra/postgres.sh start|stop|status|url|env" >&2

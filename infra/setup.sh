@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Idempotent set-up of everything the project needs on this machine:
-#   1. system tools (Python 3.11, a JDK 17, Maven, chromium and its driver for the browser test) --
+#   1. system tools (Python 3.11, a JDK 17 with javac, Maven, chromium and its driver for the browser test) --
 #      installed with apt-get only if missing;
 #   2. the Spark venv and the Airflow venv from the locked requirements (cached under OOO_HOME,
 #      keyed by the lock file's hash, so a warm machine skips straight past them);
@@ -18,8 +18,9 @@ java_major() { java -version 2>&1 | sed -nE '1s/.*version "([0-9]+).*/\1/p'; }
 need_apt=()
 command -v "$OOO_PYTHON" >/dev/null || need_apt+=(python3.11)
 "$OOO_PYTHON" -c 'import ensurepip, venv' 2>/dev/null || need_apt+=(python3.11-venv)
-if ! command -v java >/dev/null || [ "$(java_major)" -lt 17 ] 2>/dev/null; then
-  need_apt+=(openjdk-17-jre-headless)
+# javac builds the project's one JVM class, Delta's log store for S3 (infra/jvm/)
+if ! command -v javac >/dev/null || [ "$(java_major)" -lt 17 ] 2>/dev/null; then
+  need_apt+=(openjdk-17-jdk-headless)
 fi
 command -v mvn >/dev/null || need_apt+=(maven)
 # the browser test drives Debian's chromium through its chromedriver (no browser downloads)
@@ -91,5 +92,18 @@ fetch_jars() {  # what pom dir
 fetch_jars Delta "$OOO_REPO/infra/maven/pom.xml" "$OOO_SPARK_JARS_DIR"
 # for a lake on s3a:// (hadoop-aws + the AWS SDK bundle, ~650 MB: cached, never committed)
 fetch_jars s3a "$OOO_REPO/infra/maven/s3a/pom.xml" "$OOO_S3A_JARS_DIR"
+# Delta's log store for several writing processes on S3 (conditional PUTs), compiled against the
+# Delta and Hadoop jars in use; it lives beside hadoop-aws (its folder's key covers the source)
+logstore_jar="$OOO_S3A_JARS_DIR/outoforder-logstore.jar"
+if [ ! -f "$logstore_jar" ]; then
+  say "compiling Delta's S3 log store (infra/jvm/logstore) into $logstore_jar"
+  classes="$(mktemp -d)"
+  javac --release 17 -nowarn -d "$classes" \
+    -cp "$(ls "$OOO_SPARK_JARS_DIR"/delta-storage-*.jar):$(ls "$spark_jars"/hadoop-client-api-*.jar)" \
+    "$OOO_REPO"/infra/jvm/logstore/*.java
+  jar cf "$logstore_jar.tmp" -C "$classes" .
+  mv "$logstore_jar.tmp" "$logstore_jar"
+  rm -rf "$classes"
+fi
 mkdir -p "$OOO_LOCAL"
 say "done in $((SECONDS - t0)) s"

@@ -91,6 +91,12 @@ def test_an_s3a_lake_adds_the_s3a_settings_and_jars_and_keeps_local_files_local(
     assert conf["spark.hadoop.fs.s3a.input.stream.type"] == "classic"
     assert conf["spark.executor.extraClassPath"] == f"{delta / 'delta-spark.jar'}:{s3a / 'hadoop-aws.jar'}"
     assert "spark.jars" not in conf
+    # the keys never reach a launcher (its command line); a session sets them once it runs, and the
+    # Spark Connect server's owner-only properties file is the one place that carries them
+    assert not any(v in ("k", "s") for v in conf.values())
+    assert s.storage.credentials() == {"fs.s3a.access.key": "k", "fs.s3a.secret.key": "s"}
+    assert s.spark_conf(with_credentials=True)["spark.hadoop.fs.s3a.secret.key"] == "s"
+    assert conf["spark.delta.logStore.s3a.impl"] == "io.outoforder.delta.S3ConditionalLogStore"
     local = load_settings(env={"OOO_SPARK_JARS_DIR": str(delta)}).spark_conf()
     assert not any(k.startswith("spark.hadoop.fs.s3a") for k in local)
     assert local["spark.driver.extraClassPath"] == str(delta / "delta-spark.jar")

@@ -143,14 +143,16 @@ class StorageSettings:
             raise ConfigError(msg)
 
     def to_conf(self) -> dict[str, str]:
-        """The s3a filesystem's Spark settings (``spark.hadoop.fs.s3a.*``)."""
+        """The s3a filesystem's Spark settings (``spark.hadoop.fs.s3a.*``), without the keys.
+
+        The keys are :meth:`credentials`: a Spark setting given at launch is on the JVM's command
+        line, which every local user can read (``ps``).
+        """
         self.require_credentials()
         s3a = "spark.hadoop.fs.s3a."
         return {
             f"{s3a}endpoint": self.endpoint,
             f"{s3a}endpoint.region": self.region,
-            f"{s3a}access.key": self.access_key,
-            f"{s3a}secret.key": self.secret_key,
             f"{s3a}path.style.access": str(self.path_style).lower(),
             f"{s3a}connection.ssl.enabled": str(self.endpoint.startswith("https://")).lower(),
             f"{s3a}aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
@@ -158,10 +160,21 @@ class StorageSettings:
             # analyticsaccelerator-s3 jar; the classic stream needs nothing more and is the one
             # tested against S3-compatible servers.
             f"{s3a}input.stream.type": "classic",
-            # Delta's log on S3: one driver writes a table at a time (the DAGs never write one
-            # table from two tasks at once; see docs/deploy.md).
-            "spark.delta.logStore.s3a.impl": "io.delta.storage.S3SingleDriverLogStore",
+            # Delta's log on S3 for writers in several processes: commit files are created with
+            # conditional PUTs (infra/jvm/logstore; S3SingleDriverLogStore keeps apart only the
+            # writers of one JVM)
+            f"{s3a}create.conditional.enabled": "true",
+            "spark.delta.logStore.s3a.impl": S3_LOG_STORE,
         }
+
+    def credentials(self) -> dict[str, str]:
+        """The s3a keys as Hadoop settings: what a session sets once it runs (never at launch)."""
+        self.require_credentials()
+        return {"fs.s3a.access.key": self.access_key, "fs.s3a.secret.key": self.secret_key}
+
+
+# Delta's log store for an s3a lake (infra/jvm/logstore/S3ConditionalLogStore.java)
+S3_LOG_STORE = "io.outoforder.delta.S3ConditionalLogStore"
 
 
 @dataclass(frozen=True)
@@ -316,7 +329,7 @@ class Settings:
         jars = self.spark.jar_paths()
         return jars + self.storage.jar_paths() if self.lake_is_remote else jars
 
-    def spark_conf(self, with_jars: bool = True) -> dict[str, str]:
+    def spark_conf(self, with_jars: bool = True, with_credentials: bool = False) -> dict[str, str]:
         """Every Spark setting, as strings, for the session builder and for spark-submit.
 
         The jars go on the driver's and the executors' class path rather than ``spark.jars``:
@@ -324,11 +337,15 @@ class Settings:
         application. A cluster's workers therefore need the jar cache at the same path (true for
         the loopback cluster of infra/spark-cluster.sh; docker-compose mounts it).
         ``with_jars=False`` leaves them out (Airflow resolves them when a task runs, so a DAG file
-        parses even where the jar cache is not set up).
+        parses even where the jar cache is not set up). The object store's keys are left out
+        unless ``with_credentials`` (for a file only its owner reads, such as the Spark Connect
+        server's properties): what a launcher is given ends up on a command line.
         """
         conf = self.spark.to_conf()
         if self.lake_is_remote:
             conf |= self.storage.to_conf()
+            if with_credentials:
+                conf |= {f"spark.hadoop.{k}": v for k, v in self.storage.credentials().items()}
         if with_jars:
             path = ":".join(self.jar_paths())
             conf |= {"spark.driver.extraClassPath": path, "spark.executor.extraClassPath": path}

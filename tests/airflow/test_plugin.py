@@ -86,7 +86,9 @@ def test_web_app_serves_reports_docs_and_redirects_runs(plugin_path, tmp_path, m
     (reports / "data_docs" / "index.html").write_text("<h1>docs</h1>")
     from outoforder_airflow.web import create_app
 
-    client = TestClient(create_app(_resolve, _login), cookies={"_token": "good"})  # the UI's cookie
+    client = TestClient(
+        create_app(_resolve, _login, _may_read), cookies={"_token": "good"}
+    )  # the UI's cookie
     assert client.get("/reports/quality/index.html").text == "<h1>cumulative</h1>"
     assert client.get("/docs/index.html").text == "<h1>docs</h1>"
     run = client.get("/run/topk_stream/manual__2026-01-01T00:00:00+00:00", follow_redirects=False)
@@ -96,7 +98,23 @@ def test_web_app_serves_reports_docs_and_redirects_runs(plugin_path, tmp_path, m
     )
     other = client.get("/run/topk_stream/scheduled__1970", follow_redirects=False)
     assert other.headers["location"] == "/outoforder/reports/quality/index.html"  # no page of its own yet
-    assert client.get("/reports/../../etc/passwd").status_code == 404
+    # a file beside the reports folder, and requests that climb to it. The HTTP client resolves a
+    # literal "../" before sending it (so that form never reaches the app); percent-encoded dots
+    # and slashes are sent as they are and decoded by the server, so they reach the folder's guard
+    (tmp_path / "beside.txt").write_text("not a report")
+    for path in (
+        "/reports/../beside.txt",
+        "/reports/%2e%2e/beside.txt",
+        "/reports/quality/%2e%2e/%2e%2e/beside.txt",
+        "/reports/%2E%2E%2Fbeside.txt",
+        "/docs/%2e%2e/%2e%2e/beside.txt",
+        "/reports/..%5cbeside.txt",
+    ):
+        got = client.get(path)
+        assert got.status_code == 404, path
+        assert "not a report" not in got.text, path
+    sent = client.build_request("GET", "/reports/%2e%2e/beside.txt")
+    assert "%2e%2e" in sent.url.raw_path.decode()  # the encoded form is what the server receives
 
 
 async def _resolve(token):
@@ -108,6 +126,11 @@ async def _resolve(token):
             401 if token is None else 403, "Not authenticated" if token is None else "Invalid"
         )
     return "admin"
+
+
+def _may_read(user, dag_id):
+    """Airflow's DAG permissions in miniature: the admin reads every DAG."""
+    return user == "admin"
 
 
 def _login(next_url):
@@ -124,7 +147,7 @@ def test_web_app_serves_nothing_without_a_logged_in_user(plugin_path, tmp_path, 
     (reports / "quality" / "index.html").write_text("<h1>cumulative</h1>")
     from outoforder_airflow.web import create_app
 
-    client = TestClient(create_app(_resolve, _login))
+    client = TestClient(create_app(_resolve, _login, _may_read))
     page = "/reports/quality/index.html"
     # a browser goes to the login page and comes back; a script gets 401; a bad token, 403
     browser = client.get(page, headers={"Accept": "text/html"}, follow_redirects=False)
@@ -133,7 +156,7 @@ def test_web_app_serves_nothing_without_a_logged_in_user(plugin_path, tmp_path, 
     for path in (page, "/docs/index.html", "/run/topk_stream/manual__1", "/"):
         assert client.get(path, follow_redirects=False).status_code == 401, path
     assert client.get(page, headers={"Authorization": "Bearer forged"}).status_code == 403
-    forged = TestClient(create_app(_resolve, _login), cookies={"_token": "forged"})
+    forged = TestClient(create_app(_resolve, _login, _may_read), cookies={"_token": "forged"})
     assert forged.get(page).status_code == 403
     # the REST API's token works as a header, for scripts
     assert client.get(page, headers={"Authorization": "Bearer good"}).text == "<h1>cumulative</h1>"
@@ -164,3 +187,60 @@ def test_stage_operator_fails_for_good_on_a_quality_verdict_and_retries_an_error
         op._run_client(Conn(), dict(os.environ))
     assert f"exited with status {status}" in str(failed.value)
     assert "the stage says why" in str(failed.value)
+
+
+def test_web_app_follows_each_dags_read_permission(plugin_path, tmp_path, monkeypatch):
+    """A user who may read one DAG reads its runs' pages, not another DAG's, nor the pages of every DAG."""
+    from fastapi.testclient import TestClient
+
+    reports = tmp_path / "reports"
+    monkeypatch.setenv("OOO_REPORTS_DIR", str(reports))
+    monkeypatch.delenv("OOO_DOCS_DIR", raising=False)
+    runs = reports / "quality" / "runs"
+    runs.mkdir(parents=True)
+    (reports / "quality" / "index.html").write_text("<h1>every DAG</h1>")
+    (runs / "topk_stream__manual__1.html").write_text("<h1>topk run</h1>")
+    (runs / "join_stream__scheduled__1.html").write_text("<h1>join run</h1>")
+    (reports / "data_docs").mkdir()
+    (reports / "data_docs" / "index.html").write_text("<h1>docs</h1>")
+    from outoforder_airflow.web import CONTENT_SECURITY_POLICY, create_app
+
+    asked = []
+
+    async def resolve(token):
+        return token  # the token names the user here
+
+    def may_read(user, dag_id):
+        asked.append((user, dag_id))
+        return user == "admin" or (user == "topk-team" and dag_id == "topk_stream")
+
+    def client(user):
+        return TestClient(create_app(resolve, _login, may_read), cookies={"_token": user})
+
+    team, admin = client("topk-team"), client("admin")
+    assert team.get("/reports/quality/runs/topk_stream__manual__1.html").text == "<h1>topk run</h1>"
+    for path in (
+        "/reports/quality/runs/join_stream__scheduled__1.html",  # another DAG's run
+        "/run/join_stream/scheduled__1",
+        "/reports/quality/index.html",  # every DAG's checks
+        "/docs/index.html",
+        "/",
+        # a run page's name that climbs back to the cumulative page
+        "/reports/quality/runs/topk_stream__manual__1.html/../../index.html",
+        "/reports/quality/runs/topk_stream__manual__x/%2e%2e/%2e%2e/index.html",
+    ):
+        got = team.get(path, follow_redirects=False)
+        assert got.status_code == 403, path
+        assert "run</h1>" not in got.text and "every DAG</h1>" not in got.text, path
+    assert ("topk-team", "join_stream") in asked and ("topk-team", None) in asked
+    assert team.get("/run/topk_stream/manual__1", follow_redirects=False).status_code == 307
+    # the admin reads everything, and every page says where its scripts may come from
+    for path in (
+        "/reports/quality/index.html",
+        "/docs/index.html",
+        "/reports/quality/runs/join_stream__scheduled__1.html",
+    ):
+        got = admin.get(path)
+        assert got.status_code == 200, path
+        assert got.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+    assert "default-src 'self'" in CONTENT_SECURITY_POLICY and "http" not in CONTENT_SECURITY_POLICY

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -65,6 +67,94 @@ print("AFTER" + json.dumps({
     "bronze": delta.read(spark, BRONZE, s.lake_root).count(),
     "log": sorted([r["source"], r["source_file"], r["rows_accepted"]] for r in log),
 }))
+"""
+
+
+# One of two writer processes (classic Spark sessions, two JVMs) against the MinIO lake. Part 1
+# races the log stores themselves: both create commit file i at the same instant, for i in 0..N-1,
+# and report the ones they were let through; first the configured store, then Delta's
+# S3SingleDriverLogStore (which checks, then writes: it lets both through whenever both check
+# before either writes), to show the race is real. Part 2 appends to one Delta table in rounds, both
+# at the same instants, each commit tagged; nothing may be lost.
+WRITER = r"""
+import json, sys, time
+from pathlib import Path
+from outoforder.config import load_settings
+from outoforder.spark.session import get_spark
+writer, n, rounds, folder = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4])
+s = load_settings()
+spark = get_spark(s)
+jvm = spark._jvm
+conf = spark._jsparkSession.sessionState().newHadoopConf()  # the session's settings, keys included
+def store_of(name):
+    cls = jvm
+    for part in name.split("."):
+        cls = getattr(cls, part)
+    return cls(conf)
+def create(store, log, i):
+    lines = jvm.java.util.ArrayList()
+    lines.add(f"w{writer}")
+    path = jvm.org.apache.hadoop.fs.Path(f"{s.lake_root}/{log}/_delta_log/{i:020d}.json")
+    try:
+        store.write(path, lines.iterator(), False, conf)
+        return True
+    except Exception as e:
+        if "FileAlreadyExistsException" in str(e):
+            return False
+        raise
+def barrier(name):
+    (folder / f"{name}{writer}").write_text("")
+    while not (folder / f"{name}{1 - writer}").exists():
+        time.sleep(0.01)
+    if writer == 0:
+        (folder / f"{name}.tmp").write_text(str(time.time() + 0.5))
+        (folder / f"{name}.tmp").rename(folder / f"{name}.t0")
+    while not (folder / f"{name}.t0").exists():
+        time.sleep(0.01)
+    return float((folder / f"{name}.t0").read_text())
+won = {}
+for log, name in (
+    ("race", s.spark_conf(with_jars=False)["spark.delta.logStore.s3a.impl"]),
+    ("race-single-driver", "io.delta.storage.S3SingleDriverLogStore"),
+):
+    store = store_of(name)
+    create(store, log, -1 - writer)  # class loading and the first connection, before the race
+    t0 = barrier(log)
+    won[log] = []
+    for i in range(n):
+        time.sleep(max(0.0, t0 + 0.1 * i - time.time()))
+        if create(store, log, i):
+            won[log].append(i)
+table = f"{s.lake_root}/two-writers"
+def append(tag):
+    df = spark.createDataFrame([(writer, tag)], "writer int, tag string")
+    df.write.format("delta").mode("append").option("userMetadata", tag).save(table)
+if writer == 0:
+    append("create")
+t0 = barrier("append")
+for i in range(rounds):
+    time.sleep(max(0.0, t0 + 1.5 * i - time.time()))
+    append(f"w{writer}-{i}")
+print("WON" + json.dumps(won))
+"""
+
+COMMITS = r"""
+import json
+from outoforder.config import load_settings
+from outoforder.io import objectstore
+s = load_settings()
+mc = objectstore.client(s.storage)
+bucket, prefix = objectstore.split_uri(s.lake_root)
+def texts(folder):
+    for o in mc.list_objects(bucket, prefix=f"{prefix}/{folder}/_delta_log/", recursive=True):
+        name = o.object_name.rsplit("/", 1)[-1]
+        if name.endswith(".json"):
+            yield name, mc.get_object(bucket, o.object_name).read().decode()
+race = {int(name[:-5]): text.strip() for name, text in texts("race")}
+single = len([name for name, _ in texts("race-single-driver")])
+tags = [json.loads(line)["commitInfo"].get("userMetadata")
+        for _, text in texts("two-writers") for line in text.splitlines() if "commitInfo" in line]
+print("COMMITS" + json.dumps({"race": race, "single": single, "tags": sorted(tags)}))
 """
 
 
@@ -171,3 +261,70 @@ def test_landing_files_are_ingested_once_on_the_cluster_into_an_s3a_lake_with_po
         cur.execute("SELECT state FROM dag_run WHERE dag_id = 'ingest_landing'")
         assert [r[0] for r in cur.fetchall()] == ["success"]
     assert not (Path(stack["AIRFLOW_HOME"]) / "airflow.db").exists()
+
+
+def test_two_writer_processes_lose_no_commit_on_minio_and_no_secret_is_on_a_command_line(stack, tmp_path):
+    """Delta's commits on S3 from two drivers (two JVMs), and where the object store's secret is not."""
+    spark_python = str(Path(os.environ["OOO_SPARK_VENV"]) / "bin" / "python")
+    env = {k: v for k, v in stack.items() if k != "client"}
+    env |= {"OOO_SPARK_REMOTE": "", "OOO_SPARK_MASTER": "local[1]", "OOO_LAKE_ROOT": "s3a://lake/two-writers"}
+    secret = env["OOO_S3_SECRET_KEY"]
+    n, rounds = 100, 6
+    logs = [tmp_path / f"writer-{w}.log" for w in (0, 1)]
+    writers = []
+    for w, log in enumerate(logs):
+        with log.open("w") as out:  # a file, not a pipe: a full pipe would stall the writer
+            writers.append(
+                subprocess.Popen(
+                    [spark_python, "-c", WRITER, str(w), str(n), str(rounds), str(tmp_path)],
+                    env=env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+    # while both JVMs run: no process's command line carries the secret (/proc/<pid>/cmdline is
+    # readable by every local user)
+    exposed: set[str] = set()
+    while any(w.poll() is None for w in writers):
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                argv = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if secret in argv:
+                exposed.add(argv[:200])
+        time.sleep(0.5)
+    outs = [log.read_text() for log in logs]
+    assert [w.returncode for w in writers] == [0, 0], "\n".join(o[-3000:] for o in outs)
+    assert not exposed
+    won = [json.loads(next(ln for ln in o.splitlines() if ln.startswith("WON"))[3:]) for o in outs]
+
+    got = run_probe(spark_python, COMMITS, "COMMITS", env)
+    # every commit file was created by exactly one writer, and holds that writer's content
+    assert sorted(won[0]["race"] + won[1]["race"]) == list(range(n)), "a commit file was let through twice"
+    race = {int(k): v for k, v in got["race"].items()}
+    assert all(race[i] == f"w{w}" for w in (0, 1) for i in won[w]["race"])
+    # the same race with Delta's single-driver store lets some file through to both: the race is real
+    twice = set(won[0]["race-single-driver"]) & set(won[1]["race-single-driver"])
+    assert twice, "the writers never raced: the check above proves nothing"
+    # each file exists once (plus the two warm-ups): the second write replaced the first
+    assert got["single"] == n + 2
+    # and Delta's appends from both processes at the same instants: every commit is in the log
+    assert got["tags"] == sorted(["create", *(f"w{w}-{i}" for w in (0, 1) for i in range(rounds))])
+
+
+def test_the_secret_is_in_no_serialized_dag_or_rendered_field(stack):
+    """After the DAG run: what Airflow stores about DAGs and their tasks does not carry the S3 secret."""
+    import psycopg2
+
+    secret = stack["OOO_S3_SECRET_KEY"]
+    db = stack["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].replace("postgresql+psycopg2", "postgresql")
+    with psycopg2.connect(db) as conn, conn.cursor() as cur:
+        cur.execute("SELECT dag_id, data::text FROM serialized_dag")
+        dags = cur.fetchall()
+        cur.execute("SELECT rendered_fields::text FROM rendered_task_instance_fields")
+        rendered = [r[0] for r in cur.fetchall()]
+    assert "ingest_landing" in {d for d, _ in dags}  # what the check reads is there
+    assert rendered
+    assert not [d for d, text in dags if text and secret in text]
+    assert not [r for r in rendered if secret in r]

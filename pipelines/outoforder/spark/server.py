@@ -30,7 +30,7 @@ def server_conf(
     settings: Settings, port: int, state_dir: Path, ui_port: int, token: str, java_options: str = JAVA_OPTIONS
 ) -> dict[str, str]:
     """Every setting of the server: the project's, and its own (address, secret, checkpoints, UI, JVM)."""
-    conf = settings.spark_conf()
+    conf = settings.spark_conf(with_credentials=True)  # the file is its owner's alone (spark-connect.sh)
     conf |= {
         "spark.master": settings.spark.master,
         "spark.app.name": "outoforder-connect",

@@ -48,7 +48,14 @@ def get_spark(settings: Settings | None = None, app_name: str = "outoforder") ->
         builder = builder.master(settings.spark.master)
     for key, value in settings.spark_conf().items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    spark = builder.getOrCreate()
+    if settings.lake_is_remote:
+        # The object store's keys as the session's own Hadoop settings, once the JVM runs: a
+        # builder setting is passed to the JVM's launcher on its command line, readable by every
+        # local user. Every read and write of the session (and its executors' tasks) sees them.
+        for key, value in settings.storage.credentials().items():
+            spark.conf.set(key, value)
+    return spark
 
 
 def connect(settings: Settings) -> SparkSession:
