@@ -105,5 +105,8 @@ if [ ! -f "$logstore_jar" ]; then
   mv "$logstore_jar.tmp" "$logstore_jar"
   rm -rf "$classes"
 fi
+# the scripts and styles of the Data Docs pages, pinned (infra/datadocs/assets.toml), served by
+# the site itself instead of public CDNs
+"$OOO_SPARK_VENV/bin/python" -m outoforder.quality.docs_assets fetch
 mkdir -p "$OOO_LOCAL"
 say "done in $((SECONDS - t0)) s"

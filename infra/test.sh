@@ -66,7 +66,8 @@ airflow_py="$OOO_AIRFLOW_VENV/bin/python"
 # the modules whose doctests run (pure ones: the rest need a Spark session to import)
 doctests=(pipelines/outoforder/__init__.py pipelines/outoforder/core pipelines/outoforder/sources
   pipelines/outoforder/config.py pipelines/outoforder/io/objectstore.py pipelines/outoforder/io/conflicts.py
-  pipelines/outoforder/io/files.py pipelines/outoforder/stages/ingest/produce.py
+  pipelines/outoforder/io/files.py pipelines/outoforder/quality/docs_assets.py
+  pipelines/outoforder/stages/ingest/produce.py
   pipelines/outoforder/stages/spec.py pipelines/outoforder/stages/interval.py
   pipelines/outoforder/stages/join/spec.py pipelines/outoforder/stages/aggregate/spec.py
   pipelines/outoforder/stages/topk/spec.py pipelines/outoforder/stages/theta/spec.py docs/operators.md)

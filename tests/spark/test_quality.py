@@ -61,6 +61,19 @@ def test_checkpoint_keeps_results_docs_and_one_row_per_suite_per_run(spark, sett
     for r in first:
         assert r.docs_page is not None and (docs / r.docs_page).is_file()
         assert "join_stream__r1" in r.docs_page
+    # every page loads its scripts, styles and fonts from the site itself (its copies exist), none
+    # from another origin (infra/datadocs/assets.toml, outoforder.quality.docs_assets)
+    pages = list(docs.rglob("*.html"))
+    assert len(pages) >= 3
+    for page in pages:
+        text = page.read_text()
+        loads = re.findall(
+            r'<(?:script|img)[^>]*\bsrc="([^"]+)"|<link[^>]*rel="stylesheet"[^>]*href="([^"]+)"', text
+        )
+        addresses = [a or b for a, b in loads]
+        assert addresses, page  # the check reads the pages' tags
+        assert not [a for a in addresses if "//" in a], page
+        assert all((page.parent / a).resolve().is_file() for a in addresses), page
     with pytest.raises(QualityError, match="join_recall"):
         conclude(first, "stream join", fail=True)
     conclude(first, "stream join", fail=False)  # warn: reported, not raised

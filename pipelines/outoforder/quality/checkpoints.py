@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from outoforder.config import Settings
 from outoforder.errors import ConfigError, QualityError
+from outoforder.quality import docs_assets
 from outoforder.quality.suites import CHECKPOINTS, expectations, out_of_reach
 
 log = logging.getLogger(__name__)
@@ -163,7 +164,9 @@ def run_checkpoint(
                 rendered += [result_id, ExpectationSuiteIdentifier(name=suite_name)]
             out.append(SuiteResult(suite_name, bool(validation.success), _checks(validation), page))
         if rendered:  # one site update for the run's suites (each takes about a second)
+            built = time.time()
             context.build_data_docs(resource_identifiers=rendered)
+            docs_assets.localize(settings.quality.docs_dir, since=built - 1)
     except (ConfigError, QualityError):
         raise
     except Exception as e:  # GX raises many unrelated types; the context is what helps
