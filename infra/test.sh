@@ -5,11 +5,13 @@
 #                                 side by side, each with its own log:
 #                                   spark-unit    Spark venv: unit, property, oracle and contract tests,
 #                                                 doctests, the Spark twins, the batch stages, the
-#                                                 README's example, maintenance's idempotence
+#                                                 README's example, the aggregate DAGs' and
+#                                                 maintenance's idempotence
 #                                   spark-stream  Spark venv: the stream stages over arrival intervals
 #                                                 (join, aggregates with their repair, top-k, θ backfill),
 #                                                 the concurrent-writer tests, the main job (with the
 #                                                 production Spark settings) and a crash trial
+#                                                 of every stage
 #                                   airflow       Airflow venv: DAG integrity and Params, the plugin,
 #                                                 `airflow dags test` runs, the scale-out stack (Spark
 #                                                 cluster, MinIO, PostgreSQL)
@@ -91,7 +93,7 @@ if [ "$tier" = fast ]; then
 else
   step "four pytest runs side by side (logs in $reports/*.log; each is printed when it ends)"
   # The Spark venv's tests in two runs of about the same CPU, so that they end at about the same
-  # time: the stream stages' files, the main job's and the crash trial in one, the rest in the
+  # time: the stream stages' files, the main job's and the crash trials in one, the rest in the
   # other. Two, not more: each run's session-wide Spark driver pays its own JVM start and JIT
   # warm-up, and the machine is busy with two anyway.
   stream=(tests/spark/test_aggregate_stream.py tests/spark/test_join_stream.py tests/spark/test_topk_stream.py

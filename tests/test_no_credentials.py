@@ -8,6 +8,7 @@ for any secret-looking setting given a literal value.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -69,3 +70,20 @@ def test_the_literal_pattern_finds_what_it_is_for():
     assert not LITERAL.search('secret_key = "${PIPELINE_SECRET_KEY:?run it}"')
     assert not LITERAL.search("secret_key=storage.secret_key")
     assert not LITERAL.search('TOKEN_COOKIE = "_token"')  # a name, not a secret
+
+
+def test_airflow_env_leaves_secrets_out(tmp_path):
+    """`infra/airflow.sh env` prints the environment for the airflow CLI, not the secrets in it."""
+    secret, password = "s3-secret-value-123", "db-password-456"
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(tmp_path / "airflow"),
+        "OOO_S3_SECRET_KEY": secret,
+        "OOO_S3_ACCESS_KEY": "pipeline-abc",
+        "SPARK_CONNECT_AUTHENTICATE_TOKEN": "token-789",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"postgresql+psycopg2://airflow:{password}@127.0.0.1:5433/airflow",
+    }
+    script = str(REPO / "infra" / "airflow.sh")
+    out = subprocess.run(["bash", script, "env"], env=env, capture_output=True, text=True, check=True).stdout
+    assert "export AIRFLOW_HOME=" in out and "export OOO_S3_ACCESS_KEY='pipeline-abc'" in out
+    assert secret not in out and password not in out and "token-789" not in out

@@ -133,7 +133,13 @@ def standalone(tmp_path_factory: pytest.TempPathFactory):
     try:
         assert start.returncode == 0, start.stdout[-3000:] + start.stderr[-3000:]
         ready = next(ln for ln in start.stdout.splitlines() if "ready: UI at" in ln)
-        password = ready.split("password ")[1].split(")")[0]
+        asked = _run(["bash", str(REPO / "infra" / "airflow.sh"), "password"], env, timeout=60)
+        password = asked.stdout.strip()
+        assert password and password not in start.stdout + start.stderr  # said only when asked for
+        assert "airflow.sh password" in ready
+        airflow_home = Path(env["AIRFLOW_HOME"])  # owner-only: the password, the DB, the logs
+        assert airflow_home.stat().st_mode & 0o777 == 0o700
+        assert (airflow_home / "simple_auth_manager_passwords.json.generated").stat().st_mode & 0o077 == 0
         client = {**env, **connect_client(env)}  # the test's own stages use the same server
         _stage(client, "replay", "--seconds", str(SECONDS))
         # the direct runs get a copy of the same bronze (same arrival sequence numbers)

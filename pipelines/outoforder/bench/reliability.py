@@ -290,12 +290,18 @@ def prepare(
         raise StateError(msg)
     chosen = [by_name[n] for n in names]
     lakes = {"bronze": bronze}
-    for base, before in (("joined", "join-stream"), ("aggregated", "aggregate-stream")):
+    # the aggregates' K capped at 0 for the repair's lake: every tuple that comes after its window
+    # closed is a late one, so the repair has late tuples to fold in even on a 1 s replay (K starts
+    # at 1 s, which on so short a replay leaves the ledger empty)
+    for base, before, more in (
+        ("joined", "join-stream", ()),
+        ("aggregated", "aggregate-stream", ("--max-k-s", "0")),
+    ):
         if any(s.base == base for s in chosen):
             lakes[base] = work / f"base-{base}"
             shutil.copytree(bronze, lakes[base])
             log("reliability", f"preparing the {base} lake ({before})")
-            _cli(env, config, lakes[base], *by_name[before].args)
+            _cli(env, config, lakes[base], *by_name[before].args, *more)
     return Prepared(work, config, env, lakes, chosen)
 
 
