@@ -163,15 +163,19 @@ def run_checkpoint(
                 page = "/".join(["validations", *result_id.to_tuple()]) + ".html"
                 rendered += [result_id, ExpectationSuiteIdentifier(name=suite_name)]
             out.append(SuiteResult(suite_name, bool(validation.success), _checks(validation), page))
+        built = time.time()
         if rendered:  # one site update for the run's suites (each takes about a second)
-            built = time.time()
             context.build_data_docs(resource_identifiers=rendered)
-            docs_assets.localize(settings.quality.docs_dir, since=built - 1)
     except (ConfigError, QualityError):
         raise
     except Exception as e:  # GX raises many unrelated types; the context is what helps
         msg = f"Great Expectations failed while running checkpoint {checkpoint!r} for {source} ({job}): {e}"
         raise QualityError(msg) from e
+    if rendered:
+        try:  # the pages' scripts from the site itself; the verdicts stand whatever happens here
+            docs_assets.localize(settings.quality.docs_dir, since=built - 1)
+        except OSError as e:
+            log.warning("Data Docs: the pages keep their CDN addresses (%s)", e)
     spark = next((s for s in map(_session, frames.values()) if s is not None), None)
     if frames:
         _record(spark, settings, checkpoint, source, job, name, out)
