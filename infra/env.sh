@@ -7,6 +7,20 @@ export OOO_HOME="${OOO_HOME:-$HOME/.cache/outoforder}"
 OOO_PYTHON="${OOO_PYTHON:-python3.11}"
 
 _ooo_hash() { cat "$@" | sha256sum | cut -c1-12; }
+# Credentials files (MinIO's, PostgreSQL's, docker-compose's): KEY=value lines, owner-only (0600),
+# generated once. `_ooo_make_secrets FILE NAME... NAME=prefix...` writes a random secret for each
+# NAME, and prefix-<8 hex digits> (a user name) for each NAME=prefix; an existing FILE is kept.
+_ooo_make_secrets() {
+  local file=$1; shift
+  [ -s "$file" ] && return 0
+  mkdir -p "$(dirname "$file")"
+  (umask 077; "$OOO_PYTHON" -c 'import secrets, sys
+for spec in sys.argv[1:]:
+    name, _, prefix = spec.partition("=")
+    print(f"{name}={prefix}-{secrets.token_hex(4)}" if prefix else f"{name}={secrets.token_urlsafe(30)}")
+' "$@" >"$file.tmp") && mv "$file.tmp" "$file"
+}
+_ooo_secret() { sed -n "s/^$2=//p" "$1"; }  # FILE KEY: one value of a credentials file
 _ooo_pyver="$("$OOO_PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || echo none)"
 
 export OOO_SPARK_VENV="$OOO_HOME/venvs/spark-py${_ooo_pyver}-$(_ooo_hash "$OOO_REPO/infra/requirements/bootstrap.txt" "$OOO_REPO/infra/requirements/spark.lock")"

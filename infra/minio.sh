@@ -46,18 +46,12 @@ make_credentials() {  # once per data folder, owner-only
     say "$data holds a MinIO made before generated credentials: remove it (or write $creds)" >&2
     exit 1
   fi
-  mkdir -p "$data"
-  (umask 077; "$OOO_SPARK_VENV/bin/python" -c '
-import secrets
-print(f"MINIO_ROOT_USER=root-{secrets.token_hex(4)}")
-print(f"MINIO_ROOT_PASSWORD={secrets.token_urlsafe(30)}")
-print(f"PIPELINE_ACCESS_KEY=pipeline-{secrets.token_hex(4)}")
-print(f"PIPELINE_SECRET_KEY={secrets.token_urlsafe(30)}")' >"$creds.tmp")
-  mv "$creds.tmp" "$creds"
+  _ooo_make_secrets "$creds" MINIO_ROOT_USER=root MINIO_ROOT_PASSWORD PIPELINE_ACCESS_KEY=pipeline \
+    PIPELINE_SECRET_KEY
 }
 credential() {  # the value of one key of the credentials file
   [ -s "$creds" ] || { say "no credentials yet in $creds: run bash infra/minio.sh start first" >&2; exit 1; }
-  sed -n "s/^$1=//p" "$creds"
+  _ooo_secret "$creds" "$1"
 }
 
 install() {

@@ -29,7 +29,7 @@ say() { echo "[postgres] $*"; }
 
 credential() {  # the value of one key of the credentials file
   [ -s "$creds" ] || { say "no credentials yet in $creds: run bash infra/postgres.sh start first" >&2; exit 1; }
-  sed -n "s/^$1=//p" "$creds"
+  _ooo_secret "$creds" "$1"
 }
 url() { echo "postgresql+psycopg2://$db:$(credential USER_PASSWORD)@127.0.0.1:$port/$db"; }
 
@@ -50,9 +50,8 @@ case "${1:-start}" in
       mkdir -p "$data"
       [ "$(id -u)" -eq 0 ] && chown postgres: "$data"
       chmod 700 "$data"
-      (umask 077; "$OOO_PYTHON" -c 'import secrets
-print(f"SUPERUSER_PASSWORD={secrets.token_urlsafe(30)}")
-print(f"USER_PASSWORD={secrets.token_urlsafe(30)}")' >"$creds")
+      rm -f "$creds"  # a new cluster, new passwords
+      _ooo_make_secrets "$creds" SUPERUSER_PASSWORD USER_PASSWORD
       # initdb reads the superuser's password from a file the server's user can read: one in a
       # private folder of its own, removed at once
       pwdir="$(mktemp -d)"

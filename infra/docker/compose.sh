@@ -12,15 +12,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/../env.sh"
 envfile="$OOO_LOCAL/docker/compose.env"
 if [ ! -s "$envfile" ]; then
-  mkdir -p "$(dirname "$envfile")"
-  (umask 077; "$OOO_PYTHON" -c 'import secrets
-t = secrets.token_urlsafe
-print(f"MINIO_ROOT_USER=root-{secrets.token_hex(4)}")
-print(f"MINIO_ROOT_PASSWORD={t(30)}")
-print(f"PIPELINE_ACCESS_KEY=pipeline-{secrets.token_hex(4)}")
-print(f"PIPELINE_SECRET_KEY={t(30)}")
-print(f"POSTGRES_PASSWORD={t(30)}")' >"$envfile.tmp")
-  mv "$envfile.tmp" "$envfile"
+  _ooo_make_secrets "$envfile" MINIO_ROOT_USER=root MINIO_ROOT_PASSWORD PIPELINE_ACCESS_KEY=pipeline \
+    PIPELINE_SECRET_KEY POSTGRES_PASSWORD
   echo "[compose] credentials generated into $envfile (owner-only)"
 fi
 exec docker compose --env-file "$envfile" -f "$here/docker-compose.yml" "$@"

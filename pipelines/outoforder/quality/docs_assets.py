@@ -14,6 +14,7 @@ would block it anyway.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import io
 import logging
@@ -28,6 +29,7 @@ import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from outoforder.config import REPO_ROOT
 from outoforder.errors import ConfigError
@@ -71,7 +73,7 @@ class Package:
 
 def packages(lock: Path = LOCK) -> list[Package]:
     """The pinned packages of the lock file."""
-    data = tomllib.loads(lock.read_text())
+    data = _read(lock)
     return [
         Package(p["name"], p["version"], p["integrity"], dict(p["files"]), tuple(p.get("also", ())))
         for p in data["package"]
@@ -80,7 +82,13 @@ def packages(lock: Path = LOCK) -> list[Package]:
 
 def dropped(lock: Path = LOCK) -> tuple[str, ...]:
     """Addresses (prefixes) the pages load that are removed without a copy or a warning."""
-    return tuple(tomllib.loads(lock.read_text()).get("drop", ()))
+    return tuple(_read(lock).get("drop", ()))
+
+
+@functools.cache
+def _read(lock: Path) -> dict[str, Any]:
+    """The lock file, read once per process (every Data Docs build consults it)."""
+    return tomllib.loads(lock.read_text())
 
 
 def assets_dir(lock: Path = LOCK) -> Path:
@@ -184,16 +192,14 @@ def localize(site: Path, since: float = 0.0, assets: Path | None = None, lock: P
     for pkg in pkgs:
         if not (vendor / pkg.folder).is_dir():
             shutil.copytree(assets / pkg.folder, vendor / pkg.folder, dirs_exist_ok=True)
+    # each address's copy, relative to static/vendor; a page adds its own way there
+    copies = {url: f"{pkg.folder.as_posix()}/{path}" for pkg in pkgs for url, path in pkg.files.items()}
     changed = 0
     for page in site.rglob("*.html"):
         if page.stat().st_mtime < since or vendor in page.parents:
             continue
         to_vendor = Path(os.path.relpath(vendor, page.parent)).as_posix()
-        local = {
-            url: f"{to_vendor}/{pkg.folder.as_posix()}/{path}"
-            for pkg in pkgs
-            for url, path in pkg.files.items()
-        }
+        local = {url: f"{to_vendor}/{copy}" for url, copy in copies.items()}
         text = page.read_text()
         new, removed = rewrite(text, local)
         for address in sorted({a for a in removed if not a.startswith(expected)}):
