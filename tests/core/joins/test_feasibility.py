@@ -85,3 +85,62 @@ def test_a_lateness_never_seen_before_is_infeasible_and_says_why():
     assert not late.feasible
     assert late.needed_us == pytest.approx(400 - 20 - 120) and late.seen_before_us < late.needed_us
     assert verdicts[0].feasible
+
+
+def _search(meets, upper, grid):
+    """The smallest grid value in [0, upper] for which a run meets the target (binary search over runs)."""
+    lo, hi = 0, upper // grid + 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if meets(mid * grid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo * grid
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    model=st.sampled_from(MODELS),
+    q_user=st.sampled_from([0.5, 0.8, 0.95, 1.0]),
+    skip=st.integers(0, 2),
+    grid=st.sampled_from([1, 7, 25]),
+)
+def test_the_least_constant_is_what_a_search_over_real_runs_finds(seed, model, q_user, skip, grid):
+    from outoforder.core.joins.feasibility import least_constant
+    from outoforder.core.joins.kslack import FixedK, kslack_set, slack_requirements
+    from outoforder.stages.join.evaluate import on_grid
+
+    inp = make_input(seed, 150, model)
+    truth = exact_join(inp, Q)
+    span = int(inp.ts.max() - inp.ts.min())
+    period = period_of(inp, truth, int(inp.ts.min()), 100)
+
+    def all_met(run):
+        return all(p.met for p in period_recall(inp, truth, run.pairs, 100, q_user)[skip:])
+
+    d = on_grid(least_constant(requirements(inp, Q, truth)[0], period, q_user, skip), span, grid)
+    assert d == _search(lambda v: all_met(qjoin_set(inp, Q, v, v, truth)), span, grid)
+    k = on_grid(least_constant(slack_requirements(inp, truth), period, q_user, skip), span, grid)
+    assert k == _search(lambda v: all_met(kslack_set(inp, Q, FixedK(v, v), truth)), span, grid)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), model=st.sampled_from(MODELS), keep=st.floats(0.0, 1.0))
+def test_period_recall_counts_each_period_and_refuses_a_pair_that_is_not_true(seed, model, keep):
+    inp = make_input(seed, 150, model)
+    truth = exact_join(inp, Q)
+    rng = np.random.default_rng(seed)
+    produced = truth[rng.random(truth.shape[0]) < keep]
+    period = period_of(inp, truth, int(inp.ts.min()), 100)
+    got = period_recall(inp, truth, produced, 100, 0.9)
+    assert [p.period for p in got] == sorted(set(period.tolist()))
+    for p in got:
+        mine = {tuple(x) for x in truth[period == p.period].tolist()}
+        assert p.true_pairs == len(mine)
+        assert p.produced_pairs == sum(tuple(x) in mine for x in produced.tolist())
+    wrong = np.array([[len(inp) - 1, len(inp) - 1]])
+    if not (truth == wrong).all(axis=1).any():
+        with pytest.raises(AssertionError, match="not true pairs"):
+            period_recall(inp, truth, np.vstack([produced, wrong]), 100, 0.9)

@@ -489,6 +489,8 @@ def run_adaptive_qjoin(
     produced = np.zeros(pairs.shape[0], dtype=bool)
     steps: list[Adaptation] = []
     bounds = [0, *_adaptation_points(t, settings.interval_us), n]
+    by_later = np.argsort(later, kind="stable")  # a segment's pairs: a slice of this order
+    later_sorted = later[by_later]
     for seg_start, seg_end in pairwise(bounds):
         if seg_start > 0:
             step = _decide(
@@ -501,13 +503,14 @@ def run_adaptive_qjoin(
         # decide this segment's pairs with the horizon carried over (H never moves back)
         seg_t = t[seg_start:seg_end]
         valid = seg_t > NEG
+        seg = by_later[np.searchsorted(later_sorted, seg_start) : np.searchsorted(later_sorted, seg_end)]
         for side, d in ((R, d_r), (S, d_s)):
             h = running_max(np.where(valid, seg_t - query.window_us - d[seg_start:seg_end], NEG))
             h = np.maximum(h, h_carry[side])
             h_carry[side] = int(h[-1]) if h.size else h_carry[side]
-            mine = (later >= seg_start) & (later < seg_end) & (e_side == side)
+            mine = seg[e_side[seg] == side]
             produced[mine] = inp.ts[earlier[mine]] >= h[later[mine] - seg_start]
-        decided[(later >= seg_start) & (later < seg_end)] = True
+        decided[seg] = True
     run = qjoin_set(inp, query, d_r, d_s, truth=pairs)
     return run, steps
 
@@ -573,8 +576,12 @@ def _decide(
     earlier_needs: Sequence[tuple[int, int]] = (),
 ) -> Adaptation:
     now = int(t[at - 1])
+    # only the pairs known by now count; kept in their order, so that every sum adds the same terms
+    # in the same order as over the full arrays
+    sel = np.flatnonzero(decided & (later < at))
+    earlier, later, e_side, produced = earlier[sel], later[sel], e_side[sel], produced[sel]
     t_later = t[later]
-    known = decided & (later < at)
+    known = np.ones(sel.size, dtype=bool)
     # A pair belongs to the time of its later event (as in the metrics). Pairs whose late tuple
     # has not arrived yet are unknown, so recent windows look more complete than they will be:
     # weight each known pair by 1 / P[a pair of its age is already known], estimated from the

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from outoforder.core.joins.metrics import period_of, period_recall
+from outoforder.core.joins.metrics import least_count, period_of, period_recall
 from outoforder.core.joins.progress import joint_progress
 from outoforder.core.joins.qjoin import qjoin_set
 from outoforder.core.joins.query import JoinInput, JoinQuery, PairArray, exact_join
@@ -87,11 +87,27 @@ def period_needs(req: IntArray, period: IntArray, q_user: float) -> dict[int, in
     >>> period_needs(np.array([0, 5, 9, 2, 40]), np.array([0, 0, 0, 1, 1]), 0.6)
     {0: 5, 1: 40}
     """
+    order = np.lexsort((req, period))
+    ps, rs = period[order], req[order]
+    starts = np.flatnonzero(np.r_[True, ps[1:] != ps[:-1]]) if ps.size else np.zeros(0, np.int64)
     out = {}
-    for p in np.unique(period):
-        mine = np.sort(req[period == p])
-        out[int(p)] = int(mine[max(0, int(np.ceil(q_user * mine.size - 1e-9)) - 1)])
+    for start, n in zip(starts, np.diff(np.r_[starts, ps.size]), strict=True):
+        c = least_count(int(n), q_user)
+        out[int(ps[start])] = int(rs[start + c - 1]) if c else 0
     return out
+
+
+def least_constant(req: IntArray, period: IntArray, q_user: float, skip_periods: int = 0) -> int:
+    """Hindsight over a whole sequence: the least constant meeting ``q_user`` in every period with pairs.
+
+    ``req`` is what each true pair requires of the constant (a retention, :func:`requirements`, or
+    a K-slack's K); the first ``skip_periods`` periods with pairs are not judged (the warm-up).
+
+    >>> least_constant(np.array([0, 5, 9, 2, 40]), np.array([0, 0, 0, 1, 1]), 0.6, skip_periods=1)
+    40
+    """
+    needs = sorted(period_needs(req, period, q_user).items())[skip_periods:]
+    return max((need for _, need in needs), default=0)
 
 
 def history_max_retention(n: int, truth: PairArray, period: IntArray, needs: dict[int, int]) -> IntArray:

@@ -103,6 +103,16 @@ def arrival_delays(inp: JoinInput) -> IntArray:
     return d
 
 
+def slack_requirements(inp: JoinInput, pairs: PairArray) -> IntArray:
+    """Per pair: the least fixed K (both streams) that keeps it -- neither tuple late.
+
+    A tuple is late under a fixed K exactly when its delay exceeds K, so a pair needs the larger
+    of its two tuples' delays.
+    """
+    delays = arrival_delays(inp)
+    return np.maximum(delays[pairs[:, 0]], delays[pairs[:, 1]]).astype(np.int64)
+
+
 def kslack_set(
     inp: JoinInput, query: JoinQuery, policy: SlackPolicy, truth: PairArray | None = None
 ) -> JoinRun:

@@ -18,6 +18,7 @@ from outoforder.core.joins.qjoin import JoinRun
 from outoforder.core.joins.query import JoinInput, PairArray
 
 IntArray = npt.NDArray[np.int64]
+MET_TOLERANCE = 1e-12  # a period at exactly Q_user meets it, whatever the float rounding
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,20 @@ def period_of(inp: JoinInput, pairs: PairArray, origin_us: int, period_us: int) 
     return ((later_ts - origin_us) // period_us).astype(np.int64)
 
 
+def least_count(n_true: int, q_user: float) -> int:
+    """The fewest produced pairs out of ``n_true`` with which a period meets ``q_user``.
+
+    >>> least_count(20, 0.95), least_count(7, 0.95), least_count(3, 0.0)
+    (19, 7, 0)
+    """
+    c = max(int(np.ceil(q_user * n_true)), 0)
+    while c > 0 and (c - 1) / n_true >= q_user - MET_TOLERANCE:
+        c -= 1
+    while c < n_true and c / n_true < q_user - MET_TOLERANCE:
+        c += 1
+    return c
+
+
 def period_recall(
     inp: JoinInput,
     truth: PairArray,
@@ -49,20 +64,29 @@ def period_recall(
     """Recall per period; ``produced`` must be a subset of ``truth`` (checked)."""
     origin = int(inp.ts.min()) if origin_us is None and len(inp) else int(origin_us or 0)
     if produced.size:
-        t_codes = truth[:, 0] * (len(inp) + 1) + truth[:, 1]
-        p_codes = produced[:, 0] * (len(inp) + 1) + produced[:, 1]
-        if not np.isin(p_codes, t_codes).all():
+        width = len(inp) + 1
+        t_codes = truth[:, 0] * width + truth[:, 1]
+        if t_codes.size > 1 and not (t_codes[1:] >= t_codes[:-1]).all():
+            t_codes = np.sort(t_codes)
+        p_codes = produced[:, 0] * width + produced[:, 1]
+        at = np.minimum(np.searchsorted(t_codes, p_codes), max(t_codes.size - 1, 0))
+        if t_codes.size == 0 or not (t_codes[at] == p_codes).all():
             msg = "produced pairs that are not true pairs: the operator is wrong"
             raise AssertionError(msg)
+    if truth.shape[0] == 0:
+        return []
     tp = period_of(inp, truth, origin, period_us)
-    pp = period_of(inp, produced, origin, period_us)
+    first = int(tp.min())
+    n_true = np.bincount(tp - first)
+    n_prod = np.bincount(period_of(inp, produced, origin, period_us) - first, minlength=n_true.size)
     out = []
-    for p in np.unique(tp):
-        n_true = int((tp == p).sum())
-        n_prod = int((pp == p).sum())
-        rec = n_prod / n_true
+    for k in np.flatnonzero(n_true):
+        p = first + int(k)
+        rec = int(n_prod[k]) / int(n_true[k])
         out.append(
-            PeriodQuality(int(p), origin + int(p) * period_us, n_true, n_prod, rec, rec >= q_user - 1e-12)
+            PeriodQuality(
+                p, origin + p * period_us, int(n_true[k]), int(n_prod[k]), rec, rec >= q_user - MET_TOLERANCE
+            )
         )
     return out
 
