@@ -31,6 +31,13 @@ def frame(spark, name: str, vals: list[float | None]):
     return spark.createDataFrame(rows, f"{name}_id long, {name}_v double")
 
 
+def pandas_frame(spark, name: str, vals: list[float | None]):
+    """A side made from pandas: unlike a list of rows, Spark knows its size."""
+    v = np.array([math.nan if x is None else x for x in vals], dtype=float)
+    pdf = pd.DataFrame({f"{name}_id": np.arange(len(vals), dtype=np.int64), f"{name}_v": v})
+    return spark.createDataFrame(pdf, f"{name}_id long, {name}_v double")
+
+
 def sql_predicate(op: str, a: str, b: str) -> str:
     if op.startswith("band:"):
         return f"abs({a} - {b}) <= {float(op.split(':')[1])}"
@@ -57,11 +64,12 @@ def oracle(r, s, op) -> list[tuple[int, int]]:
     return [tuple(p) for p in brute_force(ra, sa, Theta.parse(op)).tolist()]
 
 
-def spark_pairs(spark, r, s, op, method, partitions):
+def spark_pairs(spark, r, s, op, method, partitions, nested_loop_pairs=0):
     # one row per partition at least: tiny inputs still get every partition they ask for
     res = theta_join(
-        frame(spark, "r", r), frame(spark, "s", s), ("r_v", "s_v"), Theta.parse(op), method, partitions, 1
-    )
+        frame(spark, "r", r), frame(spark, "s", s), ("r_v", "s_v"), Theta.parse(op), method, partitions, 1,
+        nested_loop_pairs,
+    )  # fmt: skip
     try:
         got = sorted((row.r_id, row.s_id) for row in res.rows.collect())
     finally:
@@ -112,12 +120,8 @@ def test_edge_cases(spark, case, r, s, op):
 )
 def test_small_band_and_equi_joins_run_in_one_task_without_statistics(spark, r, s, op):
     # the default rows per partition: from pandas, Spark knows these inputs are one partition's worth
-    def local(name, vals):
-        v = np.array([math.nan if x is None else x for x in vals], dtype=float)
-        pdf = pd.DataFrame({f"{name}_id": np.arange(len(vals), dtype=np.int64), f"{name}_v": v})
-        return spark.createDataFrame(pdf, f"{name}_id long, {name}_v double")
-
-    res = theta_join(local("r", r), local("s", s), ("r_v", "s_v"), Theta.parse(op))
+    sides = pandas_frame(spark, "r", r), pandas_frame(spark, "s", s)
+    res = theta_join(*sides, ("r_v", "s_v"), Theta.parse(op))
     got = sorted((row.r_id, row.s_id) for row in res.rows.collect())
     stats = res.refresh()
     assert got == oracle(r, s, op)
@@ -139,7 +143,7 @@ def test_fast_counters_partitions_and_few_comparisons(spark):
     assert stats.rows_compared <= 0.2 * len(got)
     assert stats.replicated_rows > 0  # rows routed to the partial pairs
     counted = theta_join(
-        frame(spark, "r", r), frame(spark, "s", s), ("r_v", "s_v"), Theta("<"), "fast", 16, 1
+        frame(spark, "r", r), frame(spark, "s", s), ("r_v", "s_v"), Theta("<"), "fast", 16, 1, 0
     )
     assert counted.count() == counted.stats.output_rows == len(got)
     # full pairs are an explode of the broadcast S partitions; with no broadcast, an equi-join on the pair
@@ -156,6 +160,30 @@ def test_fast_counters_partitions_and_few_comparisons(spark):
     sk_got, sk = spark_pairs(spark, skewed, s, ">=", "fast", partitions=8)
     assert sk_got == oracle(skewed, s, ">=")
     assert sk.partitioning == "quantile"  # 300 equal values: equi-depth cuts, the value spread
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    r=st.lists(values, max_size=25),
+    s=st.lists(values, max_size=25),
+    op=st.sampled_from(["<", "<=", ">=", ">"]),
+)
+def test_a_small_inequality_is_a_nested_loop_with_the_same_rows(spark, r, s, op):
+    def run(bound):  # from pandas: Spark knows the sides' sizes
+        res = theta_join(
+            pandas_frame(spark, "r", r), pandas_frame(spark, "s", s), ("r_v", "s_v"), Theta.parse(op), "fast",
+            8, 1, bound,
+        )  # fmt: skip
+        return sorted((row.r_id, row.s_id) for row in res.rows.collect()), res.refresh()
+
+    got, stats = run(10**9)
+    assert got == oracle(r, s, op)
+    if r and s:  # (an empty pandas frame reaches Spark without a size estimate)
+        assert stats.partitioning == "nested-loop"
+        valid = [sum(v is not None and not math.isnan(v) for v in side) for side in (r, s)]
+        assert stats.rows_compared == valid[0] * valid[1]
+        again, partitioned = run(0)  # no combinations allowed: partitioned, the same rows
+        assert again == got and partitioned.partitioning != "nested-loop"
 
 
 def test_the_partition_column_assigns_like_the_plan(spark):

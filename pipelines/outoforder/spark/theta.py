@@ -59,10 +59,14 @@ from outoforder.core.theta.plan import (
     side_units,
 )
 from outoforder.errors import ConfigError
-from outoforder.spark.estimates import byte_string, estimated_bytes, parallelism
+from outoforder.spark.estimates import byte_string, estimated_bytes, parallelism, row_size
 
 METHODS = ("fast", "cfs", "one-bucket", "spark-sql", "cross")
 _SEED = 17  # 1-Bucket-Theta's random row/column choice: fixed so reruns shuffle alike
+# The combinations Spark's broadcast nested loop compares in about the time FastThetaJoin's
+# statistics job takes (docs/theta.md, "Choosing the nested loop"): an inequality with fewer, by
+# Spark's size estimates, goes straight to the loop
+NESTED_LOOP_PAIRS = 200_000_000
 
 
 _TALLY = "_tally"  # the column of a pair task's tally row (null on the result rows)
@@ -174,12 +178,15 @@ def theta_join(
     method: str = "fast",
     partitions: int = 8,
     rows_per_partition: int = ROWS_PER_PARTITION,
+    nested_loop_pairs: int = NESTED_LOOP_PAIRS,
 ) -> ThetaResult:
     """Join ``r`` and ``s`` on ``r[on[0]] θ s[on[1]]`` with one of :data:`METHODS`.
 
     ``partitions`` is the most range partitions FastThetaJoin uses (1-Bucket-Theta's and CFS's
     regions); it uses fewer where the sides hold fewer than ``rows_per_partition`` rows each
-    (:func:`~outoforder.core.theta.plan.partitions_for`).
+    (:func:`~outoforder.core.theta.plan.partitions_for`). An inequality whose sides make at most
+    ``nested_loop_pairs`` combinations by Spark's estimates (S small enough to broadcast) is
+    FastThetaJoin's broadcast nested loop (0: always partition).
     """
     if method not in METHODS:
         msg = f"unknown θ-join method {method!r}; known: {', '.join(METHODS)}"
@@ -196,7 +203,7 @@ def theta_join(
             msg = f"join column {col!r} not in {df.columns}"
             raise ConfigError(msg)
     if method == "fast":
-        return _fast(r, s, on, theta, partitions, rows_per_partition)
+        return _fast(r, s, on, theta, partitions, rows_per_partition, nested_loop_pairs)
     return _RUNNERS[method](r, s, on, theta, partitions)
 
 
@@ -214,13 +221,21 @@ def _empty(r: DataFrame, s: DataFrame, stats: JoinStats, method: str) -> ThetaRe
 
 
 def _fast(
-    r: DataFrame, s: DataFrame, on: tuple[str, str], theta: Theta, partitions: int, rows_per_partition: int
+    r: DataFrame,
+    s: DataFrame,
+    on: tuple[str, str],
+    theta: Theta,
+    partitions: int,
+    rows_per_partition: int,
+    nested_loop_pairs: int,
 ) -> ThetaResult:
-    if (
-        theta.op in ("band", "=")
-        and estimated_bytes(r) + estimated_bytes(s) <= _BYTES_PER_ROW * rows_per_partition
-    ):
+    r_bytes, s_bytes = estimated_bytes(r), estimated_bytes(s)
+    if theta.op in ("band", "=") and r_bytes + s_bytes <= _BYTES_PER_ROW * rows_per_partition:
         return _fast_in_one_task(r, s, on, theta)
+    if theta.op in _INEQUALITIES and s_bytes <= _broadcast_bytes(r):
+        pairs = r_bytes / row_size(r) * (s_bytes / row_size(s))
+        if pairs <= nested_loop_pairs:
+            return _nested_loop(r, s, on, theta)
     most = min(partitions, PARTITION_CAP)
     points = SAMPLE_PER_PARTITION * most
     rs, ss = _side_stats(r, s, on, points)
@@ -257,7 +272,7 @@ def _fast(
             parts.append(_sorted_pairs(pra, psa, r, s, on, theta, tasks, tally))
     if any(full):
         rf = ra.where(in_full)
-        if estimated_bytes(s) <= _broadcast_bytes(r):
+        if s_bytes <= _broadcast_bytes(r):
             parts.append(_full_pairs(rf, r, s, on[1], s_rng, cuts, plan))
         else:  # every combination by an equi-join on the pair, in the JVM
             parts.append(rf.join(sa.where(in_full), "_pair").select(*r.columns, *s.columns))
@@ -331,6 +346,22 @@ _TASKS_PER_CORE = 4
 # the least a row of a side can take in Spark's size estimate (one double): under this many bytes
 # per row of rows_per_partition, both sides together are certainly one partition's worth
 _BYTES_PER_ROW = 8
+
+
+def _nested_loop(r: DataFrame, s: DataFrame, on: tuple[str, str], theta: Theta) -> ThetaResult:
+    """An inequality small enough that Spark's broadcast nested loop costs less than the statistics.
+
+    An inequality between overlapping ranges matches a large share of all combinations, so the
+    loop's comparisons are not much more than its output; below :data:`NESTED_LOOP_PAIRS` the
+    whole loop takes about what FastThetaJoin's statistics job alone does. The rows compared
+    (every combination of valid rows) are counted when the counters are first read.
+    """
+    rv, sv = r.where(_valid(on[0])), s.where(_valid(on[1]))
+    stats = JoinStats(partitions=1, partitioning="nested-loop", r_filtered=None, s_filtered=None)
+    tally = _Tally(complete_output=False)
+    tally.counted = lambda: (rv.count() * sv.count(), 0)
+    out = rv.join(F.broadcast(sv), _condition(rv, sv, on, theta)).select(*r.columns, *s.columns)
+    return ThetaResult(out, stats, "fast", tally=tally)
 
 
 def _fast_in_one_task(r: DataFrame, s: DataFrame, on: tuple[str, str], theta: Theta) -> ThetaResult:
