@@ -242,7 +242,14 @@ def _bounded(spark: Any, run: Callable[[], T]) -> T | None:
     """``run()``, or None if its Spark jobs were still going after :data:`BOUND_S` seconds (cancelled)."""
     tag = f"theta-bench-{time.monotonic_ns()}"
     spark.addTag(tag)
-    timer = threading.Timer(BOUND_S, spark.interruptTag, args=(tag,))
+
+    def stop() -> None:
+        spark.interruptTag(tag)
+        # a broadcast's job runs in a thread of Spark's own, which carries neither the tag nor the
+        # job group: cancel every job (the benchmark runs one method at a time)
+        spark.sparkContext.cancelAllJobs()
+
+    timer = threading.Timer(BOUND_S, stop)
     timer.start()
     try:
         return run()
