@@ -37,6 +37,7 @@ import logging
 import time
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -424,7 +425,9 @@ def _ingest(
     # One pass, no shuffle: a task reads a topic partition in offset order, which is its arrival
     # order; the runs then rank every record in the batch. To disk, not the heap: a batch may be
     # millions of records.
+    marks = [("plan", time.monotonic())]
     parsed = raw.mapInArrow(parse, schema).localCheckpoint(storageLevel=StorageLevel.DISK_ONLY)
+    marks.append(("read and parse", time.monotonic()))
     if parsed.where("kind = 'unsorted'").limit(1).count():
         # log-append times that go back within a partition (the broker's clock stepped back)
         log.warning(
@@ -436,6 +439,7 @@ def _ingest(
             .localCheckpoint(storageLevel=StorageLevel.DISK_ONLY)
         )
     starts, runs = _run_starts(spark, parsed.where("kind = 'run'"), batch)
+    marks.append(("rank", time.monotonic()))
     if runs <= BROADCAST_RUNS:
         starts = F.broadcast(starts)
     numbered = (
@@ -453,6 +457,7 @@ def _ingest(
     seqs = bronze.agg(F.count("*"), F.min("arrival_seq"), F.max("arrival_seq")).first()
     accepted = int(seqs[0]) if seqs else 0
     quarantined = sum(reasons.values())
+    marks.append(("count", time.monotonic()))
     delta.append_once(
         bronze.select(*[f.name for f in BRONZE.schema]),
         BRONZE,
@@ -462,6 +467,7 @@ def _ingest(
         settings.storage,
         options=bronze_options(settings),
     )
+    marks.append(("bronze", time.monotonic()))
     if quarantined:
         delta.append_once(rejects, QUARANTINE, lake, batch.ingest_id, 0, settings.storage)
     blank = batch.records - accepted - quarantined  # empty payloads (tombstones)
@@ -472,6 +478,11 @@ def _ingest(
     ]  # fmt: skip
     delta.merge_new(spark.createDataFrame(done, INGEST_LOG.schema), INGEST_LOG, lake, ("ingest_id", "status"))
     write_cover_hint(settings, batch.source, batch.listed_at_us)
+    marks.append(("quarantine and log", time.monotonic()))
+    log.info(
+        "[ingest-kafka] %s: %s",
+        batch.shown, ", ".join(f"{name} {t - before:.1f} s" for (_, before), (name, t) in pairwise(marks)),
+    )  # fmt: skip
     return KafkaSummary(
         batch.source, batch.topic, batch.number, resumed, batch.records, accepted, quarantined, reasons,
         time.monotonic() - t0,
