@@ -246,8 +246,12 @@ def _bounded(spark: Any, run: Callable[[], T]) -> T | None:
     def stop() -> None:
         spark.interruptTag(tag)
         # a broadcast's job runs in a thread of Spark's own, which carries neither the tag nor the
-        # job group: cancel every job (the benchmark runs one method at a time)
-        spark.sparkContext.cancelAllJobs()
+        # job group: cancel every job (the benchmark runs one method at a time). A client of a
+        # Spark Connect server has no SparkContext: the tag is all it can interrupt.
+        from pyspark.sql.utils import is_remote
+
+        if not is_remote():
+            spark.sparkContext.cancelAllJobs()
 
     timer = threading.Timer(BOUND_S, stop)
     timer.start()
