@@ -240,20 +240,9 @@ def _run_case(spark: Any, case: Case, spark_on: bool, over: set[tuple[Any, ...]]
 
 def _bounded(spark: Any, run: Callable[[], T]) -> T | None:
     """``run()``, or None if its Spark jobs were still going after :data:`BOUND_S` seconds (cancelled)."""
-    tag = f"theta-bench-{time.monotonic_ns()}"
-    spark.addTag(tag)
-
-    def stop() -> None:
-        spark.interruptTag(tag)
-        # a broadcast's job runs in a thread of Spark's own, which carries neither the tag nor the
-        # job group: cancel every job (the benchmark runs one method at a time). A client of a
-        # Spark Connect server has no SparkContext: the tag is all it can interrupt.
-        from pyspark.sql.utils import is_remote
-
-        if not is_remote():
-            spark.sparkContext.cancelAllJobs()
-
-    timer = threading.Timer(BOUND_S, stop)
+    # every operation of the session: a broadcast's job runs in a thread of Spark's own, which
+    # interrupting a tag does not reach (the benchmark runs one method at a time)
+    timer = threading.Timer(BOUND_S, spark.interruptAll)
     timer.start()
     try:
         return run()
@@ -263,7 +252,6 @@ def _bounded(spark: Any, run: Callable[[], T]) -> T | None:
         return None
     finally:
         timer.cancel()
-        spark.removeTag(tag)
 
 
 def _all_pairs(rounds: list[list[Any]], n: int, ways: int) -> int:

@@ -232,7 +232,8 @@ def _fast(
     r_bytes, s_bytes = estimated_bytes(r), estimated_bytes(s)
     if theta.op in ("band", "=") and r_bytes + s_bytes <= _BYTES_PER_ROW * rows_per_partition:
         return _fast_in_one_task(r, s, on, theta)
-    if theta.op in _INEQUALITIES and s_bytes <= _broadcast_bytes(r):
+    s_broadcast = s_bytes <= _broadcast_bytes(r)
+    if theta.op in _INEQUALITIES and s_broadcast:
         pairs = r_bytes / row_size(r) * (s_bytes / row_size(s))
         if pairs <= nested_loop_pairs:
             return _nested_loop(r, s, on, theta)
@@ -272,7 +273,7 @@ def _fast(
             parts.append(_sorted_pairs(pra, psa, r, s, on, theta, tasks, tally))
     if any(full):
         rf = ra.where(in_full)
-        if s_bytes <= _broadcast_bytes(r):
+        if s_broadcast:
             parts.append(_full_pairs(rf, r, s, on[1], s_rng, cuts, plan))
         else:  # every combination by an equi-join on the pair, in the JVM
             parts.append(rf.join(sa.where(in_full), "_pair").select(*r.columns, *s.columns))

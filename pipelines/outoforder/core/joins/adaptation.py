@@ -581,20 +581,19 @@ def _decide(
     sel = np.flatnonzero(decided & (later < at))
     earlier, later, e_side, produced = earlier[sel], later[sel], e_side[sel], produced[sel]
     t_later = t[later]
-    known = np.ones(sel.size, dtype=bool)
     # A pair belongs to the time of its later event (as in the metrics). Pairs whose late tuple
     # has not arrived yet are unknown, so recent windows look more complete than they will be:
     # weight each known pair by 1 / P[a pair of its age is already known], estimated from the
     # lag (progress when it became known - its time) of pairs older than one period.
     pair_time = np.maximum(inp.ts[earlier], inp.ts[later])
     lag = np.maximum(t_later - pair_time, 0)
-    old = known & (pair_time <= now - st.period_us)
-    ref_lag = np.sort(lag[old] if old.sum() >= 100 else lag[known])
+    old = pair_time <= now - st.period_us
+    ref_lag = np.sort(lag[old] if old.sum() >= 100 else lag)
     age = np.maximum(now - pair_time, 0)
     complete = np.searchsorted(ref_lag, age, side="right") / max(ref_lag.size, 1)
-    weight = np.where(known, 1.0 / np.maximum(complete, 0.05), 0.0)
-    in_p = known & (pair_time > now + st.interval_us - st.period_us)
-    in_l = known & (pair_time > now - st.interval_us)
+    weight = 1.0 / np.maximum(complete, 0.05)
+    in_p = pair_time > now + st.interval_us - st.period_us
+    in_l = pair_time > now - st.interval_us
     n_l = float(weight[in_l].sum())
     n_p = float(weight[in_p].sum())
     # the period's pairs still to come (weighted up from the known ones) are decided by the next
@@ -628,14 +627,12 @@ def _decide(
         regime = regime_start(
             t, delays, at, st.interval_us, st.period_us, st.q_user, st.granularity_us, st.regime_factor
         )
-        done_in_regime = known & (t_later > regime.start_us)
+        done_in_regime = t_later > regime.start_us
         # too few pairs in the regime: those completed in the last P, which need what all pairs
         # need in a steady stream (weighting the period's known pairs up instead under-states a
         # slow minority: the pairs still unknown are the ones with a late tuple)
         sample = (
-            done_in_regime
-            if done_in_regime.sum() >= st.min_regime_pairs
-            else known & (t_later > now - st.period_us)
+            done_in_regime if done_in_regime.sum() >= st.min_regime_pairs else t_later > now - st.period_us
         )
         weight = np.where(sample, 1.0, 0.0)
         # pairs sharing their later tuple share its lateness: count the independent observations
@@ -693,7 +690,7 @@ def _decide(
         # periods needed in hindsight
         start = int(t[np.argmax(t[:at] > NEG)])
         remembered, current, previous, complete = remembered_need(
-            req, pair_time, known, now, st, earlier_needs, start
+            req, pair_time, np.ones(sel.size, dtype=bool), now, st, earlier_needs, start
         )
         guards.update(remembered_us=remembered, current_need_us=current, previous_need_us=previous)
         if complete:  # what later decisions remember of this one (earlier_needs)

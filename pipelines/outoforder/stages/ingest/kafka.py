@@ -425,9 +425,9 @@ def _ingest(
     # One pass, no shuffle: a task reads a topic partition in offset order, which is its arrival
     # order; the runs then rank every record in the batch. To disk, not the heap: a batch may be
     # millions of records.
-    marks = [("plan", time.monotonic())]
+    marks = [("", t0)]
     parsed = raw.mapInArrow(parse, schema).localCheckpoint(storageLevel=StorageLevel.DISK_ONLY)
-    marks.append(("read and parse", time.monotonic()))
+    marks.append(("plan, read and parse", time.monotonic()))
     if parsed.where("kind = 'unsorted'").limit(1).count():
         # log-append times that go back within a partition (the broker's clock stepped back)
         log.warning(

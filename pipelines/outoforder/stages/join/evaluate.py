@@ -165,10 +165,11 @@ def evaluate(
     def score(run: JoinRun) -> dict[str, Any]:
         return summarize(inp, truth, run, job.period_us, job.q_user, job.warmup_periods)
 
+    period = period_of(inp, truth, int(inp.ts.min()) if len(inp) else 0, job.period_us)
+
     def hindsight(req: IntArray) -> int:
         # the least constant on the grid meeting Q_user in every judged period (a run under a
         # constant keeps exactly the pairs whose requirement it covers)
-        period = period_of(inp, truth, int(inp.ts.min()) if len(inp) else 0, job.period_us)
         least = least_constant(req, period, job.q_user, job.warmup_periods)
         return on_grid(least, span, job.granularity_us)
 
