@@ -2,7 +2,7 @@
 
 A declared source with a ``topic`` (docs/sources.md) is read in *batches*: each run reads, from
 every partition, the offsets between where the previous batch ended and where the log ends now.
-The driver plans and commits; Spark reads, sorts and parses. In this order:
+The driver plans and commits; Spark reads, ranks and parses. In this order:
 
 1. **plan**: the driver asks the broker (:func:`outoforder.io.kafka.topic_state`) for the topic's
    id and every partition's earliest and latest offset. The previous batch's ends (table
@@ -12,18 +12,22 @@ The driver plans and commits; Spark reads, sorts and parses. In this order:
 2. **claim**: the batch's ranges go into ``bronze/kafka_offsets`` (one row per partition) and the
    batch claims the next ordinal in the ingest log, both before any record is read. A batch that
    was claimed but never finished (a crash) is the next run's batch again, with the same ranges.
-3. **read and parse**: Spark's Kafka source reads exactly those ranges (``failOnDataLoss`` on, as a
-   backstop), one task per partition, in offset order, and each task parses its records with the
-   source's declaration (:func:`outoforder.stages.ingest.tasks.parse_records`) where it read them:
-   the payloads are never shuffled. The arrival order is (log-append time, partition, offset), a
-   total order that a rerun derives again. A task's records come in that order within their
-   partition, so each task also reports its *runs* (stretches of one time and partition); the
-   runs, sorted, give every record its rank in the batch (:func:`_run_starts`). If a broker's
-   clock stepped back within a partition, the batch is sorted before it is parsed instead. So
-   ``arrival_seq = ordinal * SEQ_PER_FILE + rank`` and ``arrival_ts`` = its log-append time.
-4. **commit**: bronze's rows, then quarantine's, each in one Delta commit tagged with the batch's
-   ingest id (a rerun after a crash skips a commit that was made), then the ingest log's ``done``
-   row with the counts. The next batch starts where this one ends.
+3. **rank**: Spark's Kafka source reads exactly those ranges (``failOnDataLoss`` on, as a
+   backstop), one task per partition, in offset order. The arrival order is (log-append time,
+   partition, offset), a total order that a rerun derives again. This first read takes the
+   records' metadata only and cuts each partition into *runs* (stretches of one log-append time,
+   :func:`~outoforder.stages.ingest.tasks.record_runs`); runs never interleave, so the runs,
+   sorted, give each run the number of records before it (:func:`_run_starts`), whatever the
+   broker's clock did.
+4. **read, parse and write**: the second read parses each task's records where it read them with
+   the source's declaration (:func:`outoforder.stages.ingest.tasks.parse_records`), the payloads
+   never shuffled and nothing staged on disk; a record's rank is its run's start plus its place
+   in the run, so ``arrival_seq = ordinal * SEQ_PER_FILE + rank`` and ``arrival_ts`` = its
+   log-append time. Delta's writer appends the rows to bronze, the counts observed in that write.
+5. **commit**: bronze's rows, then quarantine's (read and parsed once more, when there are any),
+   each in one Delta commit tagged with the batch's ingest id (a rerun after a crash skips a
+   commit that was made), then the ingest log's ``done`` row with the counts. The next batch
+   starts where this one ends.
 
 A record's identity is its (partition, offset): two records with the same payload are two arrivals
 (the producer of :func:`outoforder.io.kafka.produce` is idempotent, so its retries add none).
@@ -35,6 +39,7 @@ import hashlib
 import json
 import logging
 import time
+import uuid
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from itertools import pairwise
@@ -58,6 +63,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 SAMPLE = 50  # records checked against the declaration before anything is written
+# a batch reads a backlog: fewer, larger fetches than the consumer's defaults (500 records, 1 MB)
+CONSUMER = {"max.poll.records": 20_000, "max.partition.fetch.bytes": 16 << 20, "fetch.max.bytes": 64 << 20}
 HINT_POLLS = 10  # a stream stage waiting on the coverage hint still looks at bronze every so many polls
 
 
@@ -293,6 +300,7 @@ def _read(spark: SparkSession, settings: Settings, batch: Batch) -> DataFrame:
         .option("endingOffsets", batch.offsets_json(1))
         .option("failOnDataLoss", "true")
         .option("kafkaConsumer.pollTimeoutMs", str(settings.kafka.poll_timeout_ms))
+        .options(**{f"kafka.{k}": str(v) for k, v in CONSUMER.items()})
         .load()
         .select("partition", "offset", F.unix_micros("timestamp").alias("ts_us"), "value")
     )
@@ -318,12 +326,14 @@ def _reader(decl: Declaration, sample: list[str], where: str) -> DeclaredReader:
 BROADCAST_RUNS = 2_000_000  # runs joined to the records by broadcast up to this many (32 B each)
 
 
-def _run_starts(spark: SparkSession, runs: DataFrame, batch: Batch) -> tuple[DataFrame, int]:
-    """((pid, run, before), how many runs): a record's number in the batch is ``before + local``.
+def _run_starts(spark: SparkSession, raw: DataFrame, batch: Batch) -> tuple[DataFrame, int]:
+    """((partition, run, before), how many runs): a record's number in the batch is ``before + within + 1``.
 
-    The runs, sorted by (log-append time, partition, first offset), are the batch's arrival order
-    in stretches; a run's first record comes after every record of the runs before it. Each task
-    of the sort counts its share and the driver adds up one total per task.
+    The first pass over the batch reads the records' (partition, offset, log-append time) only,
+    which its tasks cut into runs (:func:`~outoforder.stages.ingest.tasks.record_runs`). The runs,
+    sorted by (log-append time, partition, first offset), are the batch's arrival order in
+    stretches; a run's first record comes after every record of the runs before it. Each task of
+    the sort counts its share and the driver adds up one total per task.
     """
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
@@ -334,9 +344,14 @@ def _run_starts(spark: SparkSession, runs: DataFrame, batch: Batch) -> tuple[Dat
         ctx = TaskContext.get()
         return tasks.runs_before(it, ctx.partitionId() if ctx else 0)
 
+    # checkpointed before the sort, whose sampling job would read the batch once more
+    runs = (
+        raw.select("partition", "offset", "ts_us")
+        .mapInArrow(tasks.record_runs, from_arrow_schema(tasks.RUN_SCHEMA))
+        .localCheckpoint()
+    )
     counted = (
-        runs.select("pid", "run", "local", "count", "arrival_ts", "partition", "offset")
-        .orderBy("arrival_ts", "partition", "offset")
+        runs.orderBy("arrival_ts", "partition", "run")
         .mapInArrow(before, from_arrow_schema(tasks.RUN_BEFORE_SCHEMA))
         .localCheckpoint()
     )
@@ -350,7 +365,7 @@ def _run_starts(spark: SparkSession, runs: DataFrame, batch: Batch) -> tuple[Dat
         raise StateError(msg)
     offsets = spark.createDataFrame(carried, "task long, carried long")
     starts = counted.join(F.broadcast(offsets), "task").select(
-        "pid", "run", (F.col("carried") + F.col("within") - F.col("local") + 1).alias("before")
+        "partition", "run", (F.col("carried") + F.col("within")).alias("before")
     )
     return starts, sum(int(r["runs"]) for r in per_task)
 
@@ -397,7 +412,7 @@ def _ingest(
     now_us: int | None,
     t0: float,
 ) -> KafkaSummary:
-    from pyspark import StorageLevel
+    from pyspark.sql import Observation
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -417,49 +432,37 @@ def _ingest(
     schema = from_arrow_schema(tasks.RECORD_SCHEMA)
 
     def parse(it: Any) -> Any:
-        from pyspark import TaskContext
+        return tasks.parse_records(it, reader, lo, hi, lines)
 
-        ctx = TaskContext.get()
-        return tasks.parse_records(it, ctx.partitionId() if ctx else 0, reader, lo, hi, lines)
-
-    # One pass, no shuffle: a task reads a topic partition in offset order, which is its arrival
-    # order; the runs then rank every record in the batch. To disk, not the heap: a batch may be
-    # millions of records.
+    # Two passes over the batch, no shuffle of its payloads: the first ranks the runs from the
+    # records' metadata; in the second a task reads a topic partition in offset order, parses its
+    # records where it read them, and Delta's writer appends them to bronze, numbered. The counts
+    # are observed in that write; the rejects, if any, are read and parsed again.
     marks = [("", t0)]
-    parsed = raw.mapInArrow(parse, schema).localCheckpoint(storageLevel=StorageLevel.DISK_ONLY)
-    marks.append(("plan, read and parse", time.monotonic()))
-    if parsed.where("kind = 'unsorted'").limit(1).count():
-        # log-append times that go back within a partition (the broker's clock stepped back)
-        log.warning(
-            "[ingest-kafka] %s: log-append times go back in a partition; sorting the batch", batch.shown
-        )
-        parsed = (
-            raw.orderBy("ts_us", "partition", "offset")
-            .mapInArrow(parse, schema)
-            .localCheckpoint(storageLevel=StorageLevel.DISK_ONLY)
-        )
-    starts, runs = _run_starts(spark, parsed.where("kind = 'run'"), batch)
-    marks.append(("rank", time.monotonic()))
+    starts, runs = _run_starts(spark, raw, batch)
+    marks.append(("plan and rank", time.monotonic()))
     if runs <= BROADCAST_RUNS:
         starts = F.broadcast(starts)
+    seq = F.lit(claim.ordinal * SEQ_PER_FILE) + F.col("before") + F.col("within") + 1
     numbered = (
-        parsed.where("kind IN ('row', 'reject')")
-        .join(starts, ["pid", "run"])
-        .withColumn("line_no", F.col("before") + F.col("local"))
+        raw.mapInArrow(parse, schema)
+        .join(starts, ["partition", "run"])
+        .withColumn("line_no", F.col("before") + F.col("within") + 1)
+        .withColumn("arrival_seq", seq)
     )
     ident = [F.lit(batch.source).alias("source"), F.lit(batch.ingest_id).alias("ingest_id"),
              F.lit(batch.shown).alias("source_file")]  # fmt: skip
-    bronze = numbered.where("kind = 'row'").select(
-        *ident, "*", (F.lit(claim.ordinal * SEQ_PER_FILE) + F.col("line_no")).alias("arrival_seq")
+    tally = Observation(f"kafka_{uuid.uuid4().hex}")
+    row = F.col("kind") == "row"
+    observed = numbered.observe(
+        tally,
+        F.count_if(row).alias("accepted"),
+        F.count_if(F.col("kind") == "reject").alias("quarantined"),
+        F.min(F.when(row, F.col("arrival_seq"))).alias("first_seq"),
+        F.max(F.when(row, F.col("arrival_seq"))).alias("last_seq"),
     )
-    rejects = numbered.where("kind = 'reject'").select(*ident, "line_no", "raw_line", "reason", "detail")
-    reasons = {r["reason"]: int(r["count"]) for r in rejects.groupBy("reason").count().collect()}
-    seqs = bronze.agg(F.count("*"), F.min("arrival_seq"), F.max("arrival_seq")).first()
-    accepted = int(seqs[0]) if seqs else 0
-    quarantined = sum(reasons.values())
-    marks.append(("count", time.monotonic()))
-    delta.append_once(
-        bronze.select(*[f.name for f in BRONZE.schema]),
+    wrote = delta.append_once(
+        observed.where(row).select(*ident, "*").select(*[f.name for f in BRONZE.schema]),
         BRONZE,
         lake,
         batch.ingest_id,
@@ -467,11 +470,32 @@ def _ingest(
         settings.storage,
         options=bronze_options(settings),
     )
-    marks.append(("bronze", time.monotonic()))
-    if quarantined:
-        delta.append_once(rejects, QUARANTINE, lake, batch.ingest_id, 0, settings.storage)
+    marks.append(("read, parse and bronze", time.monotonic()))
+    quarantined: int | None
+    if wrote:
+        got = tally.get
+        accepted, quarantined = int(got["accepted"]), int(got["quarantined"])
+        seqs = (got["first_seq"], got["last_seq"])
+    else:  # a rerun after a crash: bronze has the batch's rows
+        rows = delta.read(spark, BRONZE, lake).where(
+            (F.col("source") == batch.source) & (F.col("ingest_id") == batch.ingest_id)
+        )
+        top = rows.agg(F.count("*"), F.min("arrival_seq"), F.max("arrival_seq")).first()
+        assert top is not None  # an aggregate without grouping has one row
+        accepted, quarantined, seqs = int(top[0]), None, (top[1], top[2])
+    reasons: dict[str, int] = {}
+    if quarantined is None or quarantined:
+        rejects = (
+            numbered.where("kind = 'reject'")
+            .select(*ident, "line_no", "raw_line", "reason", "detail")
+            .localCheckpoint()
+        )
+        reasons = {r["reason"]: int(r["count"]) for r in rejects.groupBy("reason").count().collect()}
+        quarantined = sum(reasons.values())
+        if quarantined:
+            delta.append_once(rejects, QUARANTINE, lake, batch.ingest_id, 0, settings.storage)
     blank = batch.records - accepted - quarantined  # empty payloads (tombstones)
-    first_seq, last_seq = (seqs[1], seqs[2]) if accepted and seqs else (None, None)
+    first_seq, last_seq = seqs if accepted else (None, None)
     done = [
         (batch.ingest_id, "done", claim.ordinal, batch.source, batch.shown, "", batch.records, decl.name,
          batch.records, 0, blank, accepted + quarantined, accepted, quarantined, first_seq, last_seq, now)

@@ -273,21 +273,20 @@ __all__ = [
 ]
 
 
-# Kafka records parsed (parse_records): accepted rows, rejects, and the task's runs.
-# ``local`` is a record's number within its Spark partition, in the order read (1-based); a *run*
-# is a maximal stretch of that order with one (log-append time, Kafka partition), and ``run`` its
-# number in the task. A "run" row gives its time (``arrival_ts``), Kafka partition, first offset,
-# first ``local`` and ``count``; an "unsorted" row says the task's records were not in arrival
-# order, so runs cannot rank them (the batch is then sorted first).
+# Kafka records: a *run* is a maximal stretch of one Kafka partition's records, in offset order,
+# with one log-append time; it is named by (partition, its first record's offset). Runs cannot
+# interleave, so sorting them by (time, partition, first offset) sorts every record by (time,
+# partition, offset), the batch's arrival order, even where a broker's clock stepped back.
+RUN_SCHEMA = pa.schema(
+    [("partition", pa.int64()), ("run", pa.int64()), ("arrival_ts", pa.int64()), ("count", pa.int64())]
+)
+# a parsed record ("row" or "reject"): its run and its place in it (0-based)
 RECORD_SCHEMA = pa.schema(
     [
-        ("kind", pa.string()),  # "row", "reject", "run" or "unsorted"
-        ("pid", pa.int64()),
-        ("local", pa.int64()),
+        ("kind", pa.string()),
+        ("partition", pa.int64()),
         ("run", pa.int64()),
-        ("partition", pa.int64()),  # on "run" rows
-        ("offset", pa.int64()),  # on "run" rows: the run's first
-        ("count", pa.int64()),  # on "run" rows
+        ("within", pa.int64()),
         *[(f.name, f.type) for f in STAGED_SCHEMA if f.name not in ("line_no", "raw_line")],
         ("raw_line", pa.string()),
         ("reason", pa.string()),
@@ -296,81 +295,102 @@ RECORD_SCHEMA = pa.schema(
 )
 
 
-def _filled(n: int, pid: int, kind: str, **columns: Any) -> pa.RecordBatch:
+def _filled(n: int, kind: str, **columns: Any) -> pa.RecordBatch:
     """``n`` RECORD_SCHEMA rows of ``kind``: the given columns, nulls elsewhere."""
     row: dict[str, Any] = {name: pa.nulls(n, RECORD_SCHEMA.field(name).type) for name in RECORD_SCHEMA.names}
-    row |= {"kind": pa.array([kind] * n), "pid": pa.array(np.full(n, pid, dtype=np.int64))}
+    row["kind"] = pa.array([kind] * n)
     for k, v in columns.items():
         values = v.combine_chunks() if isinstance(v, pa.ChunkedArray) else v
         row[k] = values.cast(RECORD_SCHEMA.field(k).type)
     return pa.RecordBatch.from_pydict(row, schema=RECORD_SCHEMA)
 
 
-class _Runs:
-    """The runs of one task's records, chunk by chunk, and whether their keys ever went back."""
+class Runs:
+    """A task's records, chunk by chunk, in the order read: each one's run and place in it.
+
+    >>> runs = Runs()
+    >>> import numpy as np
+    >>> first, within = runs.add(np.array([5, 5, 6]), np.array([0, 0, 0]), np.array([10, 11, 13]))
+    >>> first.tolist(), within.tolist()
+    ([10, 10, 13], [0, 1, 0])
+    >>> first, within = runs.add(np.array([6, 5]), np.array([0, 0]), np.array([14, 15]))
+    >>> first.tolist(), within.tolist()
+    ([13, 15], [1, 0])
+    >>> [tuple(r.values()) for b in runs.batches() for r in b.to_pylist()]
+    [(0, 10, 5, 2), (0, 13, 6, 2), (0, 15, 5, 1)]
+    """
 
     def __init__(self) -> None:
-        self.last: tuple[int, int, int] | None = None  # (time, partition, offset) of the last record
-        self.starts: list[npt.NDArray[np.int64]] = []  # per chunk: time, partition, offset, local
-        self.number = 0
-        self.sorted = True
+        self.open: tuple[int, int, int, int] | None = None  # (time, partition, first offset, count)
+        self.done: list[npt.NDArray[np.int64]] = []  # per chunk: partition, first offset, time, count
 
     def add(
-        self,
-        ts: npt.NDArray[np.int64],
-        part: npt.NDArray[np.int64],
-        off: npt.NDArray[np.int64],
-        first_local: int,
-    ) -> npt.NDArray[np.int64]:
-        """The run number of each record of the chunk (``first_local``: its first record's ``local``)."""
-        if not ts.size:
-            return np.zeros(0, dtype=np.int64)
-        keys = np.stack([ts, part, off]).astype(np.int64)
-        if self.last is not None:
-            keys = np.concatenate([np.array(self.last, dtype=np.int64)[:, None], keys], axis=1)
-        t, p, o = keys
-        same_t, same_p = t[1:] == t[:-1], p[1:] == p[:-1]
-        later = (t[1:] > t[:-1]) | (same_t & ((p[1:] > p[:-1]) | (same_p & (o[1:] > o[:-1]))))
-        self.sorted &= bool(later.all())
-        new = ~(same_t & same_p)
-        if self.last is None:
-            new = np.concatenate([[True], new])
-        ids: npt.NDArray[np.int64] = self.number - 1 + np.cumsum(new)
-        firsts = np.flatnonzero(new)
-        self.starts.append(
-            np.stack([ts[firsts], part[firsts], off[firsts], first_local + firsts]).astype(np.int64)
-        )
-        self.number += firsts.size
-        self.last = (int(ts[-1]), int(part[-1]), int(off[-1]))
-        return ids
+        self, ts: npt.NDArray[np.int64], part: npt.NDArray[np.int64], off: npt.NDArray[np.int64]
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """(first offset of its run, place in its run) of each record of the next chunk."""
+        n = ts.size
+        if not n:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        ts, part, off = (np.asarray(a, dtype=np.int64) for a in (ts, part, off))
+        new = np.ones(n, dtype=bool)
+        new[1:] = (ts[1:] != ts[:-1]) | (part[1:] != part[:-1])
+        held = self.open
+        if held is not None and held[0] == ts[0] and held[1] == part[0]:
+            new[0] = False  # the open run goes on into this chunk
+        starts = np.flatnonzero(new)
+        group = np.cumsum(new) - 1  # -1: the open run
+        at = np.append(starts, 0)[group]  # where each record's run starts in the chunk (-1: at 0)
+        first = np.where(group >= 0, off[at], held[2] if held else 0)
+        within = np.arange(n) - np.where(group >= 0, at, -(held[3] if held else 0))
+        if held is not None:
+            t, p, o, c = held
+            c += int(starts[0]) if starts.size else n
+            if starts.size:  # it ends here
+                self.done.append(np.array([[p], [o], [t], [c]], dtype=np.int64))
+            self.open = (t, p, o, c)
+        if starts.size:
+            ends = np.append(starts[1:], n)
+            closed = starts[:-1]
+            self.done.append(np.stack([part[closed], off[closed], ts[closed], (ends - starts)[:-1]]))
+            last = int(starts[-1])
+            self.open = (int(ts[last]), int(part[last]), int(off[last]), n - last)
+        return first, within
 
-    def rows(self, pid: int, records: int) -> Iterator[pa.RecordBatch]:
-        """The "unsorted" row if a key went back, then one "run" row per run (``records``: the task's)."""
-        if not self.sorted:
-            yield _filled(1, pid, "unsorted")
-        if not self.number:
-            return
-        t, p, o, first = np.concatenate(self.starts, axis=1)
-        count = np.diff(np.append(first, records + 1))  # runs are contiguous in the task's order
-        number = pa.array(np.arange(self.number, dtype=np.int64))
-        yield _filled(self.number, pid, "run", run=number, arrival_ts=pa.array(t), partition=pa.array(p),
-                      offset=pa.array(o), local=pa.array(first), count=pa.array(count))  # fmt: skip
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        """Every run, the open one included, as RUN_SCHEMA batches."""
+        chunks = list(self.done)
+        if self.open is not None:
+            t, p, o, c = self.open
+            chunks.append(np.array([[p], [o], [t], [c]], dtype=np.int64))
+        for chunk in chunks:
+            if chunk.shape[1]:
+                yield pa.RecordBatch.from_arrays([pa.array(col) for col in chunk], schema=RUN_SCHEMA)
+
+
+def record_runs(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The runs of Kafka records (``partition``, ``offset``, ``ts_us``) read in offset order: RUN_SCHEMA."""
+    runs = Runs()
+    for b in batches:
+        ts, part, off = (b.column(c).to_numpy() for c in ("ts_us", "partition", "offset"))
+        runs.add(ts, part, off)
+    yield from runs.batches()
 
 
 def parse_records(
-    batches: Iterator[pa.RecordBatch], pid: int, reader: str, lo: int, hi: int, batch_lines: int
+    batches: Iterator[pa.RecordBatch], reader: str, lo: int, hi: int, batch_lines: int
 ) -> Iterator[pa.RecordBatch]:
     """One Spark partition of Kafka records, in the order read (a topic partition's, in offset order).
 
     Each payload is one line for the source's :class:`~outoforder.sources.readers.LineParser`
     (an empty or null payload counts as blank). Accepted rows get the record's log-append time as
-    ``arrival_ts``; a reject's detail names the record's partition and offset. Every record gets
-    its run (see RECORD_SCHEMA); the runs follow, from which the driver's plan ranks the records.
+    ``arrival_ts``; a reject's detail names the record's partition and offset. Every row and
+    reject carries its run and place in it (RECORD_SCHEMA), which the runs' ranks
+    (:func:`record_runs`, :func:`runs_before`) turn into its number in the batch.
     """
     parser = LineParser(make_reader(reader), (lo, hi), local=False)
     decl = getattr(parser.reader, "decl", None)
     skew_us = decl.max_clock_skew_us if decl is not None else None
-    runs = _Runs()
+    runs = Runs()
     seen = 0
     for big in batches:
         for start in range(0, big.num_rows, batch_lines):
@@ -380,28 +400,27 @@ def parse_records(
             ts = chunk.column("ts_us").to_numpy()
             parts = chunk.column("partition").to_numpy().astype(np.int64)
             offsets = chunk.column("offset").to_numpy()
-            run = runs.add(ts, parts, offsets, seen + 1)
+            run, within = runs.add(ts, parts, offsets)
             acc, q = got.accepted, got.quarantined
             if skew_us is not None and acc.num_rows:
                 acc, q = _ahead_of_arrival(acc, q, ts[acc.column("line_no").to_numpy() - (seen + 1)], skew_us)
             if acc.num_rows:
                 idx = acc.column("line_no").to_numpy() - (seen + 1)
-                cols = {f: acc.column(f) for f in acc.column_names if f != "line_no"}
+                # bronze keeps no raw line: it would cross into the JVM only to be dropped
+                cols = {f: acc.column(f) for f in acc.column_names if f not in ("line_no", "raw_line")}
                 cols["arrival_ts"] = pa.array(ts[idx], pa.int64())
-                yield _filled(
-                    acc.num_rows, pid, "row", **cols, local=acc.column("line_no"), run=pa.array(run[idx])
-                )
+                yield _filled(acc.num_rows, "row", **cols, partition=pa.array(parts[idx]),
+                              run=pa.array(run[idx]), within=pa.array(within[idx]))  # fmt: skip
             if q.num_rows:
                 idx = q.column("line_no").to_numpy() - (seen + 1)
                 detail = [
                     f"{d} (partition {p}, offset {o})" if d else f"partition {p}, offset {o}"
                     for d, p, o in zip(q.column("detail").to_pylist(), parts[idx], offsets[idx], strict=True)
                 ]
-                yield _filled(q.num_rows, pid, "reject", local=q.column("line_no"), run=pa.array(run[idx]),
-                              raw_line=q.column("raw_line"), reason=q.column("reason"),
-                              detail=pa.array(detail, pa.string()))  # fmt: skip
+                yield _filled(q.num_rows, "reject", partition=pa.array(parts[idx]), run=pa.array(run[idx]),
+                              within=pa.array(within[idx]), raw_line=q.column("raw_line"),
+                              reason=q.column("reason"), detail=pa.array(detail, pa.string()))  # fmt: skip
             seen += len(lines)
-    yield from runs.rows(pid, seen)
 
 
 def _ahead_of_arrival(
@@ -435,8 +454,8 @@ def _ahead_of_arrival(
 
 
 RUN_BEFORE_SCHEMA = pa.schema(
-    [("pid", pa.int64()), ("run", pa.int64()), ("local", pa.int64()), ("task", pa.int64()),
-     ("within", pa.int64()), ("count", pa.int64())]
+    [("partition", pa.int64()), ("run", pa.int64()), ("task", pa.int64()), ("within", pa.int64()),
+     ("count", pa.int64())]
 )  # fmt: skip
 
 
@@ -451,7 +470,7 @@ def runs_before(batches: Iterator[pa.RecordBatch], task: int) -> Iterator[pa.Rec
         within = np.cumsum(count) - count + carry
         carry += int(count.sum())
         yield pa.RecordBatch.from_pydict(
-            {"pid": b.column("pid"), "run": b.column("run"), "local": b.column("local"),
+            {"partition": b.column("partition"), "run": b.column("run"),
              "task": pa.array(np.full(b.num_rows, task, dtype=np.int64)), "within": pa.array(within),
              "count": b.column("count")},
             schema=RUN_BEFORE_SCHEMA,
