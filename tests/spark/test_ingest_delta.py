@@ -1,6 +1,7 @@
 """Ingest into Delta: round trip, idempotence, accounting, duplicates, crash resume, interval reads."""
 
 import gzip
+from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
@@ -130,8 +131,10 @@ def test_an_interrupted_ingest_resumes_without_loss_or_duplicates(spark, setting
     monkeypatch.setattr(delta, "append_once", crash_after_bronze)
     with pytest.raises(RuntimeError, match="simulated crash"):
         ingest_file(spark, small, f, "debs2013", "t/crash")
-    # bronze is committed, the quarantined duplicate and the log's done row are not
+    # bronze is committed, the quarantined duplicate and the log's done row are not; the parsed
+    # rows staged between the jobs are gone all the same
     assert delta.read(spark, BRONZE, small.lake_root).count() == 100
+    assert not list((Path(small.lake_root) / "_staging").glob("*"))
     assert delta.read(spark, QUARANTINE, small.lake_root).count() == 0
     monkeypatch.setattr(delta, "append_once", real_append)
     # another file gets in between: it must not take the crashed file's sequence numbers
@@ -148,6 +151,7 @@ def test_an_interrupted_ingest_resumes_without_loss_or_duplicates(spark, setting
     log = delta.read(spark, INGEST_LOG, small.lake_root).where(F.col("status") == "done").collect()
     assert sorted((r["source"], r["file_ordinal"]) for r in log) == [("t/crash", 0), ("t/other", 1)]
     validate_bronze(spark, small)
+    assert not list((Path(small.lake_root) / "_staging").glob("*"))
 
 
 def test_interval_reads_are_half_open(spark, settings, data_dir):

@@ -71,3 +71,20 @@ def file_size(uri: str, storage: StorageSettings) -> int:
         msg = f"no such file: {uri}"
         raise InputError(msg)
     return int(info.size)
+
+
+def staging_uri(lake_root: Path | str, name: str) -> str:
+    """Where a stage keeps rows between its jobs: ``_staging/<name>`` under the lake (every executor sees it).
+
+    >>> staging_uri("s3a://lake/main", "ingest-1"), staging_uri("/tmp/lake", "ingest-1")
+    ('s3a://lake/main/_staging/ingest-1', '/tmp/lake/_staging/ingest-1')
+    """
+    root = str(lake_root)
+    return f"{root.rstrip('/')}/_staging/{name}" if "://" in root else str(Path(root) / "_staging" / name)
+
+
+def remove_tree(uri: str, storage: StorageSettings) -> None:
+    """Delete a folder and everything in it, if it is there (local, ``file:`` or ``s3a://``)."""
+    fs, path = filesystem(uri, storage)
+    if fs.get_file_info(path).type != pafs.FileType.NotFound:
+        fs.delete_dir(path)

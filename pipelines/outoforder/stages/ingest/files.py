@@ -16,13 +16,15 @@ The driver plans; Spark tasks read, hash and parse (functions in
    hash seen twice in the source, or already in bronze for the source, is a *suspect*.
 5. **parse pass** (a task per part, with its suspects): lines parsed
    (:class:`~outoforder.sources.readers.LineParser`) into the part's accepted rows, counts,
-   quarantined lines and suspect rows, kept by Spark (memory, else local disk) until the commits.
+   quarantined lines and suspect rows, staged as Parquet under the lake (``_staging/``, a
+   folder per file) until the commits and removed after them, whatever happened.
 6. **duplicates**: of the accepted rows with one content in one source, the first in arrival
    order is kept; later ones in the same file are quarantined as ``duplicate_row`` (an earlier
    line of this file), and so is every one whose content an earlier file or ingest delivered.
    A source with one part and no history is deduplicated inside its task (the same rule).
-7. **commit**, per file: its accepted rows appended to bronze by Delta's writer with the
-   transaction id (``ingest_id``, 0), its quarantined lines likewise; then one MERGE of every
+7. **commit**, per file, the files side by side: its accepted rows (read from its own staged
+   folder) appended to bronze by Delta's writer with the transaction id (``ingest_id``, 0), its
+   quarantined lines likewise; then one MERGE of every
    file's ``done`` row with its counts. A crash anywhere is resumed by running the stage again:
    the claimed ordinals are reused, the numbers come out the same, and commits already made are
    skipped by their transaction ids (files a crashed write left unreferenced, VACUUM removes).
@@ -36,7 +38,9 @@ from __future__ import annotations
 import logging
 import math
 import time
+import uuid
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,10 +50,12 @@ from outoforder.config import Settings
 from outoforder.errors import ConfigError, InputError
 from outoforder.io import delta
 from outoforder.io.conflicts import retry_on_conflict
+from outoforder.io.files import remove_tree, staging_uri
 from outoforder.io.tables import BRONZE, INGEST_LOG, QUARANTINE, SEQ_PER_FILE
 from outoforder.sources.declaration import Declaration
 from outoforder.sources.declared import DeclaredReader, check_fields, check_sample, header_fields
 from outoforder.sources.readers import ACROSS_FILES, READERS, WITHIN_FILE
+from outoforder.spark.estimates import parallelism
 from outoforder.stages.ingest import tasks
 
 if TYPE_CHECKING:
@@ -455,7 +461,6 @@ def bronze_options(settings: Settings) -> dict[str, str]:
 def _ingest(
     spark: SparkSession, settings: Settings, files: list[PlannedFile], now: int, t0: float
 ) -> list[IngestSummary]:
-    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     lake, storage = settings.lake_root, settings.storage
@@ -473,12 +478,36 @@ def _ingest(
             .join(F.broadcast(per_source), "source", "left")
             .select(*[name for name, _ in tasks.PART_FIELDS])
         )
-    # parsed once, kept until every file's rows are committed: on the executors' disk, not the
-    # heap, which every task of a shared server needs (a large ingest cached in memory ran the
-    # Spark Connect server out of heap, and it died)
-    out = parts.mapInArrow(
-        lambda it: tasks.parse_pass(it, storage), _spark_schema(tasks.PARSE_SCHEMA)
-    ).persist(StorageLevel.DISK_ONLY)
+    # Parsed once and staged under the lake until every file's rows are committed, one folder per
+    # file: each file's append then reads its own rows only (a cached frame would be read whole
+    # for every file), and no heap holds the batch (a large ingest cached in memory ran the Spark
+    # Connect server out of heap, and it died).
+    staging = staging_uri(lake, f"ingest-{uuid.uuid4().hex}")
+    schema = _spark_schema(tasks.PARSE_SCHEMA)
+    try:
+        parsed = parts.mapInArrow(lambda it: tasks.parse_pass(it, storage), schema)
+        parsed.write.partitionBy("file_idx").parquet(staging)
+        out = spark.read.schema(schema).parquet(staging)
+        return _commit(spark, settings, files, out, suspects, now, t0, t1)
+    finally:
+        remove_tree(staging, storage)
+
+
+def _commit(
+    spark: SparkSession,
+    settings: Settings,
+    files: list[PlannedFile],
+    out: DataFrame,
+    suspects: DataFrame | None,
+    now: int,
+    t0: float,
+    t1: float,
+) -> list[IngestSummary]:
+    """Each file's rows from the staged parse (``out``) into bronze and quarantine, then the ingest log."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    lake, storage = settings.lake_root, settings.storage
     counts: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for r in out.where(F.col("kind") == "counts").collect():
         for k in ("lines", "header_lines", "blank_lines"):
@@ -524,17 +553,23 @@ def _ingest(
     for r in rejects.groupBy("file_idx", "reason").count().collect():
         reasons[int(r["file_idx"])][r["reason"]] = int(r["count"])
 
+    def commit_file(f: PlannedFile) -> None:
+        mine = F.col("file_idx") == f.idx
+        if counts[f.idx]["accepted"]:
+            delta.append_once(
+                bronze.where(mine), BRONZE, lake, f.ingest_id, 0, storage, options=bronze_options(settings)
+            )
+        if reasons[f.idx]:
+            delta.append_once(quarantine.where(mine), QUARANTINE, lake, f.ingest_id, 0, storage)
+
+    # A file's rows are a job of one task or a few, and its commits are its own (blind appends do
+    # not conflict): the files side by side keep every core busy.
+    with ThreadPoolExecutor(max(1, min(parallelism(spark), len(files)))) as pool:
+        list(pool.map(commit_file, files))
     summaries, done_rows = [], []
     for f in files:
         c = counts[f.idx]
         n_quarantined = sum(reasons[f.idx].values())
-        mine = F.col("file_idx") == f.idx
-        if c["accepted"]:
-            delta.append_once(
-                bronze.where(mine), BRONZE, lake, f.ingest_id, 0, storage, options=bronze_options(settings)
-            )
-        if n_quarantined:
-            delta.append_once(quarantine.where(mine), QUARANTINE, lake, f.ingest_id, 0, storage)
         seqs = seq_range.get(f.idx)
         n = c["accepted"]
         done_rows.append(
@@ -551,7 +586,6 @@ def _ingest(
     delta.merge_new(
         spark.createDataFrame(done_rows, INGEST_LOG.schema), INGEST_LOG, lake, ("ingest_id", "status")
     )
-    out.unpersist()
     if decided is not None:
         decided.unpersist()
     return summaries
