@@ -96,7 +96,7 @@ def test_runs_rank_the_records_as_the_sort_by_arrival_does(
     tasks = [data.draw(partition(p, back)) for p in range(partitions)]
     before = starts(tasks, chunk, shares)
     numbered = {
-        (r["partition"], r["run"], r["within"]): before[(r["partition"], r["run"])] + r["within"] + 1
+        (r["partition"], r["run"], r["place"]): before[(r["partition"], r["run"])] + r["place"] + 1
         for recs in tasks
         for r in task_output(recs, chunk, parse_chunk).to_pylist()
     }
@@ -106,14 +106,14 @@ def test_runs_rank_the_records_as_the_sort_by_arrival_does(
     rank = {(p, o): i for i, (_, p, o) in enumerate(everything, start=1)}
     expected = {}
     for recs in tasks:
-        run, within, last = None, 0, None
+        run, place, last = None, 0, None
         for t, p, o, body in recs:
             if last != (t, p):
-                run, within, last = o, 0, (t, p)
+                run, place, last = o, 0, (t, p)
             else:
-                within += 1
+                place += 1
             if body:
-                expected[(p, run, within)] = rank[(p, o)]
+                expected[(p, run, place)] = rank[(p, o)]
     assert numbered == expected
 
 

@@ -327,7 +327,7 @@ BROADCAST_RUNS = 2_000_000  # runs joined to the records by broadcast up to this
 
 
 def _run_starts(spark: SparkSession, raw: DataFrame, batch: Batch) -> tuple[DataFrame, int]:
-    """((partition, run, before), how many runs): a record's number in the batch is ``before + within + 1``.
+    """((partition, run, before), how many runs): a record's number in the batch is ``before + place + 1``.
 
     The first pass over the batch reads the records' (partition, offset, log-append time) only,
     which its tasks cut into runs (:func:`~outoforder.stages.ingest.tasks.record_runs`). The runs,
@@ -443,12 +443,11 @@ def _ingest(
     marks.append(("plan and rank", time.monotonic()))
     if runs <= BROADCAST_RUNS:
         starts = F.broadcast(starts)
-    seq = F.lit(claim.ordinal * SEQ_PER_FILE) + F.col("before") + F.col("within") + 1
     numbered = (
         raw.mapInArrow(parse, schema)
         .join(starts, ["partition", "run"])
-        .withColumn("line_no", F.col("before") + F.col("within") + 1)
-        .withColumn("arrival_seq", seq)
+        .withColumn("line_no", F.col("before") + F.col("place") + 1)
+        .withColumn("arrival_seq", F.lit(claim.ordinal * SEQ_PER_FILE) + F.col("line_no"))
     )
     ident = [F.lit(batch.source).alias("source"), F.lit(batch.ingest_id).alias("ingest_id"),
              F.lit(batch.shown).alias("source_file")]  # fmt: skip

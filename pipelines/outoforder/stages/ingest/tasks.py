@@ -286,7 +286,7 @@ RECORD_SCHEMA = pa.schema(
         ("kind", pa.string()),
         ("partition", pa.int64()),
         ("run", pa.int64()),
-        ("within", pa.int64()),
+        ("place", pa.int64()),
         *[(f.name, f.type) for f in STAGED_SCHEMA if f.name not in ("line_no", "raw_line")],
         ("raw_line", pa.string()),
         ("reason", pa.string()),
@@ -310,11 +310,11 @@ class Runs:
 
     >>> runs = Runs()
     >>> import numpy as np
-    >>> first, within = runs.add(np.array([5, 5, 6]), np.array([0, 0, 0]), np.array([10, 11, 13]))
-    >>> first.tolist(), within.tolist()
+    >>> first, place = runs.add(np.array([5, 5, 6]), np.array([0, 0, 0]), np.array([10, 11, 13]))
+    >>> first.tolist(), place.tolist()
     ([10, 10, 13], [0, 1, 0])
-    >>> first, within = runs.add(np.array([6, 5]), np.array([0, 0]), np.array([14, 15]))
-    >>> first.tolist(), within.tolist()
+    >>> first, place = runs.add(np.array([6, 5]), np.array([0, 0]), np.array([14, 15]))
+    >>> first.tolist(), place.tolist()
     ([13, 15], [1, 0])
     >>> [tuple(r.values()) for b in runs.batches() for r in b.to_pylist()]
     [(0, 10, 5, 2), (0, 13, 6, 2), (0, 15, 5, 1)]
@@ -339,9 +339,10 @@ class Runs:
             new[0] = False  # the open run goes on into this chunk
         starts = np.flatnonzero(new)
         group = np.cumsum(new) - 1  # -1: the open run
-        at = np.append(starts, 0)[group]  # where each record's run starts in the chunk (-1: at 0)
+        # where each record's run starts in the chunk (the open run's records index the appended 0)
+        at = np.append(starts, 0)[group]
         first = np.where(group >= 0, off[at], held[2] if held else 0)
-        within = np.arange(n) - np.where(group >= 0, at, -(held[3] if held else 0))
+        place = np.arange(n) - np.where(group >= 0, at, -(held[3] if held else 0))
         if held is not None:
             t, p, o, c = held
             c += int(starts[0]) if starts.size else n
@@ -354,7 +355,7 @@ class Runs:
             self.done.append(np.stack([part[closed], off[closed], ts[closed], (ends - starts)[:-1]]))
             last = int(starts[-1])
             self.open = (int(ts[last]), int(part[last]), int(off[last]), n - last)
-        return first, within
+        return first, place
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         """Every run, the open one included, as RUN_SCHEMA batches."""
@@ -400,7 +401,7 @@ def parse_records(
             ts = chunk.column("ts_us").to_numpy()
             parts = chunk.column("partition").to_numpy().astype(np.int64)
             offsets = chunk.column("offset").to_numpy()
-            run, within = runs.add(ts, parts, offsets)
+            run, place = runs.add(ts, parts, offsets)
             acc, q = got.accepted, got.quarantined
             if skew_us is not None and acc.num_rows:
                 acc, q = _ahead_of_arrival(acc, q, ts[acc.column("line_no").to_numpy() - (seen + 1)], skew_us)
@@ -410,7 +411,7 @@ def parse_records(
                 cols = {f: acc.column(f) for f in acc.column_names if f not in ("line_no", "raw_line")}
                 cols["arrival_ts"] = pa.array(ts[idx], pa.int64())
                 yield _filled(acc.num_rows, "row", **cols, partition=pa.array(parts[idx]),
-                              run=pa.array(run[idx]), within=pa.array(within[idx]))  # fmt: skip
+                              run=pa.array(run[idx]), place=pa.array(place[idx]))  # fmt: skip
             if q.num_rows:
                 idx = q.column("line_no").to_numpy() - (seen + 1)
                 detail = [
@@ -418,7 +419,7 @@ def parse_records(
                     for d, p, o in zip(q.column("detail").to_pylist(), parts[idx], offsets[idx], strict=True)
                 ]
                 yield _filled(q.num_rows, "reject", partition=pa.array(parts[idx]), run=pa.array(run[idx]),
-                              within=pa.array(within[idx]), raw_line=q.column("raw_line"),
+                              place=pa.array(place[idx]), raw_line=q.column("raw_line"),
                               reason=q.column("reason"), detail=pa.array(detail, pa.string()))  # fmt: skip
             seen += len(lines)
 
