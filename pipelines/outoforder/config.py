@@ -81,6 +81,11 @@ class SparkSettings:
             # Delta reads its log with 50 partitions by default: far too many on 2 cores.
             "spark.databricks.delta.snapshotPartitions": "2",
             "spark.sql.execution.arrow.pyspark.enabled": "true",
+            # Batches to Python are bounded by maxRecordsPerBatch (10,000 rows). The byte bound on
+            # top costs a size computation per row, which for list columns (the aggregates' lateness
+            # profiles) walks the whole batch: quadratic, most of the aggregate stage's time.
+            # Int.MaxValue switches that check off (Spark's BatchedPythonArrowInput).
+            "spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1),
             # Constraint propagation fails on unions of checkpointed, filtered micro-batch state
             # ("key not found" in UnionBase.rewriteConstraints, Spark 4.2); it only prunes filters.
             "spark.sql.constraintPropagation.enabled": "false",

@@ -567,6 +567,8 @@ def summarize(records: list[dict[str, Any]], runs: dict[str, Any]) -> list[dict[
                 "peak_pss_jvm_workers_mb": r["peak_pss_jvm_workers_mb"],
                 "executor_tasks": tasks,
                 "executor_task_s": round(task_s),
+                # the cores Spark's tasks kept busy on average (local[2]: at most 2)
+                "cores_busy": round(task_s / r["seconds"], 2) if r["seconds"] else None,
                 "python_driver_cpu_s": r["python_driver_cpu_s"],
             }
             if r["part"] == "ingest":
@@ -682,6 +684,7 @@ def render(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
             ("peak_pss_jvm_workers_mb", "peak PSS JVM (MB)", ",d"),
             ("executor_tasks", "Spark tasks", ",d"),
             ("executor_task_s", "task time (s)", ",d"),
+            ("cores_busy", "task time / wall", ".2f"),
             ("python_driver_cpu_s", "Python driver CPU (s)", ",.0f"),
             ("failed", "failed", ""),
         ],
@@ -709,8 +712,9 @@ def render(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         "Streaming's own operators on the same queries, one part per micro-batch, the throughput "
         "anchor (they drop what is behind their watermark and check nothing); "
         "interval s: mean time of a full interval (stage + check) in the first and the last tenth of "
-        "the intervals; Spark tasks and task time: Spark's own executor metrics (REST API), beside "
-        "the Python driver's own CPU time (the JVM excluded).\n\n"
+        "the intervals; Spark tasks and task time: Spark's own executor metrics (REST API), task "
+        "time / wall the cores they kept busy on average, beside the Python driver's own CPU time "
+        "(the JVM excluded).\n\n"
         f"{_same_tables(meta['runs'])}\n\n![per-interval time and memory](scale.png)\n\n"
         "Per-interval records: `scale.json`.\n"
     )
