@@ -1,6 +1,7 @@
 """Ingest into Delta: round trip, idempotence, accounting, duplicates, crash resume, interval reads."""
 
 import gzip
+import time
 from pathlib import Path
 
 import pytest
@@ -8,6 +9,7 @@ from pyspark.sql import functions as F
 
 from outoforder.errors import EXIT_QUALITY
 from outoforder.io import delta, deltalog
+from outoforder.io.files import staging_name, staging_uri
 from outoforder.io.tables import BRONZE, INGEST_LOG, QUARANTINE, SEQ_PER_FILE
 from outoforder.quality.bronze import validate_bronze
 from outoforder.stages.cli import main
@@ -137,6 +139,11 @@ def test_an_interrupted_ingest_resumes_without_loss_or_duplicates(spark, setting
     assert not list((Path(small.lake_root) / "_staging").glob("*"))
     assert delta.read(spark, QUARANTINE, small.lake_root).count() == 0
     monkeypatch.setattr(delta, "append_once", real_append)
+    # a process killed mid-ingest (no finally ran) left its staged rows two days ago: the next
+    # ingest removes them
+    killed = Path(staging_uri(small.lake_root, staging_name("ingest", time.time() - 2 * 24 * 3600)))
+    (killed / "file_idx=0").mkdir(parents=True)
+    (killed / "file_idx=0" / "part-0.parquet").write_bytes(b"rows")
     # another file gets in between: it must not take the crashed file's sequence numbers
     other = ingest_file(spark, small, g, "debs2013", "t/other")
     s = ingest_file(spark, small, f, "debs2013", "t/crash")

@@ -9,6 +9,7 @@ Nothing here imports Spark: this code runs in the executors' Python workers.
 from __future__ import annotations
 
 import io
+import uuid
 from pathlib import Path
 from typing import IO
 from urllib.parse import urlparse
@@ -81,6 +82,38 @@ def staging_uri(lake_root: Path | str, name: str) -> str:
     """
     root = str(lake_root)
     return f"{root.rstrip('/')}/_staging/{name}" if "://" in root else str(Path(root) / "_staging" / name)
+
+
+def staging_name(prefix: str, now_s: float) -> str:
+    """A staging folder's name: ``prefix``, its start (whole seconds) and a random part.
+
+    >>> staging_name("ingest", 1700000000.5)[:18]
+    'ingest-1700000000-'
+    """
+    return f"{prefix}-{int(now_s)}-{uuid.uuid4().hex}"
+
+
+def remove_stale_staging(
+    lake_root: Path | str, storage: StorageSettings, prefix: str, older_than_s: float, now_s: float
+) -> list[str]:
+    """Delete the staging folders of ``prefix`` started more than ``older_than_s`` before ``now_s``.
+
+    A run removes its own folder when it ends, also on an error; a killed process leaves it. The
+    start is read from the name (:func:`staging_name`); a folder named otherwise is left alone.
+    Returns the names removed.
+    """
+    fs, base = filesystem(staging_uri(lake_root, "").rstrip("/"), storage)
+    if fs.get_file_info(base).type != pafs.FileType.Directory:
+        return []
+    removed = []
+    for info in fs.get_file_info(pafs.FileSelector(base, recursive=False)):
+        parts = info.base_name.split("-")
+        if info.type != pafs.FileType.Directory or len(parts) != 3 or parts[0] != prefix:
+            continue
+        if parts[1].isdigit() and now_s - int(parts[1]) > older_than_s:
+            fs.delete_dir(info.path)
+            removed.append(info.base_name)
+    return removed
 
 
 def remove_tree(uri: str, storage: StorageSettings) -> None:

@@ -17,7 +17,8 @@ The driver plans; Spark tasks read, hash and parse (functions in
 5. **parse pass** (a task per part, with its suspects): lines parsed
    (:class:`~outoforder.sources.readers.LineParser`) into the part's accepted rows, counts,
    quarantined lines and suspect rows, staged as Parquet under the lake (``_staging/``, a
-   folder per file) until the commits and removed after them, whatever happened.
+   folder per file) until the commits and removed after them, whatever happened; a folder a
+   killed ingest left (older than :data:`STALE_STAGING_S`) is removed by the next ingest.
 6. **duplicates**: of the accepted rows with one content in one source, the first in arrival
    order is kept; later ones in the same file are quarantined as ``duplicate_row`` (an earlier
    line of this file), and so is every one whose content an earlier file or ingest delivered.
@@ -38,7 +39,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-import uuid
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -50,7 +50,7 @@ from outoforder.config import Settings
 from outoforder.errors import ConfigError, InputError
 from outoforder.io import delta
 from outoforder.io.conflicts import retry_on_conflict
-from outoforder.io.files import remove_tree, staging_uri
+from outoforder.io.files import remove_stale_staging, remove_tree, staging_name, staging_uri
 from outoforder.io.tables import BRONZE, INGEST_LOG, QUARANTINE, SEQ_PER_FILE
 from outoforder.sources.declaration import Declaration
 from outoforder.sources.declared import DeclaredReader, check_fields, check_sample, header_fields
@@ -62,6 +62,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
+# A staging folder older than this is a killed ingest's (a live one removes its own when it ends,
+# and no ingest runs for a day): the next ingest deletes it
+STALE_STAGING_S = 24 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -482,7 +485,10 @@ def _ingest(
     # file: each file's append then reads its own rows only (a cached frame would be read whole
     # for every file), and no heap holds the batch (a large ingest cached in memory ran the Spark
     # Connect server out of heap, and it died).
-    staging = staging_uri(lake, f"ingest-{uuid.uuid4().hex}")
+    gone = remove_stale_staging(lake, storage, "ingest", STALE_STAGING_S, time.time())
+    if gone:
+        log.warning("[ingest] removed %d staging folders killed ingests left: %s", len(gone), ", ".join(gone))
+    staging = staging_uri(lake, staging_name("ingest", time.time()))
     schema = _spark_schema(tasks.PARSE_SCHEMA)
     try:
         parsed = parts.mapInArrow(lambda it: tasks.parse_pass(it, storage), schema)
