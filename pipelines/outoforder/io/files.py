@@ -74,14 +74,23 @@ def file_size(uri: str, storage: StorageSettings) -> int:
     return int(info.size)
 
 
+def staging_root(lake_root: Path | str) -> str:
+    """The folder under the lake where stages keep rows between their jobs (every executor sees it).
+
+    >>> staging_root("s3a://lake/main/"), staging_root("/tmp/lake")
+    ('s3a://lake/main/_staging', '/tmp/lake/_staging')
+    """
+    root = str(lake_root)
+    return f"{root.rstrip('/')}/_staging" if "://" in root else str(Path(root) / "_staging")
+
+
 def staging_uri(lake_root: Path | str, name: str) -> str:
-    """Where a stage keeps rows between its jobs: ``_staging/<name>`` under the lake (every executor sees it).
+    """One stage run's folder, ``<lake>/_staging/<name>``.
 
     >>> staging_uri("s3a://lake/main", "ingest-1"), staging_uri("/tmp/lake", "ingest-1")
     ('s3a://lake/main/_staging/ingest-1', '/tmp/lake/_staging/ingest-1')
     """
-    root = str(lake_root)
-    return f"{root.rstrip('/')}/_staging/{name}" if "://" in root else str(Path(root) / "_staging" / name)
+    return f"{staging_root(lake_root)}/{name}"
 
 
 def staging_name(prefix: str, now_s: float) -> str:
@@ -102,7 +111,7 @@ def remove_stale_staging(
     start is read from the name (:func:`staging_name`); a folder named otherwise is left alone.
     Returns the names removed.
     """
-    fs, base = filesystem(staging_uri(lake_root, "").rstrip("/"), storage)
+    fs, base = filesystem(staging_root(lake_root), storage)
     if fs.get_file_info(base).type != pafs.FileType.Directory:
         return []
     removed = []

@@ -485,10 +485,11 @@ def _ingest(
     # file: each file's append then reads its own rows only (a cached frame would be read whole
     # for every file), and no heap holds the batch (a large ingest cached in memory ran the Spark
     # Connect server out of heap, and it died).
-    gone = remove_stale_staging(lake, storage, "ingest", STALE_STAGING_S, time.time())
+    started = time.time()
+    gone = remove_stale_staging(lake, storage, "ingest", STALE_STAGING_S, started)
     if gone:
         log.warning("[ingest] removed %d staging folders killed ingests left: %s", len(gone), ", ".join(gone))
-    staging = staging_uri(lake, staging_name("ingest", time.time()))
+    staging = staging_uri(lake, staging_name("ingest", started))
     schema = _spark_schema(tasks.PARSE_SCHEMA)
     try:
         parsed = parts.mapInArrow(lambda it: tasks.parse_pass(it, storage), schema)
