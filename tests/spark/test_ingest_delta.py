@@ -35,6 +35,20 @@ def version(spark, table, settings):
     return deltalog.newest_version(table.path(settings.lake_root))
 
 
+def crash_after_bronze(monkeypatch):
+    """Make every bronze append raise once it committed; returns the real append, to put back."""
+    real_append = delta.append_once
+
+    def append_then_crash(df, table, *args, **kwargs):
+        committed = real_append(df, table, *args, **kwargs)
+        if table is BRONZE:
+            raise RuntimeError("simulated crash")
+        return committed
+
+    monkeypatch.setattr(delta, "append_once", append_then_crash)
+    return real_append
+
+
 def test_delta_round_trip_and_transaction_ids_make_appends_idempotent(spark, settings):
     delta.ensure(spark, QUARANTINE, settings.lake_root)
     rows = [("s", "id", "f", 1, "raw", "column_count", "d")]
@@ -122,15 +136,7 @@ def test_an_interrupted_ingest_resumes_without_loss_or_duplicates(spark, setting
     small = dataclasses.replace(settings, ingest=ingest)
     f = write(tmp_path / "big.csv", [*soccer_lines(100), soccer_lines(1)[0]])  # the last line repeats
     g = write(tmp_path / "other.csv", soccer_lines(40, start=1000))
-    real_append = delta.append_once
-
-    def crash_after_bronze(df, table, *args, **kwargs):
-        committed = real_append(df, table, *args, **kwargs)
-        if table is BRONZE:
-            raise RuntimeError("simulated crash")
-        return committed
-
-    monkeypatch.setattr(delta, "append_once", crash_after_bronze)
+    real_append = crash_after_bronze(monkeypatch)
     with pytest.raises(RuntimeError, match="simulated crash"):
         ingest_file(spark, small, f, "debs2013", "t/crash")
     # bronze is committed, the quarantined duplicate and the log's done row are not; the parsed
@@ -159,6 +165,33 @@ def test_an_interrupted_ingest_resumes_without_loss_or_duplicates(spark, setting
     assert sorted((r["source"], r["file_ordinal"]) for r in log) == [("t/crash", 0), ("t/other", 1)]
     validate_bronze(spark, small)
     assert not list((Path(small.lake_root) / "_staging").glob("*"))
+
+
+def test_a_file_without_duplicates_resumes_from_its_bronze_commit(spark, settings, tmp_path, monkeypatch):
+    """Parsed and appended in one pass (nothing staged): a rerun takes the counts again, appends the rest."""
+    import dataclasses
+
+    ingest = dataclasses.replace(settings.ingest, part_bytes=2_000, file_rows=30, batch_rows=16)
+    small = dataclasses.replace(settings, ingest=ingest)
+    f = write(tmp_path / "clean.csv", [*soccer_lines(60), "garbage", *soccer_lines(40, start=60)])
+    real_append = crash_after_bronze(monkeypatch)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        ingest_file(spark, small, f, "debs2013", "t/clean")
+    assert delta.read(spark, BRONZE, small.lake_root).count() == 100
+    assert delta.read(spark, QUARANTINE, small.lake_root).count() == 0
+    monkeypatch.setattr(delta, "append_once", real_append)
+    killed = Path(staging_uri(small.lake_root, staging_name("ingest", time.time() - 2 * 24 * 3600)))
+    killed.mkdir(parents=True)
+    s = ingest_file(spark, small, f, "debs2013", "t/clean")
+    assert (s.lines, s.accepted, s.quarantined, s.reasons) == (101, 100, 1, {"column_count": 1})
+    bronze = delta.read(spark, BRONZE, small.lake_root).orderBy("arrival_seq").collect()
+    assert [r["line_no"] for r in bronze] == [*range(1, 61), *range(62, 102)]
+    (bad,) = delta.read(spark, QUARANTINE, small.lake_root).collect()
+    assert (bad["line_no"], bad["raw_line"]) == (61, "garbage")
+    (done,) = delta.read(spark, INGEST_LOG, small.lake_root).where(F.col("status") == "done").collect()
+    assert (done["arrival_seq_first"], done["arrival_seq_last"], done["rows_read"]) == (1, 101, 101)
+    validate_bronze(spark, small)
+    assert not killed.exists()
 
 
 def test_interval_reads_are_half_open(spark, settings, data_dir):

@@ -13,22 +13,27 @@ The driver plans; Spark tasks read, hash and parse (functions in
 4. **hash pass** (a task per part), only when duplicates could cross a task's view: a source with
    several parts or files here, or rows from earlier ingests. Each part's line count (so later
    parts know their first line number) and the hash of every line that could be accepted. A
-   hash seen twice in the source, or already in bronze for the source, is a *suspect*.
-5. **parse pass** (a task per part, with its suspects): lines parsed
-   (:class:`~outoforder.sources.readers.LineParser`) into the part's accepted rows, counts,
-   quarantined lines and suspect rows, staged as Parquet under the lake (``_staging/``, a
-   folder per file) until the commits and removed after them, whatever happened; a folder a
-   killed ingest left (older than :data:`STALE_STAGING_S`) is removed by the next ingest.
-6. **duplicates**: of the accepted rows with one content in one source, the first in arrival
+   hash seen twice in the source, or already in bronze for the source, is a *suspect*. A
+   source with one part and no history skips it: its task drops its own repeated lines (the
+   rule of 6).
+5. **one pass**, when no row needs a decision across parts (no suspects): a job per file, the
+   files side by side, reads, parses (:class:`~outoforder.sources.readers.LineParser`) and
+   appends the file's accepted rows to bronze with Delta's writer and the transaction id
+   (``ingest_id``, 0), its counts observed in that write; a file with rejected lines is parsed
+   again for them, and they go to quarantine likewise. Nothing is staged.
+6. **parse pass** otherwise (a task per part, with its suspects): lines parsed into the part's
+   accepted rows, counts, quarantined lines and suspect rows, staged as Parquet under the lake
+   (``_staging/``, a folder per file) until the commits and removed after them, whatever
+   happened; a folder a killed ingest left (older than :data:`STALE_STAGING_S`) is removed by
+   the next ingest. Of the accepted rows with one content in one source, the first in arrival
    order is kept; later ones in the same file are quarantined as ``duplicate_row`` (an earlier
    line of this file), and so is every one whose content an earlier file or ingest delivered.
-   A source with one part and no history is deduplicated inside its task (the same rule).
-7. **commit**, per file, the files side by side: its accepted rows (read from its own staged
-   folder) appended to bronze by Delta's writer with the transaction id (``ingest_id``, 0), its
-   quarantined lines likewise; then one MERGE of every
-   file's ``done`` row with its counts. A crash anywhere is resumed by running the stage again:
-   the claimed ordinals are reused, the numbers come out the same, and commits already made are
-   skipped by their transaction ids (files a crashed write left unreferenced, VACUUM removes).
+   Then per file, the files side by side, its accepted rows (read from its own staged folder) are
+   appended to bronze, its quarantined lines likewise.
+7. **done**: one MERGE of every file's ``done`` row with its counts. A crash anywhere is resumed
+   by running the stage again: the claimed ordinals are reused, the numbers come out the same,
+   and commits already made are skipped by their transaction ids (files a crashed write left
+   unreferenced, VACUUM removes).
 
 For every file: lines = header + blank + accepted + quarantined, and the ingest log, bronze and
 quarantine agree (checked by the bronze suite, :mod:`outoforder.quality.bronze`).
@@ -39,7 +44,9 @@ from __future__ import annotations
 import logging
 import math
 import time
+import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -62,6 +69,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
+QUARANTINE_ROW_COLUMNS = ("line_no", "raw_line", "reason", "detail")  # besides the file's identity
 # A staging folder older than this is a killed ingest's (a live one removes its own when it ends,
 # and no ingest runs for a day): the next ingest deletes it
 STALE_STAGING_S = 24 * 3600.0
@@ -472,7 +480,13 @@ def _ingest(
     log.info("[ingest] %d files (%.1f MB) in %d parts", len(files), megabytes, len(rows))
     suspects = _suspects(spark, settings, files, rows, _sources_with_history(spark, settings, files))
 
+    started = time.time()
+    gone = remove_stale_staging(lake, storage, "ingest", STALE_STAGING_S, started)
+    if gone:
+        log.warning("[ingest] removed %d staging folders killed ingests left: %s", len(gone), ", ".join(gone))
     t1 = time.monotonic()
+    if suspects is None or suspects.isEmpty():
+        return _one_pass(spark, settings, files, rows, now, t0, t1)
     parts = _arrow_df(spark, [{**r, "suspects": None} for r in rows], tasks.PART_FIELDS)
     if suspects is not None:
         per_source = suspects.groupBy("source").agg(F.collect_list("row_hash").alias("suspects"))
@@ -485,10 +499,6 @@ def _ingest(
     # file: each file's append then reads its own rows only (a cached frame would be read whole
     # for every file), and no heap holds the batch (a large ingest cached in memory ran the Spark
     # Connect server out of heap, and it died).
-    started = time.time()
-    gone = remove_stale_staging(lake, storage, "ingest", STALE_STAGING_S, started)
-    if gone:
-        log.warning("[ingest] removed %d staging folders killed ingests left: %s", len(gone), ", ".join(gone))
     staging = staging_uri(lake, staging_name("ingest", started))
     schema = _spark_schema(tasks.PARSE_SCHEMA)
     try:
@@ -532,9 +542,7 @@ def _commit(
     )
     bronze_cols = ["file_idx", *tasks.BRONZE_ROW_COLUMNS]
     accepted = out.where(F.col("kind") == "row").select(*bronze_cols)
-    rejects = out.where(F.col("kind") == "reject").select(
-        "file_idx", "line_no", "raw_line", "reason", "detail"
-    )
+    rejects = out.where(F.col("kind") == "reject").select("file_idx", *QUARANTINE_ROW_COLUMNS)
     decided = None
     if suspects is not None:
         held = out.where(F.col("kind") == "suspect").join(
@@ -569,10 +577,34 @@ def _commit(
         if reasons[f.idx]:
             delta.append_once(quarantine.where(mine), QUARANTINE, lake, f.ingest_id, 0, storage)
 
-    # A file's rows are a job of one task or a few, and its commits are its own (blind appends do
-    # not conflict): the files side by side keep every core busy.
+    _side_by_side(spark, files, commit_file)
+    summaries = _finish(spark, settings, files, counts, reasons, seq_range, now, t0)
+    if decided is not None:
+        decided.unpersist()
+    return summaries
+
+
+def _side_by_side(spark: SparkSession, files: list[PlannedFile], work: Callable[[PlannedFile], None]) -> None:
+    """``work`` for every file, as many at a time as Spark has cores.
+
+    A file's rows are a job of one task or a few, and its commits are its own (blind appends do
+    not conflict): the files side by side keep every core busy.
+    """
     with ThreadPoolExecutor(max(1, min(parallelism(spark), len(files)))) as pool:
-        list(pool.map(commit_file, files))
+        list(pool.map(work, files))
+
+
+def _finish(
+    spark: SparkSession,
+    settings: Settings,
+    files: list[PlannedFile],
+    counts: dict[int, dict[str, int]],
+    reasons: dict[int, dict[str, int]],
+    seq_range: dict[int, tuple[int, int]],
+    now: int,
+    t0: float,
+) -> list[IngestSummary]:
+    """Every file's ``done`` row in the ingest log (one MERGE), and its summary."""
     summaries, done_rows = [], []
     for f in files:
         c = counts[f.idx]
@@ -591,11 +623,108 @@ def _commit(
             )
         )  # fmt: skip
     delta.merge_new(
-        spark.createDataFrame(done_rows, INGEST_LOG.schema), INGEST_LOG, lake, ("ingest_id", "status")
+        spark.createDataFrame(done_rows, INGEST_LOG.schema),
+        INGEST_LOG,
+        settings.lake_root,
+        ("ingest_id", "status"),
     )
-    if decided is not None:
-        decided.unpersist()
     return summaries
+
+
+def _one_pass(
+    spark: SparkSession,
+    settings: Settings,
+    files: list[PlannedFile],
+    rows: list[dict[str, Any]],
+    now: int,
+    t0: float,
+    t1: float,
+) -> list[IngestSummary]:
+    """No row waits for a decision across parts: every file parsed and appended in one job of its own.
+
+    Nothing is staged; a file's counts are observed in its bronze write, and its rejects, if it has
+    any, are parsed again for quarantine (what the Kafka path does with a batch).
+    """
+    counts: dict[int, dict[str, int]] = {}
+    reasons: dict[int, dict[str, int]] = {}
+    seq_range: dict[int, tuple[int, int]] = {}
+
+    def one(f: PlannedFile) -> None:
+        got, why, seqs = _parse_and_append(spark, settings, f, [r for r in rows if r["file_idx"] == f.idx])
+        counts[f.idx], reasons[f.idx] = got, why
+        if seqs is not None:
+            seq_range[f.idx] = seqs
+
+    _side_by_side(spark, files, one)
+    parsed = sum(c["lines"] for c in counts.values())
+    log.info(
+        "[ingest] parse and append in one pass: %s lines, %.0f lines/s",
+        f"{parsed:,}",
+        parsed / max(time.monotonic() - t1, 1e-9),
+    )
+    return _finish(spark, settings, files, counts, reasons, seq_range, now, t0)
+
+
+def _parse_and_append(
+    spark: SparkSession, settings: Settings, f: PlannedFile, parts: list[dict[str, Any]]
+) -> tuple[dict[str, int], dict[str, int], tuple[int, int] | None]:
+    """One file's parts parsed and appended to bronze (quarantine likewise).
+
+    Returns its counts, its rejects' counts by reason, and its first and last ``arrival_seq`` in
+    bronze (None without accepted rows).
+    """
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    storage = settings.storage
+    parsed = _arrow_df(spark, parts, tasks.PART_FIELDS).mapInArrow(
+        lambda it: tasks.parse_pass(it, storage), _spark_schema(tasks.PARSE_SCHEMA)
+    )
+    row = F.col("kind") == "row"
+    tallies = [
+        *(F.sum(k).alias(k) for k in ("lines", "header_lines", "blank_lines")),
+        F.count_if(row).alias("accepted"),
+        F.count_if(F.col("kind") == "reject").alias("quarantined"),
+        F.min(F.when(row, F.col("arrival_seq"))).alias("first_seq"),
+        F.max(F.when(row, F.col("arrival_seq"))).alias("last_seq"),
+    ]
+    tally = Observation(f"ingest_{uuid.uuid4().hex}")
+    ident = [F.lit(f.spec.source).alias("source"), F.lit(f.ingest_id).alias("ingest_id"),
+             F.lit(f.shown).alias("source_file")]  # fmt: skip
+    wrote = delta.append_once(
+        parsed.observe(tally, *tallies).where(row).select(*ident, *tasks.BRONZE_ROW_COLUMNS),
+        BRONZE,
+        settings.lake_root,
+        f.ingest_id,
+        0,
+        storage,
+        options=bronze_options(settings),
+    )
+    if wrote:
+        got = dict(tally.get)
+    else:  # a rerun after a crash: bronze has the file's rows, the counts are taken again
+        top = parsed.agg(*tallies).first()
+        assert top is not None  # an aggregate without grouping has one row
+        got = top.asDict()
+    counts = {k: int(got[k] or 0) for k in ("lines", "header_lines", "blank_lines", "accepted")}
+    why: dict[str, int] = {}
+    if got["quarantined"]:
+        rejected = parsed.where(F.col("kind") == "reject").select(*ident, *QUARANTINE_ROW_COLUMNS)
+        why = quarantine(settings, rejected, f.ingest_id)
+    seqs = (int(got["first_seq"]), int(got["last_seq"])) if counts["accepted"] else None
+    return counts, why, seqs
+
+
+def quarantine(settings: Settings, rejects: DataFrame, ingest_id: str) -> dict[str, int]:
+    """An ingest's rejected lines (quarantine's columns) appended once; their counts by reason.
+
+    ``rejects`` is computed once (checkpointed): counting and appending read the same rows.
+    """
+    held = rejects.localCheckpoint()
+    reasons = {r["reason"]: int(r["count"]) for r in held.groupBy("reason").count().collect()}
+    if reasons:
+        delta.append_once(held, QUARANTINE, settings.lake_root, ingest_id, 0, settings.storage)
+    return reasons
 
 
 def ingest_file(

@@ -56,7 +56,14 @@ from outoforder.io.tables import BRONZE, INGEST_LOG, KAFKA_OFFSETS, QUARANTINE, 
 from outoforder.sources.declaration import Declaration
 from outoforder.sources.declared import DeclaredReader, check_sample
 from outoforder.stages.ingest import tasks
-from outoforder.stages.ingest.files import FileSpec, PlannedFile, bronze_options, claim_ordinals
+from outoforder.stages.ingest.files import (
+    QUARANTINE_ROW_COLUMNS,
+    FileSpec,
+    PlannedFile,
+    bronze_options,
+    claim_ordinals,
+    quarantine,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -484,15 +491,9 @@ def _ingest(
         accepted, quarantined, seqs = int(top[0]), None, (top[1], top[2])
     reasons: dict[str, int] = {}
     if quarantined is None or quarantined:
-        rejects = (
-            numbered.where("kind = 'reject'")
-            .select(*ident, "line_no", "raw_line", "reason", "detail")
-            .localCheckpoint()
-        )
-        reasons = {r["reason"]: int(r["count"]) for r in rejects.groupBy("reason").count().collect()}
+        rejects = numbered.where("kind = 'reject'").select(*ident, *QUARANTINE_ROW_COLUMNS)
+        reasons = quarantine(settings, rejects, batch.ingest_id)
         quarantined = sum(reasons.values())
-        if quarantined:
-            delta.append_once(rejects, QUARANTINE, lake, batch.ingest_id, 0, settings.storage)
     blank = batch.records - accepted - quarantined  # empty payloads (tombstones)
     first_seq, last_seq = seqs if accepted else (None, None)
     done = [

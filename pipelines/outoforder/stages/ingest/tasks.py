@@ -227,7 +227,8 @@ def _tagged(table: pa.Table, kind: str, row: dict[str, Any]) -> pa.RecordBatch:
     cols["part"] = pa.array(np.full(n, row["part"], dtype=np.int64))
     cols["file_idx"] = pa.array(np.full(n, row["file_idx"], dtype=np.int64))
     for name in table.column_names:
-        if name in cols:
+        # an accepted row's raw line is not stored, so it stays out of the JVM
+        if name in cols and not (kind == "row" and name == "raw_line"):
             cols[name] = table.column(name).combine_chunks().cast(PARSE_SCHEMA.field(name).type)
     if kind in ("row", "suspect"):
         cols["arrival_seq"] = pa.compute.add(cols["line_no"], pa.scalar(row["base"], pa.int64()))
