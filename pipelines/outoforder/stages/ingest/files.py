@@ -66,7 +66,7 @@ from outoforder.spark.estimates import parallelism
 from outoforder.stages.ingest import tasks
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 QUARANTINE_ROW_COLUMNS = ("line_no", "raw_line", "reason", "detail")  # besides the file's identity
@@ -487,14 +487,13 @@ def _ingest(
     t1 = time.monotonic()
     if suspects is None or suspects.isEmpty():
         return _one_pass(spark, settings, files, rows, now, t0, t1)
-    parts = _arrow_df(spark, [{**r, "suspects": None} for r in rows], tasks.PART_FIELDS)
-    if suspects is not None:
-        per_source = suspects.groupBy("source").agg(F.collect_list("row_hash").alias("suspects"))
-        parts = (
-            parts.drop("suspects")
-            .join(F.broadcast(per_source), "source", "left")
-            .select(*[name for name, _ in tasks.PART_FIELDS])
-        )
+    per_source = suspects.groupBy("source").agg(F.collect_list("row_hash").alias("suspects"))
+    parts = (
+        _arrow_df(spark, [{**r, "suspects": None} for r in rows], tasks.PART_FIELDS)
+        .drop("suspects")
+        .join(F.broadcast(per_source), "source", "left")
+        .select(*[name for name, _ in tasks.PART_FIELDS])
+    )
     # Parsed once and staged under the lake until every file's rows are committed, one folder per
     # file: each file's append then reads its own rows only (a cached frame would be read whole
     # for every file), and no heap holds the batch (a large ingest cached in memory ran the Spark
@@ -689,8 +688,7 @@ def _parse_and_append(
         F.max(F.when(row, F.col("arrival_seq"))).alias("last_seq"),
     ]
     tally = Observation(f"ingest_{uuid.uuid4().hex}")
-    ident = [F.lit(f.spec.source).alias("source"), F.lit(f.ingest_id).alias("ingest_id"),
-             F.lit(f.shown).alias("source_file")]  # fmt: skip
+    ident = identity_columns(f.spec.source, f.ingest_id, f.shown)
     wrote = delta.append_once(
         parsed.observe(tally, *tallies).where(row).select(*ident, *tasks.BRONZE_ROW_COLUMNS),
         BRONZE,
@@ -713,6 +711,14 @@ def _parse_and_append(
         why = quarantine(settings, rejected, f.ingest_id)
     seqs = (int(got["first_seq"]), int(got["last_seq"])) if counts["accepted"] else None
     return counts, why, seqs
+
+
+def identity_columns(source: str, ingest_id: str, shown: str) -> list[Column]:
+    """The columns naming where a bronze or quarantine row came from (its file or Kafka batch)."""
+    from pyspark.sql import functions as F
+
+    return [F.lit(source).alias("source"), F.lit(ingest_id).alias("ingest_id"),
+            F.lit(shown).alias("source_file")]  # fmt: skip
 
 
 def quarantine(settings: Settings, rejects: DataFrame, ingest_id: str) -> dict[str, int]:

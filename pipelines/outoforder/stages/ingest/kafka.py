@@ -62,6 +62,7 @@ from outoforder.stages.ingest.files import (
     PlannedFile,
     bronze_options,
     claim_ordinals,
+    identity_columns,
     quarantine,
 )
 
@@ -456,8 +457,7 @@ def _ingest(
         .withColumn("line_no", F.col("before") + F.col("place") + 1)
         .withColumn("arrival_seq", F.lit(claim.ordinal * SEQ_PER_FILE) + F.col("line_no"))
     )
-    ident = [F.lit(batch.source).alias("source"), F.lit(batch.ingest_id).alias("ingest_id"),
-             F.lit(batch.shown).alias("source_file")]  # fmt: skip
+    ident = identity_columns(batch.source, batch.ingest_id, batch.shown)
     tally = Observation(f"kafka_{uuid.uuid4().hex}")
     row = F.col("kind") == "row"
     observed = numbered.observe(
