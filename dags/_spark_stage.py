@@ -1,8 +1,8 @@
 """What several DAGs share: the Params that define a job, and the stage options they become.
 
 Not a DAG (Airflow skips files without a DAG). Standard library and Airflow only at parse time:
-the Params and the templated stage arguments are generated from the job declarations
-(``outoforder.stages.*.spec``, standard library only), so a DAG Param and its CLI flag cannot
+the Params and the templated stage arguments are generated from the operators' declarations
+(``outoforder.stages.registry``, standard library only), so a DAG Param and its CLI flag cannot
 drift apart (tests/airflow/test_dag_params.py checks every DAG against the CLI's parser).
 How a stage is submitted to Spark is the plugin's ``StageOperator`` (plugins/outoforder_airflow).
 """
@@ -14,13 +14,7 @@ from typing import Any
 
 import pendulum
 
-from outoforder.stages import spec
-from outoforder.stages.aggregate.spec import AggJob
-from outoforder.stages.join.spec import JoinJob
-from outoforder.stages.theta.spec import DEMO_JOB as THETA_DEMO
-from outoforder.stages.theta.spec import ThetaJob
-from outoforder.stages.topk.spec import DEMO_JOB as TOPK_DEMO
-from outoforder.stages.topk.spec import TopKJob
+from outoforder.stages import registry, spec
 
 
 def params(declared: dict[str, tuple[Any, dict[str, Any]]], *tables: str) -> dict[str, Any]:
@@ -47,50 +41,32 @@ def params(declared: dict[str, tuple[Any, dict[str, Any]]], *tables: str) -> dic
     return {name: Param(given.get(name, default), **kw) for name, (default, kw) in declared.items()}
 
 
-def _params(
-    job: type[spec.Job], table: str, defaults: spec.Job | None = None, extra: tuple[spec.Setting, ...] = ()
-) -> dict[str, Any]:
-    return params(spec.dag_params(job, defaults, extra=extra), table)
+def job_params(operator: str) -> dict[str, Any]:
+    """The Params that define an operator's job (the same in every DAG of the job, so the job ids agree).
+
+    The job's declared defaults, then the config's ``[dags]`` and ``[dags.<operator>]`` tables.
+    """
+    op = registry.operator(operator)
+    if op.job is None:
+        msg = f"operator {operator} has no job"
+        raise ValueError(msg)
+    return params(spec.dag_params(op.job, extra=op.params), op.name)
 
 
-def join_params() -> dict[str, Any]:
-    """The Params that define a stream-join job (the same in every join DAG, so the job ids agree)."""
-    return _params(JoinJob, "join")
+def job_args(operator: str) -> list[str]:
+    """The templated stage options that pass a DAG's job Params: ``--window-ms {{ params.window_ms }}``."""
+    job = registry.operator(operator).job
+    assert job is not None
+    return spec.stage_args(job)
 
-
-JOIN_ARGS = spec.stage_args(JoinJob)
-
-
-def agg_params() -> dict[str, Any]:
-    """The Params that define an aggregate job (shared by aggregate_stream and late_repair)."""
-    return _params(AggJob, "aggregate")
-
-
-AGG_ARGS = spec.stage_args(AggJob)
 
 # Emitted when the late-tuple ledger of an aggregate job meets HPM's Γ rule; late_repair runs on it.
 LEDGER_DUE_URI = "outoforder://silver/agg_ledger/repair-due"
 
 
-def theta_params() -> dict[str, Any]:
-    """The Params of a θ-join backfill job: the main job's query by default, and the check's sample."""
-    return _params(ThetaJob, "theta", THETA_DEMO, extra=(spec.SAMPLE,))
-
-
-THETA_ARGS = spec.stage_args(ThetaJob)
-
-
-def topk_params() -> dict[str, Any]:
-    """The Params of a continuous top-k job; the defaults fit the demo's 20 s replay.
-
-    The seed's query is 60 s windows sliding by 5 s with n = 30 queries per decision: on a 20 s
-    replay that would close no window, so the DAG defaults to the main job's scaled query (the CLI
-    keeps the seed's).
-    """
-    return _params(TopKJob, "topk", TOPK_DEMO)
-
-
-TOPK_ARGS = spec.stage_args(TopKJob)
+def default_args(retries: int = 2, retry_delay: timedelta = timedelta(seconds=30)) -> dict[str, Any]:
+    """Every DAG's task defaults: the owner, and the retries its work can afford."""
+    return {"retries": retries, "retry_delay": retry_delay, "owner": "outoforder"}
 
 
 # The @dag arguments shared by the stream DAGs that process one arrival-time interval per run: the
@@ -101,13 +77,9 @@ INTERVAL_DAG: dict[str, Any] = {
     "start_date": pendulum.datetime(1970, 1, 1, tz="UTC"),
     "catchup": False,
     "max_active_runs": 1,
-    "default_args": {
-        "retries": 2,
-        "retry_delay": timedelta(seconds=30),
-        "owner": "outoforder",
-        # no depends_on_past: runs go one at a time (max_active_runs), a run's stage catches up from
-        # where the job stopped, and a failed check must not hold up the next minute's results
-    },
+    # no depends_on_past: runs go one at a time (max_active_runs), a run's stage catches up from
+    # where the job stopped, and a failed check must not hold up the next minute's results
+    "default_args": default_args(),
 }
 
 
@@ -126,3 +98,47 @@ def quality_report(section: str, interval: timedelta) -> Any:
         interval=interval,
         trigger_rule="all_done",
     )
+
+
+def interval_dag(operator: str, interval: timedelta = timedelta(minutes=1), doc: str | None = None) -> Any:
+    """An operator's stream DAG: its stream stage over one arrival interval per run, its check, the report.
+
+    The shape every stream operator shares (``[dags.<operator>]`` sets its Params' defaults); the
+    operator's folder names the two stages (:class:`outoforder.stages.registry.Operator`).
+    """
+    from airflow.sdk import dag
+    from outoforder_airflow.operators import StageOperator, judged_args
+
+    op = registry.operator(operator)
+    if op.stream is None or op.check is None:
+        msg = f"operator {operator} declares no stream and check stages"
+        raise ValueError(msg)
+    args = job_args(operator)
+    stream, check = op.stage(op.stream), op.stage(op.check)
+
+    @dag(
+        dag_id=f"{op.name}_stream",
+        schedule=interval,
+        tags=["outoforder", op.name, "gold"],
+        doc_md=doc
+        or f"### {op.summary}\n\n1. **{stream.name}**: {stream.help}\n2. **{check.name}**: {check.help}",
+        params=job_params(operator),
+        **INTERVAL_DAG,
+    )
+    def build() -> None:
+        run = StageOperator(
+            task_id=f"{op.name}_interval",
+            stage=stream.name,
+            stage_args=args,
+            interval=interval,
+            catch_up=True,
+        )
+        judge = StageOperator(
+            task_id=check.name.replace("-", "_"),
+            stage=check.name,
+            stage_args=[*args, *judged_args(interval)],
+            validation=True,
+        )
+        run >> judge >> quality_report(op.name, interval)
+
+    return build()

@@ -1,23 +1,4 @@
-"""Sliding-window aggregates (HPM) DAG: one arrival-time interval per run, then the Γ check.
-
-Thin: out-of-process Spark stages (``aggregate-stream``, ``validate-aggregate``) and one tiny
-Python check that reads the ledger status file the stage leaves (no Spark, no Delta). When the
-pending late tuples span more than Γ, ``ledger_due`` emits the asset that starts ``late_repair``.
-"""
-
-from __future__ import annotations
-
-from datetime import timedelta
-
-from _spark_stage import AGG_ARGS, INTERVAL_DAG, LEDGER_DUE_URI, agg_params, quality_report
-from airflow.providers.standard.operators.empty import EmptyOperator
-from airflow.sdk import Asset, dag, task
-from outoforder_airflow.operators import StageOperator, judged_args
-
-INTERVAL = timedelta(minutes=1)
-
-DOC = """
-### Sliding-window aggregates with HPM, one arrival interval per run
+"""### Sliding-window aggregates with HPM, one arrival interval per run
 
 1. **aggregate_interval** (`python -m outoforder.stages aggregate-stream`) processes the bronze
    arrivals of the run's data interval: windows close when the stream has passed them by the
@@ -39,7 +20,22 @@ DOC = """
 Runs go one at a time, each starting where the job stopped. A manual run joins the minute of
 arrivals before its logical date; for past data use `airflow backfill create --dag-id
 aggregate_stream --from-date ... --to-date ...`.
+
+Thin: out-of-process Spark stages (``aggregate-stream``, ``validate-aggregate``) and one tiny
+Python check that reads the ledger status file the stage leaves (no Spark, no Delta). When the
+pending late tuples span more than Γ, ``ledger_due`` emits the asset that starts ``late_repair``.
 """
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from _spark_stage import INTERVAL_DAG, LEDGER_DUE_URI, job_args, job_params, quality_report
+from airflow.providers.standard.operators.empty import EmptyOperator
+from airflow.sdk import Asset, dag, task
+from outoforder_airflow.operators import StageOperator, judged_args
+
+INTERVAL = timedelta(minutes=1)
 
 
 @task.short_circuit
@@ -68,8 +64,8 @@ def gamma_rule(params: dict[str, object] | None = None) -> bool:
     dag_id="aggregate_stream",
     schedule=INTERVAL,
     tags=["outoforder", "aggregate", "gold"],
-    doc_md=DOC,
-    params=agg_params(),
+    doc_md=__doc__,
+    params=job_params("aggregate"),
     **INTERVAL_DAG,
 )
 def aggregate_stream() -> None:
@@ -77,7 +73,7 @@ def aggregate_stream() -> None:
     aggregate_interval = StageOperator(
         task_id="aggregate_interval",
         stage="aggregate-stream",
-        stage_args=AGG_ARGS,
+        stage_args=job_args("aggregate"),
         interval=INTERVAL,
         catch_up=True,
     )
@@ -85,7 +81,7 @@ def aggregate_stream() -> None:
     validate_aggregate = StageOperator(
         task_id="validate_aggregate",
         stage="validate-aggregate",
-        stage_args=[*AGG_ARGS, *judged_args(INTERVAL)],
+        stage_args=[*job_args("aggregate"), *judged_args(INTERVAL)],
         validation=True,
     )
     aggregate_interval >> gamma_rule() >> ledger_due

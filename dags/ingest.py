@@ -1,21 +1,4 @@
-"""Ingest DAG: raw files -> bronze arrivals / quarantine / ingest log (Delta) -> GX checks.
-
-Thin on purpose: it only wires two out-of-process Spark stages. Nothing heavy is imported at parse
-time (``outoforder.config`` is standard library only; pyspark is never imported here).
-"""
-
-from __future__ import annotations
-
-from datetime import timedelta
-
-import pendulum
-from airflow.sdk import Param, dag, task
-from outoforder_airflow.operators import StageOperator
-
-from outoforder.stages import spec
-
-DOC = """
-### Ingest raw files into bronze
+"""### Ingest raw files into bronze
 
 1. **plan** checks the `datasets` parameter against the catalogue of built-in datasets and fails
    at once, without starting Spark, if a name is unknown.
@@ -28,7 +11,19 @@ DOC = """
 
 Params: `datasets` -- built-in dataset ids or prefixes (`all`, `ooo`, `debs2013/mini_soccer`, ...);
 `config` -- an optional TOML file overriding `include/config/outoforder.toml`.
+
+Thin on purpose: it only wires two out-of-process Spark stages. Nothing heavy is imported at parse
+time (``outoforder.config`` is standard library only; pyspark is never imported here).
 """
+
+from __future__ import annotations
+
+import pendulum
+from _spark_stage import default_args
+from airflow.sdk import Param, dag, task
+from outoforder_airflow.operators import StageOperator
+
+from outoforder.stages import spec
 
 
 @dag(
@@ -38,8 +33,8 @@ Params: `datasets` -- built-in dataset ids or prefixes (`all`, `ooo`, `debs2013/
     catchup=False,
     max_active_runs=1,
     tags=["outoforder", "bronze", "ingest"],
-    doc_md=DOC,
-    default_args={"retries": 2, "retry_delay": timedelta(seconds=30), "owner": "outoforder"},
+    doc_md=__doc__,
+    default_args=default_args(),
     params={
         "datasets": Param("all", type="string", description="dataset ids/prefixes, comma-separated"),
         **{s.name: Param(s.default, **s.json_schema()) for s in (spec.ON_VIOLATION, spec.CONFIG)},

@@ -1,23 +1,4 @@
-"""Kafka DAG: every minute, the records of a declared Kafka source that arrived since the last run -> bronze.
-
-Thin: one out-of-process Spark stage and the bronze checks. The offsets live in Delta
-(``bronze/kafka_offsets``), committed with the data, so a retry or a crashed run neither loses nor
-duplicates a record.
-"""
-
-from __future__ import annotations
-
-from datetime import timedelta
-
-import pendulum
-from _spark_stage import params
-from airflow.sdk import dag
-from outoforder_airflow.operators import StageOperator
-
-from outoforder.stages import spec
-
-DOC = """
-### Ingest a Kafka topic, every minute
+"""### Ingest a Kafka topic, every minute
 
 1. **ingest** (`python -m outoforder.stages ingest-kafka --source <source>`) reads, from every
    partition of the source's topic, the offsets between where the previous run stopped and the end
@@ -29,7 +10,22 @@ DOC = """
 
 The stream DAGs (`join_stream`, `aggregate_stream`, `topk_stream`) on the same source never run
 ahead of this one: an interval that the Kafka ingest does not cover yet fails and is retried.
+
+Thin: one out-of-process Spark stage and the bronze checks. The offsets live in Delta
+(``bronze/kafka_offsets``), committed with the data, so a retry or a crashed run neither loses nor
+duplicates a record.
 """
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pendulum
+from _spark_stage import default_args, params
+from airflow.sdk import dag
+from outoforder_airflow.operators import StageOperator
+
+from outoforder.stages import spec
 
 
 @dag(
@@ -39,8 +35,8 @@ ahead of this one: an interval that the Kafka ingest does not cover yet fails an
     catchup=False,
     max_active_runs=1,
     tags=["outoforder", "bronze", "ingest", "kafka"],
-    doc_md=DOC,
-    default_args={"retries": 2, "retry_delay": timedelta(seconds=20), "owner": "outoforder"},
+    doc_md=__doc__,
+    default_args=default_args(retry_delay=timedelta(seconds=20)),
     params=params(
         {
             "source": ("yard", {"type": "string", "description": "a source declared with a topic"}),

@@ -1,21 +1,4 @@
-"""Landing DAG: files dropped into the landing bucket -> bronze, each exactly once -> GX checks.
-
-Thin on purpose: a sensor and out-of-process Spark stages; nothing heavy is imported at parse time.
-"""
-
-from __future__ import annotations
-
-from datetime import timedelta
-
-import pendulum
-from airflow.sdk import Param, dag
-from outoforder_airflow.operators import StageOperator
-from outoforder_airflow.sensors import LandingSensor
-
-from outoforder.stages import spec
-
-DOC = """
-### Ingest what lands in the landing bucket
+"""### Ingest what lands in the landing bucket
 
 Drop raw files into the object store at `<storage.landing_uri>/incoming/<reader>/<source id>/<file>`
 (for instance `s3a://landing/incoming/ooo/ooo/my-run.csv.gz` with the MinIO of `infra/minio.sh`).
@@ -29,7 +12,21 @@ Drop raw files into the object store at `<storage.landing_uri>/incoming/<reader>
    content hash, so a rerun after a crash between ingest and move finds it done.
 3. **validate_bronze** runs the bronze suites; **quality_report** writes the run's page (and
    uploads the reports when `storage.publish_uri` is set).
+
+Thin on purpose: a sensor and out-of-process Spark stages; nothing heavy is imported at parse time.
 """
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pendulum
+from _spark_stage import default_args
+from airflow.sdk import Param, dag
+from outoforder_airflow.operators import StageOperator
+from outoforder_airflow.sensors import LandingSensor
+
+from outoforder.stages import spec
 
 
 @dag(
@@ -39,8 +36,8 @@ Drop raw files into the object store at `<storage.landing_uri>/incoming/<reader>
     catchup=False,
     max_active_runs=1,
     tags=["outoforder", "bronze", "ingest", "landing"],
-    doc_md=DOC,
-    default_args={"retries": 2, "retry_delay": timedelta(seconds=30), "owner": "outoforder"},
+    doc_md=__doc__,
+    default_args=default_args(),
     params={
         **{s.name: Param(s.default, **s.json_schema()) for s in (spec.ON_VIOLATION, spec.CONFIG)},
     },

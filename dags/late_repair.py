@@ -1,20 +1,4 @@
-"""Late-tuple repair DAG (HPM's batch module): runs when the ledger meets the Γ rule.
-
-Thin: one out-of-process Spark stage (``aggregate-repair``) and the checks. Scheduled on the asset
-that ``aggregate_stream`` emits when the pending late tuples span more than Γ.
-"""
-
-from __future__ import annotations
-
-from datetime import timedelta
-
-import pendulum
-from _spark_stage import AGG_ARGS, LEDGER_DUE_URI, agg_params
-from airflow.sdk import Asset, dag
-from outoforder_airflow.operators import StageOperator
-
-DOC = """
-### Repair late tuples: make the aggregates exact
+"""### Repair late tuples: make the aggregates exact
 
 **repair** (`python -m outoforder.stages aggregate-repair`) takes the late tuples pending in
 `silver/agg_ledger`, recomputes every window they belong to exactly from bronze (reading only those
@@ -31,7 +15,17 @@ the repair, not the history): every one without pending late tuples equals the e
 `--repaired`. **quality_report** writes the run's page with the aggregates' section.
 
 Use the same job parameters as the `aggregate_stream` runs it serves (they identify the job).
+
+Thin: one out-of-process Spark stage (``aggregate-repair``) and the checks. Scheduled on the asset
+that ``aggregate_stream`` emits when the pending late tuples span more than Γ.
 """
+
+from __future__ import annotations
+
+import pendulum
+from _spark_stage import LEDGER_DUE_URI, default_args, job_args, job_params
+from airflow.sdk import Asset, dag
+from outoforder_airflow.operators import StageOperator
 
 
 @dag(
@@ -41,21 +35,21 @@ Use the same job parameters as the `aggregate_stream` runs it serves (they ident
     catchup=False,
     max_active_runs=1,
     tags=["outoforder", "aggregate", "repair"],
-    doc_md=DOC,
-    default_args={"retries": 2, "retry_delay": timedelta(seconds=30), "owner": "outoforder"},
-    params={**agg_params(), "force": False},
+    doc_md=__doc__,
+    default_args=default_args(),
+    params={**job_params("aggregate"), "force": False},
 )
 def late_repair() -> None:
     """Repair, then check."""
     repair = StageOperator(
         task_id="repair",
         stage="aggregate-repair",
-        stage_args=[*AGG_ARGS, "--force", "{{ params.force }}"],
+        stage_args=[*job_args("aggregate"), "--force", "{{ params.force }}"],
     )
     validate_aggregate = StageOperator(
         task_id="validate_aggregate",
         stage="validate-aggregate",
-        stage_args=[*AGG_ARGS, "--repaired"],
+        stage_args=[*job_args("aggregate"), "--repaired"],
         validation=True,
     )
     report = StageOperator(

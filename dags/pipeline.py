@@ -1,22 +1,4 @@
-"""The whole pipeline once, on the demo data: what the main job (infra/main.sh) runs through Airflow.
-
-Thin: one out-of-process Spark stage per step of ``python -m outoforder.stages demo --steps ...``,
-then the quality report with the headline tables.
-"""
-
-from __future__ import annotations
-
-from datetime import timedelta
-
-import pendulum
-from airflow.sdk import Param, chain, dag
-from outoforder_airflow.operators import RUN_NAME, StageOperator
-
-from outoforder.stages import spec
-from outoforder.stages.demo import STEPS
-
-DOC = """
-### The whole pipeline on the demo data
+"""### The whole pipeline on the demo data
 
 One task per step, each a Spark stage (`python -m outoforder.stages demo --steps <step>`):
 
@@ -36,7 +18,20 @@ One task per step, each a Spark stage (`python -m outoforder.stages demo --steps
 
 Every step is idempotent: re-running the DAG changes nothing that is done already. The steps report
 missed targets without failing (the production DAGs fail on them).
+
+Thin: one out-of-process Spark stage per step of ``python -m outoforder.stages demo --steps ...``,
+then the quality report with the headline tables.
 """
+
+from __future__ import annotations
+
+import pendulum
+from _spark_stage import default_args
+from airflow.sdk import Param, chain, dag
+from outoforder_airflow.operators import RUN_NAME, StageOperator
+
+from outoforder.stages import spec
+from outoforder.stages.demo import STEPS
 
 
 @dag(
@@ -46,8 +41,8 @@ missed targets without failing (the production DAGs fail on them).
     catchup=False,
     max_active_runs=1,
     tags=["outoforder", "main"],
-    doc_md=DOC,
-    default_args={"retries": 1, "retry_delay": timedelta(seconds=30), "owner": "outoforder"},
+    doc_md=__doc__,
+    default_args=default_args(1),
     params={
         "preset": Param("", type="string", description="disorder preset of the replay (empty: the config's)"),
         spec.CONFIG.name: Param(spec.CONFIG.default, **spec.CONFIG.json_schema()),

@@ -1,22 +1,4 @@
-"""θ-join backfill DAG: one event-time interval per run -> gold/theta_results, then GX completeness.
-
-Thin: two out-of-process Spark stages (``theta-join``, ``validate-theta``). Runs are independent
-(each replaces exactly its interval), so backfills may overlap processed ranges.
-"""
-
-from __future__ import annotations
-
-from datetime import timedelta
-
-import pendulum
-from _spark_stage import THETA_ARGS, quality_report, theta_params
-from airflow.sdk import dag
-from outoforder_airflow.operators import StageOperator
-
-INTERVAL = timedelta(minutes=1)
-
-DOC = """
-### θ-join backfill (FastThetaJoin), one event-time interval per run
+r"""### θ-join backfill (FastThetaJoin), one event-time interval per run
 
 1. **theta_join** (`python -m outoforder.stages theta-join`) cuts the run's data interval (event
    time) into tumbling windows of `window_s` and joins, per window, the streams `S0, S1, …` of the
@@ -29,11 +11,25 @@ DOC = """
 
 `window_s` must divide the one-minute interval. Over past data:
 
-    airflow backfill create --dag-id theta_backfill \\
+    airflow backfill create --dag-id theta_backfill \
         --from-date 1970-01-01T02:59:00 --to-date 1970-01-01T03:00:00
 
 (the demo replays' event clock starts 10,753 s after the epoch). Re-running a range changes nothing.
+
+Thin: two out-of-process Spark stages (``theta-join``, ``validate-theta``). Runs are independent
+(each replaces exactly its interval), so backfills may overlap processed ranges.
 """
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pendulum
+from _spark_stage import default_args, job_args, job_params, quality_report
+from airflow.sdk import dag
+from outoforder_airflow.operators import StageOperator
+
+INTERVAL = timedelta(minutes=1)
 
 
 @dag(
@@ -43,22 +39,22 @@ DOC = """
     catchup=False,
     max_active_runs=1,
     tags=["outoforder", "theta-join", "backfill", "gold"],
-    doc_md=DOC,
-    default_args={"retries": 2, "retry_delay": timedelta(seconds=30), "owner": "outoforder"},
-    params=theta_params(),
+    doc_md=__doc__,
+    default_args=default_args(),
+    params=job_params("theta"),
 )
 def theta_backfill() -> None:
     """Join the interval's windows, then check completeness."""
     theta_join = StageOperator(
         task_id="theta_join",
         stage="theta-join",
-        stage_args=THETA_ARGS,
+        stage_args=job_args("theta"),
         interval=INTERVAL,
     )
     validate_theta = StageOperator(
         task_id="validate_theta",
         stage="validate-theta",
-        stage_args=[*THETA_ARGS, "--sample", "{{ params.sample }}"],
+        stage_args=[*job_args("theta"), "--sample", "{{ params.sample }}"],
         interval=INTERVAL,
         validation=True,
     )

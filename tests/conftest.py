@@ -16,6 +16,9 @@ from outoforder.config import Settings, load_settings
 from tests import sparkconf
 
 DATA = load_settings().data_dir
+# an operator package of its own, put on the path only by the tests that install it: importing its
+# modules for doctests would put it on the path (and in the registry) of every test after
+collect_ignore = ["toy_operator"]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -110,7 +110,7 @@ def test_the_stage_settings_go_on_a_session_the_stage_opens_not_on_one_it_shares
     from pyspark.sql import SparkSession
 
     from outoforder.spark import session
-    from outoforder.stages import cli
+    from outoforder.stages.context import open_session
 
     class Conf(dict):
         def set(self, key, value):
@@ -130,9 +130,9 @@ def test_the_stage_settings_go_on_a_session_the_stage_opens_not_on_one_it_shares
         opened = Session()
         monkeypatch.setattr(SparkSession, "getActiveSession", staticmethod(lambda r=running: r))
         monkeypatch.setattr(session, "get_spark", lambda *a, o=opened, **k: o)
-        assert cli._spark(settings, "join-stream") is opened
+        assert open_session(settings, "join-stream") is opened
         assert dict(opened.conf) == expect
-        assert cli._spark(settings, "report").conf == expect  # other stages: only the common settings
+        assert open_session(settings, "report").conf == expect  # other stages: only the common settings
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from outoforder.quality.report import pages_due, report_paths
-from outoforder.stages import cli
+from outoforder.stages import cli, context
 
 
 @pytest.fixture
@@ -51,7 +51,7 @@ def test_a_report_with_nothing_to_write_ends_without_a_spark_session(config, mon
     def no_spark(*args, **kwargs):
         raise AssertionError("a Spark session was opened")
 
-    monkeypatch.setattr(cli, "_spark", no_spark)
+    monkeypatch.setattr(context, "open_session", no_spark)
     assert (
         cli.main(["--config", str(path), "report", "--run-name", "join_stream__x", "--sections", "join"]) == 0
     )

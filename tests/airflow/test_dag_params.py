@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from outoforder.stages import spec
-from outoforder.stages.cli import STAGE_JOBS, build_parser
+from outoforder.stages import registry, spec
+from outoforder.stages.cli import build_parser
 from tests.airflow.conftest import REPO, run_probe
 
 pytestmark = pytest.mark.airflow
@@ -68,7 +68,7 @@ def test_every_stage_task_parses_with_the_dags_defaults_and_runs_the_dags_job(da
             args = parser.parse_args(task["args"])
         except SystemExit:  # argparse reports on stderr; name the task here
             pytest.fail(f"{dag_id}.{task_id}: the CLI rejects {task['args']}")
-        job = STAGE_JOBS.get(task["stage"])
+        job = registry.stage(task["stage"]).job
         if job is None:
             continue
         params = dags[dag_id]["params"]
@@ -84,7 +84,7 @@ def test_every_param_reference_is_a_param_and_every_job_option_is_passed(dags):
         referenced = {p for p in params if f"params.{p} " in raw or f"params.{p}}}" in raw}
         unknown = [a for a in task["raw"] if "params." in a and not any(f"params.{p}" in a for p in params)]
         assert not unknown, f"{dag_id}.{task_id} refers to Params it does not declare: {unknown}"
-        job = STAGE_JOBS.get(task["stage"])
+        job = registry.stage(task["stage"]).job
         if job is None:
             continue
         options = {o.name for o in job.options()} - ({"estimator"} if task["stage"] == "join" else set())
@@ -119,3 +119,29 @@ def test_the_configs_dags_table_sets_the_defaults_of_scheduled_runs(airflow_env,
     bad = run_probe(sys.executable, PROBE, "PARAMS", env, str(REPO / "dags"))
     assert {k.rsplit("/", 1)[-1] for k in bad["errors"]} == {"join_stream.py", "join_adapt.py"}
     assert all("q_usr" in e for e in bad["errors"].values())
+
+
+def test_an_operator_installed_beside_the_built_in_ones_gets_a_stream_dag(airflow_env, tmp_path, monkeypatch):
+    # the toy of tests/toy_operator on the path only (an entry point): dags/operators.py builds its DAG
+    toy = str(REPO / "tests" / "toy_operator")
+    cfg = tmp_path / "toy.toml"
+    cfg.write_text("[dags.toy]\nslack_s = 0.25\n")  # its own [dags.<name>] table sets a default
+    env = {**airflow_env, "PYTHONPATH": f"{toy}:{airflow_env.get('PYTHONPATH', '')}", "OOO_CONFIG": str(cfg)}
+    got = run_probe(sys.executable, PROBE, "PARAMS", env, str(REPO / "dags"))
+    assert got["errors"] == {}
+    dag = got["dags"]["toy_stream"]
+    assert list(dag["params"]) == ["source", "window_s", "slack_s", "on_violation", "config"]
+    assert dag["params"]["slack_s"] == 0.25
+    assert {t: v["stage"] for t, v in dag["tasks"].items()} == {
+        "toy_interval": "toy-stream", "validate_toy": "validate-toy", "quality_report": "report",
+    }  # fmt: skip
+    monkeypatch.syspath_prepend(toy)
+    registry.operators.cache_clear()
+    try:
+        parser = build_parser()
+        job = registry.operator("toy").job
+        for task in ("toy_interval", "validate_toy"):
+            args = parser.parse_args(dag["tasks"][task]["args"])
+            assert job.from_options(vars(args)) == job.from_options(dag["params"])
+    finally:
+        registry.operators.cache_clear()

@@ -28,7 +28,6 @@ from typing import Any
 import pytest
 
 from outoforder.stages import spec
-from outoforder.stages.theta.spec import DEMO_JOB as THETA_DEMO
 from outoforder.stages.theta.spec import ThetaJob
 from outoforder.stages.topk.spec import DEMO_JOB as TOPK_DEMO
 from tests import sparkconf
@@ -49,6 +48,8 @@ TOPK_SPAN = ("1970-01-01T02:58:00", "1970-01-01T03:00:00")
 # the MCF pre-filter (the replay's positions repeat exactly often enough to give results)
 THETA_FROM, THETA_TO = "1970-01-01T03:00:00", "1970-01-01T03:00:00"
 THETA_CONF = {**CONF, "predicates": "=", "prefilter": "mcf", "partitions": 4}
+# the main job's top-k query (the declared one, the seed's, has 60 s windows: none closes here)
+TOPK_CONF = {**CONF, **TOPK_DEMO.option_values()}
 
 
 def _options(job: spec.Job) -> list[str]:
@@ -60,8 +61,8 @@ def _options(job: spec.Job) -> list[str]:
     return out
 
 
-TOPK_DIRECT = _options(TOPK_DEMO)  # the topk_stream DAG's defaults
-THETA_DIRECT = _options(ThetaJob.from_options(THETA_CONF, base=THETA_DEMO))
+TOPK_DIRECT = _options(TOPK_DEMO)  # what the topk_stream runs are given
+THETA_DIRECT = _options(ThetaJob.from_options(THETA_CONF))
 
 DIRECT = r"""
 import json, sys
@@ -227,7 +228,7 @@ def pipeline(standalone):
     for dag_id in ("topk_stream", "theta_backfill"):
         _airflow(env, "dags", "unpause", dag_id)
     for date in TOPK_DATES:  # in order: each run depends on the previous one (state)
-        _airflow(env, "dags", "trigger", "topk_stream", "--logical-date", date, "-c", json.dumps(CONF))
+        _airflow(env, "dags", "trigger", "topk_stream", "--logical-date", date, "-c", json.dumps(TOPK_CONF))
     topk = _wait(standalone, "topk_stream", len(TOPK_DATES))
     theta = _wait(standalone, "theta_backfill", 1)
     return {"topk": topk, "theta": theta}

@@ -1,7 +1,8 @@
 """The contract every streaming operator keeps (outoforder.core.protocol), checked over all of them.
 
-Like River's ``checks``: one registry of operators, the same checks run over each, on many seeds
-and batchings (Hypothesis):
+The checks ship with the package (:mod:`outoforder.checks`, as River's ``check_estimator``); here
+they run over every built-in operator with its own definition of late, on many seeds and batchings
+(Hypothesis):
 
 - a snapshot taken mid-stream, passed through JSON and restored into a fresh operator, continues
   exactly as the uninterrupted run;
@@ -14,12 +15,8 @@ and batchings (Hypothesis):
 
 from __future__ import annotations
 
-import json
 import math
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
-from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -41,11 +38,20 @@ from outoforder import (
     Output,
     PDController,
     QJoin,
-    StreamOperator,
     TopK,
     TopKQuery,
     WindowQuery,
     Windows,
+)
+from outoforder.checks import (
+    Case,
+    check_bad_snapshot_refused,
+    check_batch_invariance,
+    check_late_items,
+    check_operator,
+    check_snapshot_round_trip,
+    run,
+    split,
 )
 from outoforder.core.joins.kslack import FixedK, MaxDelayK, kslack_set
 from outoforder.core.joins.qjoin import horizons
@@ -53,7 +59,6 @@ from outoforder.core.joins.query import JoinInput
 from outoforder.core.topk.reference import emission_index
 from outoforder.core.windows.buffered import buffered_set
 from outoforder.core.windows.slack import LatenessSlack, RecentHPMSlack
-from outoforder.errors import StateError
 
 QUERY = JoinQuery(window_us=40_000, theta=4.0)
 WINDOWS = WindowQuery(Windows(200_000, 50_000), "sum", coverage_horizon_us=100_000)
@@ -133,17 +138,6 @@ def topk_consistent_late(arrivals: list[Arrival], out: Output[object]) -> list[L
     return expected
 
 
-@dataclass(frozen=True)
-class Case:
-    """One operator of the registry: how to build it, its input, and its definition of late."""
-
-    name: str
-    make: Callable[[], StreamOperator[object]]
-    late: Callable[[list[Arrival], Output[object]], list[Late]]
-    nan_share: float = 0.0
-    batch_invariant: bool = True
-
-
 def pd(thr: float) -> PDController:
     return PDController(lambda_thr=thr, alpha_initial=0.5)
 
@@ -185,22 +179,6 @@ CASES = [
 IDS = [c.name for c in CASES]
 
 
-def run(op: StreamOperator[object], batches: list[list[Arrival]]) -> Output[object]:
-    out: Output[object] = Output()
-    for b in batches:
-        out = out + op.process(b)
-    return out + op.flush()
-
-
-def split(arrivals: list[Arrival], cuts: list[int]) -> list[list[Arrival]]:
-    points = sorted({0, len(arrivals), *(c % (len(arrivals) + 1) for c in cuts)})
-    return [arrivals[a:b] for a, b in pairwise(points)]
-
-
-def comparable(out: Output[object]) -> tuple[list[object], list[Late]]:
-    return list(out.emitted), list(out.late)
-
-
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 @settings(max_examples=20, deadline=None)
 @given(
@@ -209,18 +187,7 @@ def comparable(out: Output[object]) -> tuple[list[object], list[Late]]:
     at=st.integers(0, 10_000),
 )
 def test_a_snapshot_restored_mid_stream_continues_as_the_uninterrupted_run(case, seed, cuts, at):
-    arrivals = stream(seed, nan_share=case.nan_share)
-    batches = split(arrivals, cuts)
-    whole = run(case.make(), batches)
-    k = at % (len(batches) + 1)
-    first = case.make()
-    before: Output[object] = Output()
-    for b in batches[:k]:
-        before = before + first.process(b)
-    snap = json.loads(json.dumps(first.snapshot()))  # plain data, whatever the operator holds
-    resumed = case.make()
-    resumed.restore(snap)
-    assert comparable(before + run(resumed, batches[k:])) == comparable(whole)
+    check_snapshot_round_trip(case, split(stream(seed, nan_share=case.nan_share), cuts), at)
 
 
 @pytest.mark.parametrize(
@@ -230,9 +197,7 @@ def test_a_snapshot_restored_mid_stream_continues_as_the_uninterrupted_run(case,
 @given(seed=st.integers(0, 2**32 - 1), cuts=st.lists(st.integers(0, 10_000), max_size=12))
 def test_any_split_into_batches_gives_the_same_output(case, seed, cuts):
     arrivals = stream(seed, nan_share=case.nan_share)
-    one_by_one = run(case.make(), [[a] for a in arrivals])
-    assert comparable(run(case.make(), split(arrivals, cuts))) == comparable(one_by_one)
-    assert comparable(run(case.make(), [arrivals])) == comparable(one_by_one)
+    check_batch_invariance(case, arrivals, split(arrivals, cuts))
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
@@ -240,11 +205,8 @@ def test_any_split_into_batches_gives_the_same_output(case, seed, cuts):
 @given(seed=st.integers(0, 2**32 - 1), cuts=st.lists(st.integers(0, 10_000), max_size=4))
 def test_every_late_item_is_returned_and_nothing_is_emitted_twice(case, seed, cuts):
     arrivals = stream(seed, nan_share=case.nan_share)
-    out = run(case.make(), split(arrivals, cuts))
-    assert Counter(out.late) == Counter(case.late(arrivals, out))
+    out = check_late_items(case, arrivals, split(arrivals, cuts))
     assert len(out.late) > 0  # the streams are disordered enough that every operator meets late tuples
-    keys = [getattr(e, "window_id", e) for e in out.emitted]
-    assert len(keys) == len(set(keys))
 
 
 def test_windows_account_for_every_membership():
@@ -265,8 +227,9 @@ def test_topk_counts_the_arrivals_it_cannot_rank():
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_a_snapshot_that_is_not_one_fails_clearly(case):
-    op = case.make()
-    op.process(stream(1)[:50])
-    for bad in ({}, {"index": "x"}, {"operator": {"open": 3}}):
-        with pytest.raises(StateError):
-            case.make().restore(bad)
+    check_bad_snapshot_refused(case, stream(1))
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_the_shipped_check_passes_every_operator(case):
+    check_operator(case, seeds=range(2))

@@ -17,7 +17,8 @@ import pytest
 
 from outoforder.config import load_settings
 from outoforder.stages import demo
-from outoforder.stages.cli import DEMO_STEPS, main
+from outoforder.stages.cli import main
+from outoforder.stages.context import StageContext
 from outoforder.stages.ingest.replay import replay_source
 from tests import sparkconf
 
@@ -55,12 +56,12 @@ def ran(tmp_path_factory, spark, data_dir):
     config.write_text(f'[lake]\nroot = "{folder / "lake"}"\n[data]\nshared_dir = "{data}"\n' + DEMO)
     settings = load_settings(str(config))
     with sparkconf.settings_of(spark, settings.session_conf()):  # the production settings, as shipped
-        return settings, demo.run(spark, settings, run_name="main-job-test")
+        return settings, demo.run(StageContext("demo", settings, session=spark), run_name="main-job-test")
 
 
 def test_the_main_job_ingests_everything_and_reports_the_datasets_disorder(ran):
     _, results = ran
-    assert list(results) == list(DEMO_STEPS)
+    assert list(results) == list(demo.STEPS)
     ingested = results["ingest"]
     assert len(ingested) == 9 and all(s.quarantined == 0 and s.accepted > 0 for s in ingested)
     stats = {r["source"]: r["overall"] for r in results["stats"]}
@@ -116,4 +117,3 @@ def test_the_pipeline_dag_runs_every_demo_step_in_order():
         for a in n.names
     }
     assert "STEPS" in imported
-    assert demo.STEPS == DEMO_STEPS

@@ -23,7 +23,13 @@ pytestmark = [pytest.mark.spark, pytest.mark.delta]
 SOURCE = "test/theta"
 W = 1_000_000
 T = 10_000_000_000  # a multiple of the window
-JOB = ThetaJob(streams=("a", "b", "c", "a"), predicates=("band:1", "<", "band:2"), window_us=W, partitions=3)
+JOB = ThetaJob(
+    streams=("a", "b", "c", "a"),
+    column="value",
+    predicates=("band:1", "<", "band:2"),
+    window_us=W,
+    partitions=3,
+)
 
 
 def arrivals(n=150, seed=2):
@@ -133,7 +139,9 @@ def test_equi_join_with_the_mcf_and_semi_prefilters_stores_the_same_rows(
 ):
     frame = arrivals(240, 5)
     load_bronze(frame, SOURCE)
-    plain = ThetaJob(streams=("a", "b", "c"), predicates=("=", "="), window_us=W, partitions=3)
+    plain = ThetaJob(
+        streams=("a", "b", "c"), column="value", predicates=("=", "="), window_us=W, partitions=3
+    )
     want = expected(frame, plain)
     assert sum(map(len, want.values())) > 20
     for pre in ("mcf", "semi"):
@@ -150,7 +158,7 @@ def test_equi_join_with_the_mcf_and_semi_prefilters_stores_the_same_rows(
             assert sum(sum(r["kept_rows"]) for r in rows) < len(frame)  # some rows had no partner
         validate(spark, settings, SOURCE, job, T, T + 3 * W, sample=3)  # = DuckDB on the raw rows
     with pytest.raises(ConfigError, match="equi-join"):
-        ThetaJob(prefilter="mcf")  # "<" is not an equi-join
+        ThetaJob(prefilter="mcf")  # a band is not an equi-join
 
 
 def test_bad_jobs_and_intervals_fail_clearly(spark, settings):

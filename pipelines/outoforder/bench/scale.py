@@ -246,7 +246,9 @@ def _theta(
     """
     from outoforder.stages.theta import validate as theta_check
     from outoforder.stages.theta.backfill import event_range, run_interval
-    from outoforder.stages.theta.spec import DEMO_JOB as job
+    from outoforder.stages.theta.spec import ThetaJob
+
+    job = ThetaJob()  # the main job's query
 
     lo_ts, hi_ts = event_range(spark, settings, source)
     step = round(INTERVAL_S * 1e6)

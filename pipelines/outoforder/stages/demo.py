@@ -25,12 +25,15 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from outoforder.config import Settings
 from outoforder.errors import ConfigError, InputError, NothingToJudge
+from outoforder.stages import registry
+from outoforder.stages.context import StageContext
 from outoforder.stages.join.spec import METHODS, JoinJob
-from outoforder.stages.theta.spec import DEMO_JOB as THETA_JOB
+from outoforder.stages.theta.spec import ThetaJob
 from outoforder.stages.topk.spec import DEMO_JOB as TOPK_JOB
 
 if TYPE_CHECKING:
@@ -40,12 +43,36 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-STEPS = ("ingest", "replay", "stats", "bronze", "join", "stream-join", "aggregates", "theta", "topk")
+STEPS = tuple(step.name for step in registry.steps())
+"""The main job's steps in order; each folder declares its own (:mod:`~outoforder.stages.registry`)."""
+
+
+@dataclass(frozen=True)
+class MainRun:
+    """What a step of the main job runs with: the context (its source is the replay), preset and run name."""
+
+    ctx: StageContext
+    preset: str
+    run_name: str | None
+
+    @property
+    def spark(self) -> SparkSession:
+        """The session."""
+        return self.ctx.spark
+
+    @property
+    def settings(self) -> Settings:
+        """The settings."""
+        return self.ctx.settings
+
+    @property
+    def source(self) -> str:
+        """The replay's source id."""
+        return self.ctx.bronze_source
 
 
 def run(
-    spark: SparkSession,
-    settings: Settings,
+    ctx: StageContext,
     steps: Sequence[str] | None = None,
     preset: str | None = None,
     run_name: str | None = None,
@@ -53,26 +80,17 @@ def run(
     """Run the chosen steps (all by default) in order; return each step's results by step name."""
     chosen = list(steps) if steps else list(STEPS)
     unknown = [s for s in chosen if s not in STEPS]
-    if unknown:
+    if unknown:  # before Spark starts
         msg = f"unknown demo step {', '.join(unknown)} (steps: {', '.join(STEPS)})"
         raise ConfigError(msg)
     from outoforder.stages.ingest.replay import replay_source
 
     t0 = time.monotonic()
+    settings = ctx.settings
     preset = preset or settings.demo.preset
     source = replay_source(preset, settings.demo.synthetic_seconds, settings.demo.seed)
-    actions: dict[str, Callable[[], Any]] = {
-        "ingest": lambda: ingest(spark, settings),
-        "replay": lambda: replay(spark, settings, preset),
-        "stats": lambda: stats(spark, settings, source),
-        "bronze": lambda: bronze(spark, settings, run_name),
-        "join": lambda: join(spark, settings, source, JoinJob()),
-        "stream-join": lambda: stream_join(spark, settings, source, JoinJob(), run_name),
-        "aggregates": lambda: aggregates(spark, settings, source, run_name),
-        "theta": lambda: theta(spark, settings, source, run_name),
-        "topk": lambda: topk(spark, settings, source, run_name),
-    }
-    results = {step: actions[step]() for step in STEPS if step in chosen}
+    main = MainRun(StageContext(ctx.name, settings, source, session=ctx.spark), preset, run_name)
+    results = {s.name: registry.load(s.run)(main) for s in registry.steps() if s.name in chosen}
     what = "done" if steps is None else f"{', '.join(chosen)} done"
     log.info(
         "[demo] %s in %.0f s; lake at %s; reports in %s",
@@ -85,8 +103,9 @@ def _announce(step: str, text: str) -> None:
     log.info("[demo] %d/%d %s", STEPS.index(step) + 1, len(STEPS), text)
 
 
-def ingest(spark: SparkSession, settings: Settings) -> list[Any]:
+def ingest(run: MainRun) -> list[Any]:
     """Step 1: the real datasets of the shared data folder into bronze."""
+    spark, settings = run.spark, run.settings
     from outoforder.sources import catalog
     from outoforder.stages.ingest.files import FileSpec, ingest_files
 
@@ -107,8 +126,9 @@ def ingest(spark: SparkSession, settings: Settings) -> list[Any]:
     return list(out)
 
 
-def replay(spark: SparkSession, settings: Settings, preset: str) -> dict[str, Any]:
+def replay(run: MainRun) -> dict[str, Any]:
     """Step 2: synthetic play with the preset's injected disorder, ingested."""
+    spark, settings, preset = run.spark, run.settings, run.preset
     from outoforder.stages.ingest.files import ingest_file
     from outoforder.stages.ingest.replay import format_report, make_replay
 
@@ -121,8 +141,9 @@ def replay(spark: SparkSession, settings: Settings, preset: str) -> dict[str, An
     return {"report": r.report, "ingest": summary}
 
 
-def stats(spark: SparkSession, settings: Settings, source: str) -> list[dict[str, Any]]:
+def stats(run: MainRun) -> list[dict[str, Any]]:
     """Step 3: disorder statistics of every real dataset and the replay."""
+    spark, settings, source = run.spark, run.settings, run.source
     from outoforder.sources import catalog
     from outoforder.stages.stats import format_table, source_stats
 
@@ -135,16 +156,18 @@ def stats(spark: SparkSession, settings: Settings, source: str) -> list[dict[str
     return results
 
 
-def bronze(spark: SparkSession, settings: Settings, run_name: str | None) -> list[Any]:
+def bronze(run: MainRun) -> list[Any]:
     """Step 4: Great Expectations over bronze."""
+    spark, settings, run_name = run.spark, run.settings, run.run_name
     from outoforder.quality.bronze import validate_bronze
 
     _announce("bronze", "data quality of bronze (Great Expectations)")
     return list(validate_bronze(spark, settings, run_name=run_name))
 
 
-def join(spark: SparkSession, settings: Settings, source: str, job: JoinJob) -> dict[str, Any]:
+def join(run: MainRun) -> dict[str, Any]:
     """Step 5: QJoin and the K-slack baselines side by side against the exact join."""
+    spark, settings, source, job = run.spark, run.settings, run.source, JoinJob()
     from outoforder.stages.join.evaluate import format_summary, run_join_on_source, write_summary
 
     _announce(
@@ -183,10 +206,9 @@ def _catch_up(step: str, stage: IntervalStage[Any, Any], head: str) -> list[Any]
     return stage.run(*span, every_us=every)
 
 
-def stream_join(
-    spark: SparkSession, settings: Settings, source: str, job: JoinJob, run_name: str | None
-) -> dict[str, Any]:
+def stream_join(run: MainRun) -> dict[str, Any]:
     """Step 6: the production path -- interval runs with state in Delta, adaptation, GX checks."""
+    spark, settings, source, job, run_name = run.spark, run.settings, run.source, JoinJob(), run.run_name
     from outoforder.stages.join.stream import JoinStream
     from outoforder.stages.join.validate import validate
 
@@ -214,8 +236,9 @@ def stream_join(
     return {"intervals": intervals, "suites": suites}
 
 
-def aggregates(spark: SparkSession, settings: Settings, source: str, run_name: str | None) -> dict[str, Any]:
+def aggregates(run: MainRun) -> dict[str, Any]:
     """Step 7: sliding-window SUMs with HPM over the same intervals, Γ-rule repairs, a final repair."""
+    spark, settings, source, run_name = run.spark, run.settings, run.source, run.run_name
     from outoforder.stages.aggregate.repair import repair
     from outoforder.stages.aggregate.spec import AggJob
     from outoforder.stages.aggregate.stream import AggregateStream
@@ -236,12 +259,13 @@ def aggregates(spark: SparkSession, settings: Settings, source: str, run_name: s
     return {"intervals": intervals, "final_repair": final, "suites": suites}
 
 
-def theta(spark: SparkSession, settings: Settings, source: str, run_name: str | None) -> dict[str, Any]:
+def theta(run: MainRun) -> dict[str, Any]:
     """Step 8: a θ-join backfill over the replay's whole event-time range, and its completeness check."""
+    spark, settings, source, run_name = run.spark, run.settings, run.source, run.run_name
     from outoforder.stages.theta.backfill import event_range, run_interval
     from outoforder.stages.theta.validate import validate
 
-    job = THETA_JOB
+    job = ThetaJob()
     first, last = event_range(spark, settings, source)
     w = job.window_us
     start, end = first // w * w, (last // w + 1) * w
@@ -256,8 +280,9 @@ def theta(spark: SparkSession, settings: Settings, source: str, run_name: str | 
     return {"backfill": summary, "suites": suites}
 
 
-def topk(spark: SparkSession, settings: Settings, source: str, run_name: str | None) -> dict[str, Any]:
+def topk(run: MainRun) -> dict[str, Any]:
     """Step 9: continuous top-k of the players' speeds with the adaptive cache duration."""
+    spark, settings, source, run_name = run.spark, run.settings, run.source, run.run_name
     from outoforder.stages.topk.stream import TopKStream
     from outoforder.stages.topk.validate import validate
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from outoforder.errors import ConfigError
+from outoforder.stages.options import INTERVAL, arg, since, until, validation, yes
+from outoforder.stages.registry import Operator, Stage, Step
 from outoforder.stages.spec import Job, param
 
 if TYPE_CHECKING:
@@ -122,3 +124,70 @@ class AggJob(Job):
             alpha_initial=self.alpha_initial,
             alpha_min=self.alpha_min,
         )
+
+
+_C = "outoforder.stages.aggregate.commands"
+_STATE = ("silver/agg_state", "silver/agg_buffer", "silver/agg_watch", "silver/agg_control")
+
+OPERATOR = Operator(
+    name="aggregate",
+    summary="HPM: sliding-window aggregates whose buffer meets an (ε, δ) target; exact repair of late tuples",
+    job=AggJob,
+    stream="aggregate-stream",
+    check="validate-aggregate",
+    stages=(
+        Stage(
+            "aggregate-stream",
+            "sliding-window aggregates with HPM over arrival intervals (DAG aggregate_stream)",
+            f"{_C}:aggregate_stream",
+            AggJob,
+            args=(
+                *INTERVAL,
+                arg(
+                    "--repair", action="store_true", help="check the Γ rule (and repair) after each interval"
+                ),
+            ),
+            reads=("bronze/arrivals", *_STATE),
+            writes=("gold/agg_results", "silver/agg_ledger", *_STATE),
+        ),
+        Stage(
+            "aggregate-repair",
+            "recompute the windows of pending late tuples exactly, by the Γ rule (DAG late_repair)",
+            f"{_C}:aggregate_repair",
+            AggJob,
+            args=(
+                arg(
+                    "--force",
+                    type=yes,
+                    nargs="?",
+                    const=True,
+                    default=False,
+                    help="repair whatever is pending, Γ or not",
+                ),
+            ),
+            reads=("bronze/arrivals", "silver/agg_ledger", "gold/agg_results"),
+            writes=("gold/agg_results", "gold/agg_repairs", "silver/agg_ledger"),
+        ),
+        Stage(
+            "validate-aggregate",
+            "(ε, δ) at emission, exactness after repair, every window once (GX)",
+            f"{_C}:validate_aggregate",
+            AggJob,
+            args=validation(
+                until(
+                    "check the windows closed by this arrival time (default: the newest state)",
+                    required=False,
+                ),
+                since("windows"),
+                arg(
+                    "--repaired",
+                    action="store_true",
+                    help="check only the windows the newest repair recomputed (DAG late_repair)",
+                ),
+            ),
+            reads=("bronze/arrivals", "gold/agg_results", "gold/agg_repairs"),
+            writes=("gold/quality_runs",),
+        ),
+    ),
+    steps=(Step("aggregates", "outoforder.stages.demo:aggregates"),),
+)

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from outoforder.errors import ConfigError
+from outoforder.stages.options import INTERVAL, arg, seconds, seconds_or_zero, since, until, validation
+from outoforder.stages.registry import Operator, Stage, Step
 from outoforder.stages.spec import Job, param
 
 if TYPE_CHECKING:
@@ -122,3 +124,88 @@ class JoinJob(Job):
             memory_periods=self.memory_periods,
             max_retention_us=self.max_retention_us,
         )
+
+
+_C = "outoforder.stages.join.commands"
+_BRONZE = ("bronze/arrivals",)
+_STATE = ("silver/join_state", "silver/join_buffer")
+
+OPERATOR = Operator(
+    name="join",
+    summary="QJoin: a window join that emits at once, sizing each stream's buffer for a recall target",
+    job=JoinJob,
+    stream="join-stream",
+    check="validate-join",
+    stages=(
+        Stage(
+            "join",
+            "evaluate QJoin and the K-slack baselines",
+            f"{_C}:join",
+            JoinJob,
+            source=False,
+            exclude=("estimator",),
+            args=(
+                arg("--source", help="a bronze source id (e.g. synthetic/hpm_game1-20s-seed7)"),
+                arg("--file", help="or a CSV/Parquet file: stream|side, event_ts|ts (µs), x, y (or key)"),
+                arg("--methods", default=",".join(METHODS), help="comma-separated subset"),
+                arg("--out", help="where to write the JSON summary"),
+            ),
+            reads=_BRONZE,
+        ),
+        Stage(
+            "join-stream",
+            "the stream join over arrival intervals (DAG join_stream)",
+            f"{_C}:join_stream",
+            JoinJob,
+            args=(
+                *INTERVAL,
+                arg(
+                    "--adapt-every-s",
+                    type=seconds_or_zero,
+                    help="adapt the retention every this many seconds, counted from the job's first interval "
+                    "(default: the job's L, --interval-s; at most once per interval; 0: never)",
+                ),
+            ),
+            reads=(*_BRONZE, "silver/join_params", *_STATE),
+            writes=("gold/join_results", *_STATE, "silver/join_params"),
+        ),
+        Stage(
+            "join-adapt",
+            "choose the retention in force from a time on (DAG join_adapt)",
+            f"{_C}:join_adapt",
+            JoinJob,
+            args=(until("history before this arrival time; in force from it"),),
+            reads=(*_BRONZE, "gold/join_results"),
+            writes=("silver/join_params",),
+        ),
+        Stage(
+            "join-repair",
+            "add the true pairs the stream join missed (recall becomes exact)",
+            f"{_C}:join_repair",
+            JoinJob,
+            args=(
+                until("repair the history before this arrival time"),
+                arg(
+                    "--span-s",
+                    type=seconds,
+                    help="only the last this many seconds of arrivals (default: all)",
+                ),
+            ),
+            reads=(*_BRONZE, "gold/join_results"),
+            writes=("gold/join_results",),
+        ),
+        Stage(
+            "validate-join",
+            "recall per closed period and duplicate checks (GX)",
+            f"{_C}:validate_join",
+            JoinJob,
+            args=validation(until("check the history before this arrival time"), since("periods")),
+            reads=(*_BRONZE, "gold/join_results"),
+            writes=("gold/join_metrics", "gold/quality_runs"),
+        ),
+    ),
+    steps=(
+        Step("join", "outoforder.stages.demo:join"),
+        Step("stream-join", "outoforder.stages.demo:stream_join"),
+    ),
+)

@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING
 
 from outoforder.core.theta.predicate import parse_predicate
 from outoforder.errors import ConfigError
-from outoforder.stages.spec import Job, param
+from outoforder.stages.options import arg, validation
+from outoforder.stages.registry import Operator, Stage, Step
+from outoforder.stages.spec import SAMPLE, Job, param
 
 if TYPE_CHECKING:
     from outoforder.core.theta.plan import Theta
@@ -35,11 +37,15 @@ class ThetaJob(Job):
     PREFIX = "th"
 
     streams: tuple[str, ...] = param(("ball", "team_a"), help="streams S0,S1,… of the source, in chain order")
-    column: str = param("value", help="the join column", choices=COLUMNS)
-    predicates: tuple[str, ...] = param(("<",), help="θ0,θ1,… between neighbours: <, <=, >=, >, = or band:c")
-    window_us: int = param(1_000_000, unit="s", help="tumbling event-time window", above=0)
+    # positions, not speeds (a replay's ball speed takes a handful of values, mostly 0): ball.x within
+    # 1 cm of team_a.x over 10 s windows, what the main job runs
+    column: str = param("x", help="the join column", choices=COLUMNS)
+    predicates: tuple[str, ...] = param(
+        ("band:0.01",), help="θ0,θ1,… between neighbours: <, <=, >=, >, = or band:c"
+    )
+    window_us: int = param(10_000_000, unit="s", help="tumbling event-time window", above=0)
     method: str = param("fast", help="the join algorithm", choices=METHODS, identifies=False)
-    partitions: int = param(8, help="FastThetaJoin's range partitions", minimum=1, identifies=False)
+    partitions: int = param(16, help="FastThetaJoin's range partitions", minimum=1, identifies=False)
     prefilter: str = param(
         "none",
         choices=PREFILTERS,
@@ -84,6 +90,45 @@ class ThetaJob(Job):
         return list(range(start_us, end_us, w))
 
 
-# Positions, not speeds (the replay's ball speed takes a handful of values, mostly 0): ball.x
-# within 1 cm of team_a.x over 10 s windows. The main job runs it; the theta_backfill DAG defaults to it.
-DEMO_JOB = ThetaJob(column="x", predicates=("band:0.01",), window_us=10_000_000, partitions=16)
+_C = "outoforder.stages.theta.commands"
+
+OPERATOR = Operator(
+    name="theta",
+    summary="multi-way θ-joins per event-time window: FastThetaJoin on Spark, MCF pre-filters for equi-joins",
+    job=ThetaJob,
+    params=(SAMPLE,),
+    stages=(
+        Stage(
+            "theta-join",
+            "multi-way θ-join backfill of bronze windows (DAG theta_backfill), or of your files",
+            f"{_C}:theta_join",
+            ThetaJob,
+            source=False,
+            args=(
+                arg("--source", help="the bronze source id"),
+                arg("--start", help="event-time interval start (µs or ISO 8601), a window multiple"),
+                arg("--end", help="interval end, exclusive"),
+                arg(
+                    "--file", action="append", help="a stream of your own (CSV or Parquet); give two or more"
+                ),
+                arg("--out", help="with --file: write the result rows here (Parquet)"),
+            ),
+            reads=("bronze/arrivals",),
+            writes=("gold/theta_results", "gold/theta_windows"),
+        ),
+        Stage(
+            "validate-theta",
+            "completeness of a θ-join backfill against DuckDB on sampled windows (GX)",
+            f"{_C}:validate_theta",
+            ThetaJob,
+            args=validation(
+                arg("--start", required=True, help="event-time interval start"),
+                arg("--end", required=True, help="interval end, exclusive"),
+                arg(SAMPLE.flag, type=int, default=SAMPLE.default, help=SAMPLE.help),
+            ),
+            reads=("bronze/arrivals", "gold/theta_results", "gold/theta_windows"),
+            writes=("gold/quality_runs",),
+        ),
+    ),
+    steps=(Step("theta", "outoforder.stages.demo:theta"),),
+)

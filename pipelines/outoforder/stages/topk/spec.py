@@ -1,7 +1,7 @@
 """The continuous top-k job: the query (streams, score, k, sliding windows) and the cache duration's settings.
 
-The declared defaults are the seed's query (60 s windows sliding by 5 s); :data:`DEMO_JOB` scales
-it to the main job's 20 s replay, and the ``topk_stream`` DAG defaults to it. Every parameter is
+The declared defaults are the seed's query (60 s windows sliding by 5 s), what the CLI and the
+``topk_stream`` DAG run; :data:`DEMO_JOB` scales it to the main job's 20 s replay. Every parameter is
 declared once here (see :mod:`outoforder.stages.spec`). Standard library only.
 """
 
@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from outoforder.errors import ConfigError
+from outoforder.stages.options import INTERVAL, since, until, validation
+from outoforder.stages.registry import Operator, Stage, Step
 from outoforder.stages.spec import Job, param
 
 if TYPE_CHECKING:
@@ -110,8 +112,46 @@ class TopKJob(Job):
         return TopK(self.query(), self.cache_settings() if fixed is None else float(fixed))
 
 
-# The seed's query scaled to the main job's 20 s replay (60 s windows would never close there):
-# what the main job runs and what the topk_stream DAG defaults to.
+# The seed's query scaled to the main job's 20 s replay (60 s windows would never close there).
 DEMO_JOB = TopKJob(
     streams=("team_a", "team_b"), window_us=4_000_000, slide_us=500_000, n=10, horizon_us=2_000_000
+)
+
+
+_C = "outoforder.stages.topk.commands"
+_STATE = ("silver/topk_state", "silver/topk_cache", "silver/topk_late", "silver/topk_settled")
+
+OPERATOR = Operator(
+    name="topk",
+    summary="continuous top-k over out-of-order sliding windows with an adaptive cache duration",
+    job=TopKJob,
+    stream="topk-stream",
+    check="validate-topk",
+    stages=(
+        Stage(
+            "topk-stream",
+            "continuous top-k with the adaptive cache duration over arrival intervals (DAG topk_stream)",
+            f"{_C}:topk_stream",
+            TopKJob,
+            args=INTERVAL,
+            reads=("bronze/arrivals", *_STATE),
+            writes=("gold/topk_windows", "gold/topk_results", *_STATE),
+        ),
+        Stage(
+            "validate-topk",
+            "every window emitted once, accuracy of the closed windows >= ε_min (GX)",
+            f"{_C}:validate_topk",
+            TopKJob,
+            args=validation(
+                until(
+                    "check the windows closed by this arrival time (default: the newest state)",
+                    required=False,
+                ),
+                since("windows"),
+            ),
+            reads=("bronze/arrivals", "gold/topk_windows", "gold/topk_results"),
+            writes=("gold/quality_runs",),
+        ),
+    ),
+    steps=(Step("topk", "outoforder.stages.demo:topk"),),
 )

@@ -1,0 +1,84 @@
+"""The stream join's stages as the CLI runs them: each handler takes the stage context and the options."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from outoforder.errors import ConfigError
+from outoforder.stages.context import StageContext
+from outoforder.stages.join.spec import JoinJob
+from outoforder.stages.options import instant, required_instant, us, verdict
+
+log = logging.getLogger("outoforder.stages")
+
+
+def _job(ctx: StageContext) -> JoinJob:
+    assert isinstance(ctx.job, JoinJob)  # the CLI builds the stage's declared job
+    return ctx.job
+
+
+def join(ctx: StageContext, args: argparse.Namespace) -> int:
+    """Evaluate QJoin and the baselines on a bronze source or on a user's file."""
+    from outoforder.stages.join.evaluate import (
+        evaluate_file,
+        format_summary,
+        run_join_on_source,
+        write_summary,
+    )
+
+    job = JoinJob.from_options(vars(args))
+    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    if bool(ctx.source) == bool(args.file):
+        msg = "join needs exactly one of --source and --file"
+        raise ConfigError(msg)
+    if args.file:
+        result = evaluate_file(Path(args.file), job, methods)
+        name = Path(args.file).stem
+    else:
+        result = run_join_on_source(ctx.spark, ctx.settings, ctx.bronze_source, job, methods)
+        name = ctx.bronze_source.replace("/", "_")
+    log.info("%s", format_summary(result))
+    out = Path(args.out) if args.out else ctx.settings.quality.reports_dir / f"join_{name}.json"
+    log.info("[join] quality summary written to %s", write_summary(result, out))
+    return 0
+
+
+def join_stream(ctx: StageContext, args: argparse.Namespace) -> int:
+    """Run the stream join over [start, end), in steps of --every-s, adapting every --adapt-every-s."""
+    from outoforder.stages.join.stream import JoinStream
+
+    stage = JoinStream(
+        ctx.spark, ctx.settings, ctx.bronze_source, _job(ctx), adapt_every_us=us(args.adapt_every_s)
+    )
+    stage.run(instant(args.start), instant(args.end), us(args.every_s), catch_up=args.catch_up)
+    return 0
+
+
+def join_adapt(ctx: StageContext, args: argparse.Namespace) -> int:
+    """Choose the retention in force from --until on."""
+    from outoforder.stages.join.adapt import adapt
+
+    adapt(ctx.spark, ctx.settings, ctx.bronze_source, _job(ctx), required_instant(args.until))
+    return 0
+
+
+def join_repair(ctx: StageContext, args: argparse.Namespace) -> int:
+    """Add the true pairs the stream join missed before --until."""
+    from outoforder.stages.join.repair import repair
+
+    until = required_instant(args.until)
+    repair(ctx.spark, ctx.settings, ctx.bronze_source, _job(ctx), until, us(args.span_s))
+    return 0
+
+
+def validate_join(ctx: StageContext, args: argparse.Namespace) -> int:
+    """Recall per closed period and duplicate checks (GX)."""
+    from outoforder.stages.join.validate import validate
+
+    validate(
+        ctx.spark, ctx.settings, ctx.bronze_source, _job(ctx), required_instant(args.until),
+        fail=verdict(args), run_name=args.run_name, since_us=instant(args.since),
+    )  # fmt: skip
+    return 0

@@ -1,0 +1,1 @@
+"""Operating the pipeline: disorder statistics, bronze checks, the main job, reports, storage, maintenance."""

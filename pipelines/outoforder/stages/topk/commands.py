@@ -1,0 +1,34 @@
+"""The top-k stages as the CLI runs them: each handler takes the stage context and the parsed options."""
+
+from __future__ import annotations
+
+import argparse
+
+from outoforder.stages.context import StageContext
+from outoforder.stages.options import instant, us, verdict
+from outoforder.stages.topk.spec import TopKJob
+
+
+def _job(ctx: StageContext) -> TopKJob:
+    assert isinstance(ctx.job, TopKJob)  # the CLI builds the stage's declared job
+    return ctx.job
+
+
+def topk_stream(ctx: StageContext, args: argparse.Namespace) -> int:
+    """Run the top-k stream stage over [start, end) in steps of --every-s."""
+    from outoforder.stages.topk.stream import TopKStream
+
+    stage = TopKStream(ctx.spark, ctx.settings, ctx.bronze_source, _job(ctx))
+    stage.run(instant(args.start), instant(args.end), us(args.every_s), catch_up=args.catch_up)
+    return 0
+
+
+def validate_topk(ctx: StageContext, args: argparse.Namespace) -> int:
+    """Every window once, accuracy of the closed windows (GX)."""
+    from outoforder.stages.topk.validate import validate
+
+    validate(
+        ctx.spark, ctx.settings, ctx.bronze_source, _job(ctx), fail=verdict(args), run_name=args.run_name,
+        until_us=instant(args.until), since_us=instant(args.since),
+    )  # fmt: skip
+    return 0

@@ -1,0 +1,1 @@
+"""A toy operator: arrivals counted per tumbling event-time window, emitted after a fixed slack."""
