@@ -35,7 +35,12 @@ def params(declared: dict[str, tuple[Any, dict[str, Any]]], *tables: str) -> dic
         own |= settings.dags.get(table, {})
     unknown = sorted(set(own) - set(declared))
     if unknown:
-        msg = f"[dags.{'/'.join(tables)}] sets {unknown}: not Params of these DAGs ({', '.join(declared)})"
+        renamed = [
+            r for op in registry.operators() if op.job for k in unknown if (r := op.job.renamed_option(k))
+        ]
+        hint = f" ({'; '.join(dict.fromkeys(renamed))})" if renamed else ""
+        table = "/".join(tables)
+        msg = f"[dags.{table}] sets {unknown}: not Params of these DAGs ({', '.join(declared)}){hint}"
         raise ConfigError(msg)
     given = {k: v for k, v in settings.dag_param_defaults(*tables).items() if k in declared}
     return {name: Param(given.get(name, default), **kw) for name, (default, kw) in declared.items()}
@@ -54,7 +59,7 @@ def job_params(operator: str) -> dict[str, Any]:
 
 
 def job_args(operator: str) -> list[str]:
-    """The templated stage options that pass a DAG's job Params: ``--window-ms {{ params.window_ms }}``."""
+    """The templated stage options that pass a DAG's job Params: ``--window-s {{ params.window_s }}``."""
     job = registry.operator(operator).job
     assert job is not None
     return spec.stage_args(job)

@@ -5,7 +5,7 @@
    buffer K; their aggregates go to `gold/agg_results` (version 1, produced by the stream); every
    tuple that arrives after a window it belongs to closed goes to the late-tuple ledger
    `silver/agg_ledger`. Each closed window's coverage and the K it needed drive the controller:
-   the lateness controller (K = what the recent windows needed, at most `max_k_s`), or with
+   the lateness controller (K = what the recent windows needed, at most `latency_bound_s`), or with
    `controller = seed` HPM's PD controller of α (K = α · largest delay); `silver/agg_control`
    keeps the trace. The run's log states what K the target needs and, under a bound, whether it
    is reachable. State is carried to the next run in Delta.
@@ -13,7 +13,7 @@
    more than Γ of event time? If so **ledger_due** emits the asset that triggers `late_repair`.
 3. **validate_aggregate** (Great Expectations) over the windows that closed in the run's interval
    (the exact values recomputed in Spark from their tuples only): each stored once; (ε, δ) met at
-   emission; those without pending late tuples exact. Under `max_k_s` it also checks the target was
+   emission; those without pending late tuples exact. Under `latency_bound_s` it also checks the target was
    reachable: a miss the bound made unavoidable is a warning naming the bound needed, not a failure.
    `on_violation = warn` reports without failing.
 

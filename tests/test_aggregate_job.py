@@ -15,13 +15,13 @@ def test_cli_options_build_the_job_and_its_controller():
             "s",
             "--aggregate",
             "quantile:0.9",
-            "--window-ms",
-            "250",
-            "--slide-ms",
-            "50",
+            "--window-s",
+            "0.25",
+            "--slide-s",
+            "0.05",
             "--alpha-min",
             "0.1",
-            "--alpha0",
+            "--alpha-initial",
             "0.4",
             "--gamma-s",
             "2",
@@ -30,7 +30,7 @@ def test_cli_options_build_the_job_and_its_controller():
         ]
     )
     job = AggJob.from_options(vars(args))
-    assert (job.size_us, job.slide_us, job.gamma_us, job.streams) == (
+    assert (job.window_us, job.slide_us, job.gamma_us, job.streams) == (
         250_000,
         50_000,
         2_000_000,

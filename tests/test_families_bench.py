@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from outoforder.bench import families as F
+from benchmarks import families as F
 from outoforder.sources import workloads as W
 
 
@@ -41,8 +41,8 @@ def test_one_case_reports_every_candidate_against_hindsight_and_names_the_shift_
 
 
 def test_the_aggregates_and_top_k_are_judged_on_a_held_out_case_against_their_hindsight():
-    from outoforder.bench import aggregate as agg
-    from outoforder.bench import family_operators as O
+    from benchmarks import aggregate as agg
+    from benchmarks import family_operators as O
 
     w = W.fleet(420, 10, seed=3)
     a = W.arrive(w, "outages", 4)

@@ -8,7 +8,8 @@ import pytest
 
 from outoforder.sources.disorder import inject
 from outoforder.stages.cli import main
-from outoforder.stages.join.evaluate import evaluate, input_from_frame
+from outoforder.stages.join.evaluate import evaluate
+from outoforder.stages.join.inputs import input_from_frame
 from outoforder.stages.join.spec import JoinJob
 
 
@@ -59,8 +60,8 @@ def test_cli_on_a_csv_writes_the_summary(tmp_path, capsys):
         str(f),
         "--s-streams",
         "team_a",
-        "--window-ms",
-        "100",
+        "--window-s",
+        "0.1",
         "--theta",
         "3",
         "--period-s",

@@ -8,8 +8,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from outoforder.bench.harness import _cpu_seconds
-from outoforder.bench.live import markdown, sent, spark_work, summarize, verdict
+from benchmarks.harness import _cpu_seconds
+from benchmarks.live import markdown, sent, spark_work, summarize, verdict
 
 
 def test_a_waited_for_child_s_cpu_counts_in_its_parent():

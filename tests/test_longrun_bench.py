@@ -4,8 +4,8 @@ import subprocess
 import sys
 import time
 
-from outoforder.bench.harness import MemorySampler
-from outoforder.bench.longrun import summarize
+from benchmarks.harness import MemorySampler
+from benchmarks.longrun import summarize
 
 MB = 2**20
 

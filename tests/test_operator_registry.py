@@ -44,6 +44,12 @@ def test_the_built_in_folders_declare_every_stage_once_and_nothing_else_is_insta
         assert set(s.reads) | set(s.writes) <= known, s.name
 
 
+def test_the_docs_table_of_stages_is_the_registrys():
+    text = (Path(__file__).parents[1] / "docs" / "architecture.md").read_text()
+    table = text.split("<!-- stages: generated -->\n", 1)[1].split("<!-- stages: end -->", 1)[0]
+    assert table == registry.markdown_table(), "regenerate: python -m outoforder.stages stages --markdown"
+
+
 def test_a_toy_operator_gets_its_cli_stages_with_its_jobs_options(toy, capsys):
     assert not toy.builtin and toy.job is not None
     parsers = build_parser()._subparsers._group_actions[0].choices

@@ -2,7 +2,7 @@
 
 import json
 
-from outoforder.bench import reliability
+from benchmarks import reliability
 
 
 def record(stage, trial, same=True, killed=True):

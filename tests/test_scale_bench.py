@@ -2,7 +2,7 @@
 
 import pytest
 
-from outoforder.bench.scale import _runs, part_tables, render, summarize
+from benchmarks.scale import _runs, part_tables, render, summarize
 from outoforder.errors import StateError
 
 

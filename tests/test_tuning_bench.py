@@ -1,7 +1,7 @@
 """The tuning sweep: it runs the tuning part only, every constant alone, and ranks as the promise does."""
 
-from outoforder.bench import families as F
-from outoforder.bench import tuning as T
+from benchmarks import families as F
+from benchmarks import tuning as T
 from outoforder.sources import workloads as W
 
 

@@ -21,95 +21,67 @@ example in its module and listed in ``docs/operators.md``:
 Layers (imports flow one way, enforced by import-linter contracts in pyproject.toml): ``core``
 (the algorithms), ``sources`` (readers, disorder injection, generators), ``io`` (Delta tables),
 ``spark`` (set-at-a-time twins), ``quality`` (Great Expectations, reports), ``stages`` (the
-pipeline stages and the ``python -m outoforder.stages`` CLI), ``bench`` (benchmarks). The names
+pipeline stages and the ``python -m outoforder.stages`` CLI); the benchmarks are a package of their
+own beside it (``benchmarks/``, ``bash infra/bench.sh <name>``). The names
 below are imported on first use, so ``import outoforder`` stays cheap (Airflow parses DAG files
-that import the job declarations under ``outoforder.stages``).
+that import the job declarations under ``outoforder.stages``). :mod:`outoforder.checks` checks an
+operator of your own against the streaming contract.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-_EXPORTS = {
-    "Arrival": "outoforder.core.protocol",
-    "Late": "outoforder.core.protocol",
-    "Output": "outoforder.core.protocol",
-    "StreamOperator": "outoforder.core.protocol",
-    "JoinQuery": "outoforder.core.joins.query",
-    "QJoin": "outoforder.core.joins.qjoin",
-    "KSlackJoin": "outoforder.core.joins.kslack",
-    "Windows": "outoforder.core.windows.assign",
-    "WindowQuery": "outoforder.core.windows.buffered",
-    "HPM": "outoforder.core.windows.hpm",
-    "WindowResult": "outoforder.core.windows.hpm",
-    "PDController": "outoforder.core.control.pd",
-    "HPMSlack": "outoforder.core.windows.slack",
-    "FixedSlack": "outoforder.core.windows.slack",
-    "MaxDelaySlack": "outoforder.core.windows.slack",
-    "AQSlack": "outoforder.core.windows.slack",
-    "LatenessSlack": "outoforder.core.windows.slack",
-    "TopK": "outoforder.core.topk.operator",
-    "TopKQuery": "outoforder.core.topk.operator",
-    "Emission": "outoforder.core.topk.operator",
-    "CacheSettings": "outoforder.core.topk.cache",
-    "LatenessSettings": "outoforder.core.topk.cache",
-    "Theta": "outoforder.core.theta.plan",
-    "fast_theta_join": "outoforder.core.theta.fast",
-    "CuckooFilter": "outoforder.core.mcf.cuckoo",
-    "WindowFilter": "outoforder.core.mcf.windowed",
-    "MultiCuckoo": "outoforder.core.mcf.windowed",
-    "present_in_range": "outoforder.core.mcf.windowed",
-}
-__all__ = [
-    "HPM",
-    "AQSlack",
-    "Arrival",
-    "CacheSettings",
-    "CuckooFilter",
-    "Emission",
-    "FixedSlack",
-    "HPMSlack",
-    "JoinQuery",
-    "KSlackJoin",
-    "Late",
-    "LatenessSettings",
-    "LatenessSlack",
-    "MaxDelaySlack",
-    "MultiCuckoo",
-    "Output",
-    "PDController",
-    "QJoin",
-    "StreamOperator",
-    "Theta",
-    "TopK",
-    "TopKQuery",
-    "WindowFilter",
-    "WindowQuery",
-    "WindowResult",
-    "Windows",
-    "fast_theta_join",
-    "present_in_range",
-]
+if TYPE_CHECKING:  # the one list of exports: type checkers read it here, __getattr__ imports from it
+    from outoforder.core.control.pd import PDController as PDController
+    from outoforder.core.joins.kslack import KSlackJoin as KSlackJoin
+    from outoforder.core.joins.qjoin import QJoin as QJoin
+    from outoforder.core.joins.query import JoinQuery as JoinQuery
+    from outoforder.core.mcf.cuckoo import CuckooFilter as CuckooFilter
+    from outoforder.core.mcf.windowed import MultiCuckoo as MultiCuckoo
+    from outoforder.core.mcf.windowed import WindowFilter as WindowFilter
+    from outoforder.core.mcf.windowed import present_in_range as present_in_range
+    from outoforder.core.protocol import Arrival as Arrival
+    from outoforder.core.protocol import Late as Late
+    from outoforder.core.protocol import Output as Output
+    from outoforder.core.protocol import StreamOperator as StreamOperator
+    from outoforder.core.theta.fast import fast_theta_join as fast_theta_join
+    from outoforder.core.theta.plan import Theta as Theta
+    from outoforder.core.topk.cache import CacheSettings as CacheSettings
+    from outoforder.core.topk.cache import LatenessSettings as LatenessSettings
+    from outoforder.core.topk.operator import Emission as Emission
+    from outoforder.core.topk.operator import TopK as TopK
+    from outoforder.core.topk.operator import TopKQuery as TopKQuery
+    from outoforder.core.windows.assign import Windows as Windows
+    from outoforder.core.windows.buffered import WindowQuery as WindowQuery
+    from outoforder.core.windows.hpm import HPM as HPM
+    from outoforder.core.windows.hpm import WindowResult as WindowResult
+    from outoforder.core.windows.slack import AQSlack as AQSlack
+    from outoforder.core.windows.slack import FixedSlack as FixedSlack
+    from outoforder.core.windows.slack import HPMSlack as HPMSlack
+    from outoforder.core.windows.slack import LatenessSlack as LatenessSlack
+    from outoforder.core.windows.slack import MaxDelaySlack as MaxDelaySlack
 
-if TYPE_CHECKING:
-    from outoforder.core.control.pd import PDController
-    from outoforder.core.joins.kslack import KSlackJoin
-    from outoforder.core.joins.qjoin import QJoin
-    from outoforder.core.joins.query import JoinQuery
-    from outoforder.core.mcf.cuckoo import CuckooFilter
-    from outoforder.core.mcf.windowed import MultiCuckoo, WindowFilter, present_in_range
-    from outoforder.core.protocol import Arrival, Late, Output, StreamOperator
-    from outoforder.core.theta.fast import fast_theta_join
-    from outoforder.core.theta.plan import Theta
-    from outoforder.core.topk.cache import CacheSettings, LatenessSettings
-    from outoforder.core.topk.operator import Emission, TopK, TopKQuery
-    from outoforder.core.windows.assign import Windows
-    from outoforder.core.windows.buffered import WindowQuery
-    from outoforder.core.windows.hpm import HPM, WindowResult
-    from outoforder.core.windows.slack import AQSlack, FixedSlack, HPMSlack, LatenessSlack, MaxDelaySlack
+
+def _exports() -> dict[str, str]:
+    """Name -> module, read from the ``TYPE_CHECKING`` block above (so the list is written once)."""
+    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
+    block = next(n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING")
+    return {
+        a.asname or a.name: str(n.module)
+        for n in block.body
+        if isinstance(n, ast.ImportFrom)
+        for a in n.names
+    }
+
+
+_EXPORTS = _exports()
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:

@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from outoforder.core.protocol import Arrival, Late, Output, StreamOperator
 from outoforder.errors import OutOfOrderError, StateError
@@ -170,3 +170,21 @@ def check_operator(case: Case, seeds: Sequence[int] = range(5)) -> None:
             check_batch_invariance(case, arrivals, batches)
         check_late_items(case, arrivals, batches)
     check_bad_snapshot_refused(case, disordered_stream(1))
+
+
+if TYPE_CHECKING:  # every built-in operator has the protocol's shape (mypy checks these lines)
+    from outoforder.core.joins.kslack import KSlackJoin
+    from outoforder.core.joins.qjoin import QJoin
+    from outoforder.core.topk.naive import Ranked, RecomputeTopK
+    from outoforder.core.topk.operator import Emission, TopK
+    from outoforder.core.topk.sma import SkybandTopK
+    from outoforder.core.windows.hpm import HPM, WindowResult
+
+    _SHAPES: tuple[
+        type[StreamOperator[tuple[int, int]]],
+        type[StreamOperator[tuple[int, int]]],
+        type[StreamOperator[WindowResult]],
+        type[StreamOperator[Emission]],
+        type[StreamOperator[Ranked]],
+        type[StreamOperator[Ranked]],
+    ] = (QJoin, KSlackJoin, HPM, TopK, SkybandTopK, RecomputeTopK)

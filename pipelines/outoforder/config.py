@@ -595,6 +595,8 @@ def load_settings(
             sources=sources,
             kafka=kafka_settings,
         )
+    except ConfigError:
+        raise  # already names the setting
     except (TypeError, ValueError, IndexError) as e:
         msg = f"invalid setting: {e}"
         raise ConfigError(msg) from e

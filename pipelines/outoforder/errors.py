@@ -15,8 +15,11 @@ class OutOfOrderError(Exception):
     """Base class of all errors raised deliberately by this project."""
 
 
-class ConfigError(OutOfOrderError):
-    """A setting is missing, malformed or inconsistent (fix the config or the environment)."""
+class ConfigError(OutOfOrderError, ValueError):
+    """A setting or argument is missing, malformed or inconsistent (fix the call, config or environment).
+
+    A :class:`ValueError` too: code that catches bad arguments the standard way catches it.
+    """
 
 
 class SchemaError(OutOfOrderError):

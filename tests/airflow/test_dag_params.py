@@ -107,13 +107,13 @@ def test_every_param_of_a_dag_is_read_by_one_of_its_tasks(dags):
 def test_the_configs_dags_table_sets_the_defaults_of_scheduled_runs(airflow_env, tmp_path):
     # what live mode does (infra/live.sh): every DAG's source, and one job's own values
     cfg = tmp_path / "dags.toml"
-    cfg.write_text('[dags]\nsource = "yard"\n[dags.join]\nq_user = 0.9\nwindow_ms = 250\n')
+    cfg.write_text('[dags]\nsource = "yard"\n[dags.join]\nq_user = 0.9\nwindow_s = 0.25\n')
     env = {**airflow_env, "OOO_CONFIG": str(cfg)}
     dags = run_probe(sys.executable, PROBE, "PARAMS", env, str(REPO / "dags"))["dags"]
     for dag_id in ("join_stream", "join_adapt", "aggregate_stream", "topk_stream", "ingest_kafka"):
         assert dags[dag_id]["params"]["source"] == "yard", dag_id
     for dag_id in ("join_stream", "join_adapt"):  # one job: the same in both, so their job ids agree
-        assert (dags[dag_id]["params"]["q_user"], dags[dag_id]["params"]["window_ms"]) == (0.9, 250)
+        assert (dags[dag_id]["params"]["q_user"], dags[dag_id]["params"]["window_s"]) == (0.9, 0.25)
     # a key that is not one of the job's Params fails the DAGs' import, naming it
     cfg.write_text("[dags.join]\nq_usr = 0.9\n")
     bad = run_probe(sys.executable, PROBE, "PARAMS", env, str(REPO / "dags"))

@@ -56,7 +56,9 @@ from outoforder.checks import (
 from outoforder.core.joins.kslack import FixedK, MaxDelayK, kslack_set
 from outoforder.core.joins.qjoin import horizons
 from outoforder.core.joins.query import JoinInput
+from outoforder.core.topk.naive import RecomputeTopK
 from outoforder.core.topk.reference import emission_index
+from outoforder.core.topk.sma import SkybandTopK
 from outoforder.core.windows.buffered import buffered_set
 from outoforder.core.windows.slack import LatenessSlack, RecentHPMSlack
 
@@ -163,6 +165,10 @@ CASES = [
     Case("mp-kslack-windows", lambda: HPM(WINDOWS, MaxDelaySlack()), windows_late),
     Case("aq-kslack-windows", lambda: HPM(WINDOWS, AQSlack(history=50)), windows_late),
     Case("topk-fixed", lambda: TopK(TOPK, cache=30_000), topk_fixed_late, nan_share=0.05),
+    Case("topk-sma", lambda: SkybandTopK(TOPK.windows, TOPK.k, 30_000), topk_fixed_late, nan_share=0.05),
+    Case(
+        "topk-recompute", lambda: RecomputeTopK(TOPK.windows, TOPK.k, 30_000), topk_fixed_late, nan_share=0.05
+    ),
     Case(
         "topk-adaptive",
         lambda: TopK(TOPK, CacheSettings(initial_us=30_000, m=4, n=3, eps_min=0.9, min_step_us=1_000)),

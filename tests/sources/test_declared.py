@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 from outoforder.config import load_settings
 from outoforder.errors import ConfigError, InputError
 from outoforder.sources.declaration import DEFAULT_PLAUSIBLE_US, parse_declaration
-from outoforder.sources.declared import DeclaredReader, check_fields, check_sample, header_fields
-from outoforder.sources.readers import Reject, make_reader
+from outoforder.sources.declared import DeclaredReader, check_fields, check_sample, header_fields, make_reader
+from outoforder.sources.readers import Reject
 from tests.sources.test_line_parser import PerLine, parse_all
 
 EXAMPLES = int(os.environ.get("OOO_FUZZ_EXAMPLES", "150"))

@@ -6,7 +6,8 @@ import io
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from outoforder.sources.readers import make_reader, read_file
+from outoforder.sources.declared import make_reader
+from outoforder.sources.readers import read_file
 
 GOOD = "61,10634757171903878,27058,-130,-110,178392,2700132,3054,-9332,-1892,4149,-8999,1339"
 

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from pyspark.sql import functions as F
 
-from outoforder.core.windows.buffered import buffered_reference
+from outoforder.core.windows.hpm import buffered_reference
 from outoforder.errors import QualityError, StateError
 from outoforder.io import delta
 from outoforder.io.tables import AGG_CONTROL, AGG_LEDGER, AGG_REPAIRS, AGG_RESULTS
@@ -16,13 +16,13 @@ from outoforder.stages.aggregate.ledger import ledger_status, read_status
 from outoforder.stages.aggregate.repair import repair
 from outoforder.stages.aggregate.spec import AggJob
 from outoforder.stages.aggregate.stream import AggregateStream, run_interval
-from outoforder.stages.aggregate.validate import repaired_windows, validate, window_quality
+from outoforder.stages.aggregate.validate import repaired_windows, validate_aggregate, window_quality
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta]
 
 SOURCE = "test/agg-o'hare"  # a quote: every SQL condition the stage writes is escaped
 JOB = AggJob(
-    size_us=50_000,
+    window_us=50_000,
     slide_us=10_000,
     coverage_horizon_us=100_000,
     gamma_us=300_000,
@@ -30,7 +30,7 @@ JOB = AggJob(
     initial_k_us=20_000,
     memory=20,
 )
-SEED = AggJob(**{**JOB.__dict__, "controller": "seed"})
+SEED = AggJob(**{**JOB.__dict__, "controller": "paper"})
 T0 = 1_700_000_000_000_000
 STEP = 1_000
 
@@ -156,7 +156,7 @@ def test_intervals_equal_the_reference_then_repair_makes_every_window_exact(
     assert (rewritten["produced_by"] == "repair").all() and rewritten["final"].all()
     assert rewritten["previous_value"].notna().all() and rewritten["caused_by"].map(len).min() >= 1
     assert fixed["window_id"].is_unique
-    validate(spark, settings, SOURCE, job, fail=False)
+    validate_aggregate(spark, settings, SOURCE, job, fail=False)
 
     # late_repair's check judges the windows the repair recomputed, as a check of everything would
     late = (int(ledger["window_id"].min()), int(ledger["window_id"].max()))
@@ -165,7 +165,7 @@ def test_intervals_equal_the_reference_then_repair_makes_every_window_exact(
     inside = quality[quality["wid"].between(*late)].reset_index(drop=True)
     pd.testing.assert_frame_equal(part, inside)
     assert 0 < len(part) <= len(quality)
-    suites = validate(spark, settings, SOURCE, job, fail=True, repaired=True)
+    suites = validate_aggregate(spark, settings, SOURCE, job, fail=True, repaired=True)
     # exactness and presence; (ε, δ) at emission is judged as windows close, not on the late ones
     assert {s.suite for s in suites} == {"agg_results", "agg_quality"}
 
@@ -197,7 +197,7 @@ def test_validate_fails_on_a_target_the_stream_cannot_meet(spark, settings, load
     strict = AggJob(  # HPM's controller held at α = 0 (never waits), under a bound it never uses
         **{
             **SEED.__dict__,
-            "max_k_us": 10_000_000,
+            "latency_bound_us": 10_000_000,
             "eps": 0.001,
             "delta": 0.001,
             "alpha_initial": 0.0,
@@ -208,7 +208,7 @@ def test_validate_fails_on_a_target_the_stream_cannot_meet(spark, settings, load
     )
     run_interval(spark, settings, SOURCE, strict, T0, T0 + 600 * STEP)
     with pytest.raises(QualityError, match="agg_error"):  # reachable under the bound: a shortfall
-        validate(spark, settings, SOURCE, strict, fail=True)
+        validate_aggregate(spark, settings, SOURCE, strict, fail=True)
 
 
 def test_a_bound_that_forbids_the_target_is_a_warning_naming_the_bound_it_needs(
@@ -216,14 +216,16 @@ def test_a_bound_that_forbids_the_target_is_a_warning_naming_the_bound_it_needs(
 ):
     frame = arrivals(n=600, seed=5)
     load_bronze(frame, SOURCE, 0)
-    tight = AggJob(**{**JOB.__dict__, "eps": 0.01, "max_k_us": 500})  # delays of ms, K at most 0.5 ms
+    tight = AggJob(**{**JOB.__dict__, "eps": 0.01, "latency_bound_us": 500})  # delays of ms, K at most 0.5 ms
     summary = run_interval(spark, settings, SOURCE, tight, T0, T0 + 600 * STEP)
     assert summary.slack_next_us is not None and summary.slack_next_us <= 500
     assert summary.reachable is not None and summary.reachable < 0.95
     assert "out of reach under the bound of 0.0005 s" in summary.figures()
     with caplog.at_level("WARNING"):
-        suites = validate(spark, settings, SOURCE, tight, fail=True)  # no failure: a configuration matter
+        suites = validate_aggregate(
+            spark, settings, SOURCE, tight, fail=True
+        )  # no failure: a configuration matter
     verdicts = {r.suite: r.success for r in suites}
     assert verdicts["agg_feasibility"] is False and verdicts["agg_error"] is False
     assert verdicts["agg_quality"] and verdicts["agg_results"]
-    assert "needs a bound of at least" in caplog.text and "--max-k-s" in caplog.text
+    assert "needs a bound of at least" in caplog.text and "--latency-bound-s" in caplog.text

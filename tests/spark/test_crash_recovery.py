@@ -4,12 +4,12 @@ One trial of every stage here, each at a kill point drawn from a fixed seed (so 
 reproduces): the stage runs uninterrupted once (the reference), then again on a copy of the lake
 it started from, killed after some of its commits, then to completion; every table must equal the
 reference's. The reliability run (``bash infra/bench.sh reliability``) runs 20 per stage at kill
-points of many seeds. See :mod:`outoforder.bench.reliability`.
+points of many seeds. See :mod:`benchmarks.reliability`.
 """
 
 import pytest
 
-from outoforder.bench import reliability
+from benchmarks import reliability
 from tests import sparkconf
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta, pytest.mark.integration]

@@ -229,8 +229,8 @@ def test_the_european_example_goes_through_ingest_the_join_in_metres_and_the_agg
         "taxi",
         "--theta",
         50,
-        "--window-ms",
-        2000,
+        "--window-s",
+        2,
     )
     run(cfg, "join-stream", *join, "--every-s", 60)
     pairs = delta.read(spark, JOIN_RESULTS, settings.lake_root).select("r_seq", "s_seq").collect()

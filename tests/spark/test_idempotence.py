@@ -22,7 +22,7 @@ import pytest
 
 from outoforder.io import delta
 from outoforder.io.tables import ALL_TABLES, QUALITY_RUNS
-from outoforder.stages import interval
+from outoforder.stages import state
 from outoforder.stages.cli import main
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta, pytest.mark.integration]
@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.delta, pytest.mark.integration]
 SOURCE = "synthetic/qjoin_d1-2s-seed7"
 SECOND = 1_000_000
 WARN = ("--on-violation", "warn")
-TOPK = ("--streams", "team_a,team_b", "--window-s", "1", "--slide-s", "0.5", "--cache-s", "0.5")
+TOPK = ("--streams", "team_a,team_b", "--window-s", "1", "--slide-s", "0.5", "--initial-cache-s", "0.5")
 TOPK += ("--horizon-s", "1", "--n", "10")
 MAINTAINED = ("bronze/arrivals", "bronze/quarantine", "bronze/ingest_log")
 THETA = ("--streams", "ball,team_a", "--column", "x", "--predicates", "band:0.01", "--window-s", "1")
@@ -58,7 +58,7 @@ def lake(tmp_path_factory, spark):
     from outoforder.config import load_settings
 
     settings = load_settings(str(config))
-    span = interval.pending_span(spark, settings, SOURCE, None)
+    span = state.pending_span(spark, settings, SOURCE, None)
     assert span is not None
     first = span[0]
     return {

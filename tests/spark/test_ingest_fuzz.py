@@ -23,7 +23,8 @@ from pyspark.sql import functions as F
 
 from outoforder.io import delta
 from outoforder.io.tables import BRONZE, INGEST_LOG, QUARANTINE
-from outoforder.sources.readers import ACROSS_FILES, make_reader, read_file
+from outoforder.sources.declared import make_reader
+from outoforder.sources.readers import ACROSS_FILES, read_file
 from outoforder.stages.ingest.files import ingest_file
 from tests.sources.hostile import MAX_LINE, REASONS, good_lines, hostile_file, write
 

@@ -13,12 +13,12 @@ from outoforder.io import delta
 from outoforder.io.tables import AGG_RESULTS, AGG_STATE, INGEST_LOG
 from outoforder.stages.aggregate.spec import AggJob
 from outoforder.stages.aggregate.stream import AggregateStream
-from outoforder.stages.interval import states_at
+from outoforder.stages.state import states_at
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta]
 
 SOURCE = "test/skeleton"
-JOB = AggJob(size_us=50_000, slide_us=10_000, coverage_horizon_us=100_000, initial_k_us=20_000)
+JOB = AggJob(window_us=50_000, slide_us=10_000, coverage_horizon_us=100_000, initial_k_us=20_000)
 T0 = 1_700_000_000_000_000
 STEP = 1_000  # arrival_ts step of load_bronze: arrival i at T0 + i·STEP
 

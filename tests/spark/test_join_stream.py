@@ -19,11 +19,11 @@ from outoforder.sources.disorder import inject
 from outoforder.stages.cli import main
 from outoforder.stages.join import adapt as join_adapt
 from outoforder.stages.join.adapt import adapt
-from outoforder.stages.join.evaluate import input_from_frame
+from outoforder.stages.join.inputs import input_from_frame
 from outoforder.stages.join.repair import repair
 from outoforder.stages.join.spec import JoinJob
 from outoforder.stages.join.stream import run_interval
-from outoforder.stages.join.validate import period_quality, validate
+from outoforder.stages.join.validate import period_quality, validate_join
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta]
 
@@ -144,8 +144,8 @@ def test_recall_check_fails_or_warns_and_finds_no_duplicates(spark, settings, ca
     for lo, hi in pairwise(cuts):
         run_interval(spark, settings, SOURCE, strict, lo, hi)
     with pytest.raises(QualityError, match="stream join"):
-        validate(spark, settings, SOURCE, strict, end)
-    suites = validate(spark, settings, SOURCE, strict, end, fail=False)
+        validate_join(spark, settings, SOURCE, strict, end)
+    suites = validate_join(spark, settings, SOURCE, strict, end, fail=False)
     assert [s.success for s in suites] == [True, False]  # no duplicates; recall below target
     judged = period_quality(spark, settings, SOURCE, strict, end)
     n_stored = delta.read(spark, JOIN_RESULTS, settings.lake_root).count()
@@ -178,7 +178,7 @@ def test_recall_check_fails_or_warns_and_finds_no_duplicates(spark, settings, ca
     fixed = repair(spark, settings, SOURCE, strict, end)
     assert fixed.added == fixed.missing > 0
     assert repair(spark, settings, SOURCE, strict, end).added == 0
-    assert all(s.success for s in validate(spark, settings, SOURCE, strict, end))
+    assert all(s.success for s in validate_join(spark, settings, SOURCE, strict, end))
     res = delta.read(spark, JOIN_RESULTS, settings.lake_root).where(F.col("produced_by") == "repair")
     assert res.count() == fixed.added
     # a pair stored twice fails the duplicate check, of a full run and of a run over the interval judging it
@@ -189,7 +189,7 @@ def test_recall_check_fails_or_warns_and_finds_no_duplicates(spark, settings, ca
     )
     twice.limit(1).write.format("delta").mode("append").save(JOIN_RESULTS.path(settings.lake_root))
     for since in (None, cuts[2]):
-        suites = validate(spark, settings, SOURCE, strict, end, fail=False, since_us=since)
+        suites = validate_join(spark, settings, SOURCE, strict, end, fail=False, since_us=since)
         assert [s.success for s in suites] == [False, True]
 
 
@@ -209,7 +209,7 @@ def test_a_run_killed_before_an_adaptation_adapts_when_resumed_like_an_uninterru
         cfg = tmp_path / f"{Path(lake).name}.toml"
         cfg.write_text(f'[lake]\nroot = "{lake}"\n')
         args = ["join-stream", "--config", str(cfg), "--source", SOURCE, "--s-streams", "team_a"]
-        args += ["--window-ms", "50", "--theta", "3", "--period-s", "1", "--interval-s", "0.2"]
+        args += ["--window-s", "0.05", "--theta", "3", "--period-s", "1", "--interval-s", "0.2"]
         return [*args, "--every-s", "0.2"]  # the stage adapts at the job's L (0.2 s) without a flag
 
     def tables(lake):
@@ -250,7 +250,7 @@ def test_a_retention_bound_that_puts_q_user_out_of_reach_is_reported_not_failed(
     load_bronze(frame, source, 1)
     end = T0 + len(frame) * STEP
     # no retention at all under this disorder: the late pairs are out of reach
-    bounded = JoinJob(**{**JOB.__dict__, "period_us": 300_000, "interval_us": 100_000, "max_retention_us": 0})
+    bounded = JoinJob(**{**JOB.__dict__, "period_us": 300_000, "interval_us": 100_000, "latency_bound_us": 0})
     cuts = [T0 + c * STEP for c in (0, 400, 700, 1_000)] + [end]
     run_interval(spark, settings, source, bounded, cuts[0], cuts[1])
     for lo, hi in pairwise(cuts[1:]):
@@ -263,11 +263,11 @@ def test_a_retention_bound_that_puts_q_user_out_of_reach_is_reported_not_failed(
     ]
     assert min(s["reachable"] for s in stated) < bounded.q_user < max(s["needed_us"] for s in stated) + 1
     # failing is on, and nothing raises: the misses are the bound's, said by join_feasibility
-    suites = {s.suite: s.success for s in validate(spark, settings, source, bounded, end, fail=True)}
+    suites = {s.suite: s.success for s in validate_join(spark, settings, source, bounded, end, fail=True)}
     assert suites["join_feasibility"] is False and suites["join_results"] is True
     assert suites["join_recall"] is True  # the periods the bound allowed met Q_user (or none was left)
     # without the bound's statement the same stream's misses are the controller's: a failure
-    unbounded = JoinJob(**{**bounded.__dict__, "max_retention_us": None})
+    unbounded = JoinJob(**{**bounded.__dict__, "latency_bound_us": None})
     assert unbounded.job_id() == bounded.job_id()  # the bound is a setting of the running job
     with pytest.raises(QualityError, match="stream join"):
-        validate(spark, settings, source, unbounded, end, fail=True)
+        validate_join(spark, settings, source, unbounded, end, fail=True)

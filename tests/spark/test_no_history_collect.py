@@ -18,16 +18,16 @@ from outoforder.sources.disorder import inject
 from outoforder.stages.aggregate.repair import repair as agg_repair
 from outoforder.stages.aggregate.spec import AggJob
 from outoforder.stages.aggregate.stream import AggregateStream
-from outoforder.stages.aggregate.validate import validate as agg_validate
+from outoforder.stages.aggregate.validate import validate_aggregate as agg_validate
 from outoforder.stages.join.adapt import adapt
 from outoforder.stages.join.repair import repair as join_repair
 from outoforder.stages.join.spec import JoinJob
 from outoforder.stages.join.stream import JoinStream
-from outoforder.stages.join.validate import validate as join_validate
+from outoforder.stages.join.validate import validate_join as join_validate
 from outoforder.stages.stats import source_stats
 from outoforder.stages.topk.spec import TopKJob
 from outoforder.stages.topk.stream import TopKStream
-from outoforder.stages.topk.validate import validate as topk_validate
+from outoforder.stages.topk.validate import validate_topk as topk_validate
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta, pytest.mark.integration]
 
@@ -104,8 +104,8 @@ def test_every_stage_runs_over_a_long_history_without_collecting_it(spark, setti
     join = JoinJob(
         s_streams=("team_a",), window_us=50_000, theta=2.0, period_us=250_000, interval_us=50_000, q_user=0.9
     )
-    agg = AggJob(size_us=2_000_000, slide_us=1_000_000, gamma_us=5_000_000)
-    topk = TopKJob(k=3, window_us=1_000_000, slide_us=500_000, n=3, m=3, initial_us=200_000)
+    agg = AggJob(window_us=2_000_000, slide_us=1_000_000, gamma_us=5_000_000)
+    topk = TopKJob(k=3, window_us=1_000_000, slide_us=500_000, n=3, m=3, initial_cache_us=200_000)
     with max_result_size(spark, LIMIT):
         stats = source_stats(spark, settings, SOURCE)
         assert stats["overall"]["rows"] == N and stats["n_keys"] == 20

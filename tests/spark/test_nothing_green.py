@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.delta]
 
 SOURCE = "test/yard"
 T0 = 1_700_000_000_000_000
-AGG = AggJob(size_us=50_000, slide_us=10_000, coverage_horizon_us=100_000, initial_k_us=20_000)
+AGG = AggJob(window_us=50_000, slide_us=10_000, coverage_horizon_us=100_000, initial_k_us=20_000)
 
 
 @pytest.fixture
@@ -57,17 +57,17 @@ def test_checks_of_a_job_that_never_ran_fail(spark, settings, yard):
     AggregateStream(spark, settings, SOURCE, AGG).run(every_us=60_000_000)
     join = JoinJob(r_streams=("forklift",), s_streams=("picker",))
     with pytest.raises(StateError, match=r"has not run by \d+: nothing to check"):
-        join_validate.validate(spark, settings, SOURCE, join, T0 + 10**9)
+        join_validate.validate_join(spark, settings, SOURCE, join, T0 + 10**9)
     topk = TopKJob(score="value")  # its 4 s windows: none closes in these 60 ms
     TopKStream(spark, settings, SOURCE, topk).run(every_us=60_000_000)
     expected = (
         r"validate-topk: nothing to judge: job tk-\w+ has processed 'test/yard' up to \d+ µs and no window"
     )
     with pytest.raises(InputError, match=expected):
-        topk_validate.validate(spark, settings, SOURCE, topk)
-    other = AggJob(size_us=100_000, slide_us=10_000, coverage_horizon_us=100_000, initial_k_us=20_000)
+        topk_validate.validate_topk(spark, settings, SOURCE, topk)
+    other = AggJob(window_us=100_000, slide_us=10_000, coverage_horizon_us=100_000, initial_k_us=20_000)
     with pytest.raises(InputError, match=rf"jobs on this lake: {AGG.job_id()} on 'test/yard' up to \d+"):
-        aggregate_validate.validate(spark, settings, SOURCE, other)
+        aggregate_validate.validate_aggregate(spark, settings, SOURCE, other)
 
 
 def test_values_the_aggregates_cannot_use_are_counted(spark, settings, yard):

@@ -16,7 +16,7 @@ from outoforder.stages.theta import backfill
 from outoforder.stages.theta.backfill import run_interval
 from outoforder.stages.theta.files import join_files
 from outoforder.stages.theta.spec import ThetaJob
-from outoforder.stages.theta.validate import validate
+from outoforder.stages.theta.validate import validate_theta
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta]
 
@@ -103,7 +103,7 @@ def test_backfill_equals_duckdb_reruns_change_nothing_and_gx_checks_completeness
         assert row["null_rows"] == [
             int(((in_w["stream"] == s) & in_w["value"].isna()).sum()) for s in JOB.streams
         ]
-    validate(spark, settings, SOURCE, JOB, T, T + 3 * W, sample=3)
+    validate_theta(spark, settings, SOURCE, JOB, T, T + 3 * W, sample=3)
 
     before = snapshot(spark, settings)
     # in parts of one window each (a long backfill holds one part at a time): the same tables
@@ -131,7 +131,7 @@ def test_backfill_equals_duckdb_reruns_change_nothing_and_gx_checks_completeness
     assert lost >= 1
     assert delta.read(spark, THETA_RESULTS, settings.lake_root).count() == stored_before - lost
     with pytest.raises(QualityError):
-        validate(spark, settings, SOURCE, JOB, T, T + 3 * W, sample=3)
+        validate_theta(spark, settings, SOURCE, JOB, T, T + 3 * W, sample=3)
 
 
 def test_equi_join_with_the_mcf_and_semi_prefilters_stores_the_same_rows(
@@ -156,7 +156,7 @@ def test_equi_join_with_the_mcf_and_semi_prefilters_stores_the_same_rows(
         assert all(k <= n for r in rows for k, n in zip(r["kept_rows"], r["rows"], strict=True))
         if pre == "mcf":  # the windows' own filters, in their tasks: always applied
             assert sum(sum(r["kept_rows"]) for r in rows) < len(frame)  # some rows had no partner
-        validate(spark, settings, SOURCE, job, T, T + 3 * W, sample=3)  # = DuckDB on the raw rows
+        validate_theta(spark, settings, SOURCE, job, T, T + 3 * W, sample=3)  # = DuckDB on the raw rows
     with pytest.raises(ConfigError, match="equi-join"):
         ThetaJob(prefilter="mcf")  # a band is not an equi-join
 

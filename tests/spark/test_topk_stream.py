@@ -17,15 +17,15 @@ from outoforder.io.tables import TOPK_CACHE, TOPK_LATE, TOPK_RESULTS, TOPK_SETTL
 from outoforder.sources.disorder import inject
 from outoforder.stages.topk.spec import TopKJob
 from outoforder.stages.topk.stream import run_interval
-from outoforder.stages.topk.validate import validate, window_accuracy
+from outoforder.stages.topk.validate import validate_topk, window_accuracy
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta]
 
 SOURCE = "test/topk-stream"
-# 1 s windows sliding by 0.1 s; the seed's controller decides every 5 queries over 4 candidates
+# 1 s windows sliding by 0.1 s; the paper's controller decides every 5 queries over 4 candidates
 JOB = TopKJob(
-    k=3, window_us=1_000_000, slide_us=100_000, eps_min=0.9, controller="seed", initial_us=200_000, m=4,
-    n=5, min_step_us=5_000, horizon_us=300_000,
+    k=3, window_us=1_000_000, slide_us=100_000, eps_min=0.9, controller="paper", initial_cache_us=200_000,
+    m=4, n=5, min_step_us=5_000, horizon_us=300_000,
 )  # fmt: skip
 T0 = 1_700_000_000_000_000
 STEP = 1_000
@@ -109,7 +109,7 @@ def test_intervals_equal_one_run_rerun_changes_nothing_and_gx_passes(spark, sett
             pd.testing.assert_frame_equal(mine.drop(columns=list(seen)), fresh.drop(columns=list(seen)))
             done |= set(then.loc[then[col], "window_id"])
     assert seen["closed"] == set(closed["window_id"])
-    suites = validate(spark, settings, SOURCE, JOB)
+    suites = validate_topk(spark, settings, SOURCE, JOB)
     assert all(s.success for s in suites)
 
     # a lost result row: the window's hit rate drops; a duplicated window emission fails completeness
@@ -117,7 +117,7 @@ def test_intervals_equal_one_run_rerun_changes_nothing_and_gx_passes(spark, sett
     dup = delta.read(spark, TOPK_WINDOWS, settings.lake_root).limit(1)
     dup.write.format("delta").mode("append").save(path)
     with pytest.raises(QualityError):
-        validate(spark, settings, SOURCE, JOB)
+        validate_topk(spark, settings, SOURCE, JOB)
 
 
 def test_skipping_an_interval_or_the_state_budget_fails_and_bad_jobs_are_refused(
@@ -164,7 +164,7 @@ def test_the_lateness_controller_states_feasibility_and_the_check_tells_shortfal
     frame = pd.DataFrame({"stream": "s", "event_ts": ts[o], "value": np.round(rng.random(n), 4)[o]})
     load_bronze(frame, source)
     query = {"k": 3, "window_us": 1_000_000, "slide_us": 100_000, "eps_min": 0.95, "horizon_us": 1_500_000}
-    bounded = TopKJob(**query, n=5, initial_us=20_000, max_cache_us=30_000)
+    bounded = TopKJob(**query, n=5, initial_cache_us=20_000, latency_bound_us=30_000)
     assert bounded.controller == "lateness"  # the default
     bounds = [T0, T0 + 800 * STEP, T0 + n * STEP]
     summaries = [run_interval(spark, settings, source, bounded, lo, hi) for lo, hi in pairwise(bounds)]
@@ -182,11 +182,13 @@ def test_the_lateness_controller_states_feasibility_and_the_check_tells_shortfal
     assert any("out of reach under the bound of 0.03 s" in s.figures() for s in summaries)
 
     # out of reach under the bound: reported (feasibility failed), not raised, even when failing is on
-    suites = {s.suite: s.success for s in validate(spark, settings, source, bounded, fail=True)}
+    suites = {s.suite: s.success for s in validate_topk(spark, settings, source, bounded, fail=True)}
     assert suites["topk_feasibility"] is False and suites["topk_accuracy"] is False
     # the seed's controller stuck at a short K under a loose bound: the target was reachable, a failure
-    stuck = TopKJob(**query, controller="seed", initial_us=20_000, m=2, n=10_000, max_cache_us=3_000_000)
+    stuck = TopKJob(
+        **query, controller="paper", initial_cache_us=20_000, m=2, n=10_000, latency_bound_us=3_000_000
+    )
     for lo, hi in pairwise(bounds):
         run_interval(spark, settings, source, stuck, lo, hi)
     with pytest.raises(QualityError, match="topk_accuracy"):
-        validate(spark, settings, source, stuck, fail=True)
+        validate_topk(spark, settings, source, stuck, fail=True)

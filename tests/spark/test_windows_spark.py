@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from outoforder.core.control.pd import PDController
 from outoforder.core.windows.assign import Windows
-from outoforder.core.windows.buffered import WindowQuery, buffered_reference
+from outoforder.core.windows.buffered import WindowQuery
+from outoforder.core.windows.hpm import buffered_reference
 from outoforder.core.windows.slack import FixedSlack, HPMSlack, LatenessSlack, MaxDelaySlack
 from outoforder.spark.windows import WindowState, apply_observations, buffered_batch, foreseen
 from tests.core.windows.test_buffered import MODELS, make_stream

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Generic, Protocol, TypeVar
 
 R = TypeVar("R")
-R_co = TypeVar("R_co", covariant=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,14 +78,18 @@ class Output(Generic[R]):
         )
 
 
-class StreamOperator(Protocol[R_co]):
-    """What every streaming operator offers (see the module docstring)."""
+class StreamOperator(Protocol[R]):
+    """What every streaming operator offers (see the module docstring); ``R`` is what it emits.
 
-    def process(self, batch: Sequence[Arrival]) -> Output[Any]:
+    An operator's own output may carry more (:class:`~outoforder.core.windows.hpm.HPMOutput` adds
+    the buffer's K per arrival): its methods return that subclass.
+    """
+
+    def process(self, batch: Sequence[Arrival]) -> Output[R]:
         """Handle a batch of arrivals, in arrival order."""
         ...
 
-    def flush(self) -> Output[Any]:
+    def flush(self) -> Output[R]:
         """The end of the stream: emit whatever is still open."""
         ...
 

@@ -57,7 +57,7 @@ def open_input(uri: str, storage: StorageSettings) -> IO[bytes]:
         if isinstance(fs, pafs.LocalFileSystem):
             return Path(path).open("rb", buffering=1 << 20)
         # buffered: Arrow's files have no readline (io.UnsupportedOperation, an OSError, which the
-        # line reader took for a corrupt file: every uncompressed file on S3 was quarantined whole)
+        # line reader would take for a corrupt file)
         return io.BufferedReader(fs.open_input_file(path), buffer_size=1 << 20)
     except (OSError, pa.ArrowException) as e:
         msg = f"cannot open {uri}: {e}"

@@ -53,10 +53,10 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from outoforder.errors import InputError
+from outoforder.errors import ConfigError, InputError
 from outoforder.sources.declaration import ALL_OTHERS, VALUE_COLUMNS, VALUE_FIELDS, Declaration, TimeField
 from outoforder.sources.geo import LocalProjection
-from outoforder.sources.readers import INT64_MAX, Reject, Row
+from outoforder.sources.readers import INT64_MAX, READERS, Reader, Reject, Row
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_US = timedelta(microseconds=1)
@@ -182,7 +182,7 @@ class DeclaredReader:
         return LocalProjection(*self.decl.origin) if self.decl.origin else None
 
     def spec(self) -> str:
-        """The reader as one string: what Spark tasks receive (``readers.make_reader`` reads it)."""
+        """The reader as one string: what Spark tasks receive (:func:`make_reader` reads it)."""
         return json.dumps({"declaration": self.decl.as_dict(), "fields": list(self.fields)})
 
     @classmethod
@@ -742,3 +742,14 @@ def check_sample(reader: DeclaredReader, lines: Sequence[str], where: str) -> No
             f"declaration: {r.reason}, {r.detail}; fix the declaration [sources.{reader.name}]"
         )
         raise InputError(msg)
+
+
+def make_reader(name: str) -> Reader:
+    """The reader registered under ``name``, or a declared source's (a ``DeclaredReader.spec()``)."""
+    if name.startswith("{"):
+        return DeclaredReader.from_spec(name)
+    try:
+        return READERS[name]()
+    except KeyError as e:
+        msg = f"unknown reader {name!r}; known: {', '.join(sorted(READERS))}"
+        raise ConfigError(msg) from e

@@ -28,7 +28,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from outoforder.core.time import ms_to_us, naive_utc_to_us, ps_to_us
-from outoforder.errors import ConfigError
 from outoforder.sources.lines import (
     RAW_KEEP_BYTES,
     LineBatch,
@@ -37,6 +36,7 @@ from outoforder.sources.lines import (
     open_binary,
     read_line_batches,
 )
+from outoforder.sources.sensors import DEBS2013_STREAMS, SYNTHETIC_STREAMS
 
 
 class Reject(Exception):
@@ -102,19 +102,6 @@ def _float(text: str, what: str) -> float:
     if not math.isfinite(value):
         raise Reject("non_finite_value", f"{what}={text[:40]!r}")
     return value
-
-
-# DEBS 2013 sensor metadata (shared/data/debs2013/metadata.txt): sensor id -> stream.
-BALL_SENSORS = (4, 8, 10, 12)
-TEAM_A_SENSORS = (13, 14, 97, 98, 47, 16, 49, 88, 19, 52, 53, 54, 23, 24, 57, 58, 59, 28)
-TEAM_B_SENSORS = (61, 62, 99, 100, 63, 64, 65, 66, 67, 68, 69, 38, 71, 40, 73, 74, 75, 44)
-REFEREE_SENSORS = (105, 106)
-DEBS2013_STREAMS: dict[int, str] = {
-    **{s: "ball" for s in BALL_SENSORS},
-    **{s: "team_a" for s in TEAM_A_SENSORS},
-    **{s: "team_b" for s in TEAM_B_SENSORS},
-    **{s: "referee" for s in REFEREE_SENSORS},
-}
 
 
 @dataclass(frozen=True)
@@ -334,8 +321,6 @@ class SyntheticSoccerReader(Debs2013Reader):
     name: ClassVar[str] = "soccer_synthetic"
 
     def __post_init__(self) -> None:
-        from outoforder.sources.synthetic import SYNTHETIC_STREAMS
-
         object.__setattr__(self, "sensor_streams", dict(SYNTHETIC_STREAMS))
 
 
@@ -345,19 +330,6 @@ READERS: dict[str, type[Debs2013Reader] | type[OooReader] | type[Debs2015Reader]
     "ooo": OooReader,
     "debs2015": Debs2015Reader,
 }
-
-
-def make_reader(name: str) -> Reader:
-    """The reader registered under ``name``, or a declared source's (a ``DeclaredReader.spec()``)."""
-    if name.startswith("{"):
-        from outoforder.sources.declared import DeclaredReader
-
-        return DeclaredReader.from_spec(name)
-    try:
-        return READERS[name]()
-    except KeyError as e:
-        msg = f"unknown reader {name!r}; known: {', '.join(sorted(READERS))}"
-        raise ConfigError(msg) from e
 
 
 def row_hash(text: str) -> int:

@@ -20,44 +20,12 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from outoforder.sources.readers import DEBS2013_STREAMS
+from outoforder.sources.sensors import SYNTHETIC_STREAMS, TEAM_A_PLAYERS, TEAM_B_PLAYERS
 
 KICKOFF_PS = 10_753_295_594_424_116
 PS_PER_S = 10**12
 HALF_LENGTH_MM, HALF_WIDTH_MM = 52_500, 34_000
 PITCH_M = np.array([HALF_LENGTH_MM / 1000.0, HALF_WIDTH_MM / 1000.0])
-# (left leg, right leg) of each player; DEBS ids first, then the extra players.
-TEAM_A_PLAYERS = (
-    (13, 14),
-    (47, 16),
-    (49, 88),
-    (19, 52),
-    (53, 54),
-    (23, 24),
-    (57, 58),
-    (59, 28),
-    (201, 202),
-    (203, 204),
-    (205, 206),
-)
-TEAM_B_PLAYERS = (
-    (61, 62),
-    (63, 64),
-    (65, 66),
-    (67, 68),
-    (69, 38),
-    (71, 40),
-    (73, 74),
-    (75, 44),
-    (211, 212),
-    (213, 214),
-    (215, 216),
-)
-SYNTHETIC_STREAMS: dict[int, str] = {
-    **DEBS2013_STREAMS,
-    **{s: "team_a" for p in TEAM_A_PLAYERS for s in p},
-    **{s: "team_b" for p in TEAM_B_PLAYERS for s in p},
-}
 
 
 @dataclass(frozen=True)

@@ -61,10 +61,9 @@ log = logging.getLogger(__name__)
 METHODS = ("none", "mcf", "semi")
 MIN_DROP = 0.2  # the share of rows a pre-filter must be expected to drop to be worth its pass
 # ... and the bytes it must be expected to keep out of the join's shuffle per row, by Spark's
-# estimate of a row: its pass reads the keys and the probe still decodes every row, so on 2 local
-# cores MCF lost at rows Spark puts at 104 bytes (1.57× the join) and paid at 344 (0.73×);
-# the break-even interpolates to about 270 (docs/benchmarks/mcf.md). A cluster, whose shuffle
-# crosses the network, gains sooner: lower it there.
+# estimate of a row: its pass reads the keys and the probe still decodes every row, so narrow rows
+# lose; the break-even on local cores is measured in docs/benchmarks/mcf.md. A cluster, whose
+# shuffle crosses the network, gains sooner: lower it there.
 MIN_BYTES_SAVED_PER_ROW = 256.0
 KEYS_PER_SHARD = 1 << 20  # distinct keys per filter shard (one task builds one shard)
 SAMPLE_KEYS = 4096  # bottom-k sample per frame for the cost check

@@ -1,6 +1,6 @@
 """The buffered window operator (HPM's stream module) set at a time on Spark, one micro-batch at a time.
 
-Exactly :func:`outoforder.core.windows.buffered.buffered_reference` run with ``control_points`` at
+Exactly :func:`outoforder.core.windows.hpm.buffered_reference` run with ``control_points`` at
 the batch ends (the differential tests hold them together), in the two steps of
 :mod:`outoforder.core.windows.batch`, each in Spark tasks:
 

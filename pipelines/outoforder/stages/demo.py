@@ -210,7 +210,7 @@ def stream_join(run: MainRun) -> dict[str, Any]:
     """Step 6: the production path -- interval runs with state in Delta, adaptation, GX checks."""
     spark, settings, source, job, run_name = run.spark, run.settings, run.source, JoinJob(), run.run_name
     from outoforder.stages.join.stream import JoinStream
-    from outoforder.stages.join.validate import validate
+    from outoforder.stages.join.validate import validate_join
 
     stage = JoinStream(spark, settings, source, job, adapt_every_us=1)
     span = stage.pending_span()
@@ -232,7 +232,9 @@ def stream_join(run: MainRun) -> dict[str, Any]:
         )
         intervals = stage.run(*span, every_us=step)
     # a missed target is reported here, not fatal: the demo shows the verdict; the DAG fails on it
-    suites = _verdicts(lambda: validate(spark, settings, source, job, until, fail=False, run_name=run_name))
+    suites = _verdicts(
+        lambda: validate_join(spark, settings, source, job, until, fail=False, run_name=run_name)
+    )
     return {"intervals": intervals, "suites": suites}
 
 
@@ -242,12 +244,12 @@ def aggregates(run: MainRun) -> dict[str, Any]:
     from outoforder.stages.aggregate.repair import repair
     from outoforder.stages.aggregate.spec import AggJob
     from outoforder.stages.aggregate.stream import AggregateStream
-    from outoforder.stages.aggregate.validate import validate
+    from outoforder.stages.aggregate.validate import validate_aggregate
 
     job = AggJob()
     head = (
         f"sliding-window {job.aggregate.upper()} of the sensor speeds with HPM (DAGs aggregate_stream + "
-        f"late_repair): window {job.size_us / 1e6:g} s, slide {job.slide_us / 1e6:g} s, "
+        f"late_repair): window {job.window_us / 1e6:g} s, slide {job.slide_us / 1e6:g} s, "
         f"(ε, δ) = ({job.eps}, {job.delta}), K from the {job.controller} controller, "
         f"Γ {job.gamma_us / 1e6:g} s"
     )
@@ -255,7 +257,9 @@ def aggregates(run: MainRun) -> dict[str, Any]:
     # the stream is over: repair what is still pending, so every window is exact
     final = repair(spark, settings, source, job, force=True)
     log.info("%s", final.line())
-    suites = _verdicts(lambda: validate(spark, settings, source, job, fail=False, run_name=run_name))
+    suites = _verdicts(
+        lambda: validate_aggregate(spark, settings, source, job, fail=False, run_name=run_name)
+    )
     return {"intervals": intervals, "final_repair": final, "suites": suites}
 
 
@@ -263,7 +267,7 @@ def theta(run: MainRun) -> dict[str, Any]:
     """Step 8: a θ-join backfill over the replay's whole event-time range, and its completeness check."""
     spark, settings, source, run_name = run.spark, run.settings, run.source, run.run_name
     from outoforder.stages.theta.backfill import event_range, run_interval
-    from outoforder.stages.theta.validate import validate
+    from outoforder.stages.theta.validate import validate_theta
 
     job = ThetaJob()
     first, last = event_range(spark, settings, source)
@@ -276,7 +280,7 @@ def theta(run: MainRun) -> dict[str, Any]:
     )
     summary = run_interval(spark, settings, source, job, start, end)
     log.info("%s", summary.line())
-    suites = validate(spark, settings, source, job, start, end, sample=2, run_name=run_name)
+    suites = validate_theta(spark, settings, source, job, start, end, sample=2, run_name=run_name)
     return {"backfill": summary, "suites": suites}
 
 
@@ -284,14 +288,14 @@ def topk(run: MainRun) -> dict[str, Any]:
     """Step 9: continuous top-k of the players' speeds with the adaptive cache duration."""
     spark, settings, source, run_name = run.spark, run.settings, run.source, run.run_name
     from outoforder.stages.topk.stream import TopKStream
-    from outoforder.stages.topk.validate import validate
+    from outoforder.stages.topk.validate import validate_topk
 
     job = TOPK_JOB
     head = (
         f"continuous top-{job.k} of the players' speeds (DAG topk_stream): windows "
-        f"{job.window_us / 1e6:g} s sliding by {job.slide_us / 1e6:g} s, cache K {job.initial_us / 1e6:g} s "
-        f"initially, adapted for ε_min {job.eps_min} (m {job.m}, n {job.n})"
+        f"{job.window_us / 1e6:g} s sliding by {job.slide_us / 1e6:g} s, cache K "
+        f"{job.initial_cache_us / 1e6:g} s initially, adapted for ε_min {job.eps_min} (m {job.m}, n {job.n})"
     )
     intervals = _catch_up("topk", TopKStream(spark, settings, source, job), head)
-    suites = _verdicts(lambda: validate(spark, settings, source, job, fail=False, run_name=run_name))
+    suites = _verdicts(lambda: validate_topk(spark, settings, source, job, fail=False, run_name=run_name))
     return {"intervals": intervals, "suites": suites}

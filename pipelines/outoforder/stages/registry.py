@@ -180,3 +180,17 @@ def stage(name: str) -> Stage:
 def steps() -> tuple[Step, ...]:
     """The main job's steps, in order."""
     return tuple(step for op in operators() for step in op.steps)
+
+
+def markdown_table() -> str:
+    """Every stage as a Markdown table: operator, stage, job, what it reads and writes, what it does.
+
+    ``docs/architecture.md`` holds this table; ``python -m outoforder.stages stages --markdown`` prints it.
+    """
+    rows = ["| operator | stage | job | reads | writes | what it does |", "|---|---|---|---|---|---|"]
+    for op in operators():
+        for s in op.stages:
+            job = s.job.__name__ if s.job is not None else ""
+            reads, writes = (", ".join(f"`{t}`" for t in ts) for ts in (s.reads, s.writes))
+            rows.append(f"| {op.name} | `{s.name}` | {job} | {reads} | {writes} | {s.help} |")
+    return "\n".join(rows) + "\n"

@@ -5,12 +5,12 @@ recall target; an aggregate and its (ε, δ); ...). Each kind of job is a frozen
 from :class:`Job` whose fields are declared with :func:`param`: name, type (the annotation),
 default, unit, help, bounds, and whether the field identifies the job. Everything else is derived:
 
-- the command line options (:func:`add_options`): ``window_us`` with unit ``ms`` is ``--window-ms``,
-  given in milliseconds and stored in microseconds;
+- the command line options (:func:`add_options`): ``window_us`` with unit ``s`` is ``--window-s``,
+  given in seconds (every duration at the interface is) and stored in microseconds (inside);
 - the Airflow DAG Params (:func:`dag_params`: plain JSON-schema keyword arguments for
   ``airflow.sdk.Param``) and the stage arguments a DAG passes (:func:`stage_args`);
 - validation of every value against its bounds and choices (:meth:`Job.__post_init__`), with an
-  error that names the option;
+  error that names the option; an option's former name fails, naming the new one;
 - the job id (:meth:`Job.job_id`): a digest of the identifying fields, so two jobs that differ only
   in how they run (a θ-join method, a repair's Γ) share their tables.
 
@@ -20,18 +20,22 @@ Standard library only: DAG files import the job declarations when Airflow parses
 >>> @dataclass(frozen=True)
 ... class Toy(Job):
 ...     PREFIX = "ty"
-...     window_us: int = param(500_000, unit="ms", help="window size", minimum=0)
+...     window_us: int = param(500_000, unit="s", help="window size", minimum=0, formerly=("window_ms",))
 ...     streams: tuple[str, ...] = param(("a", "b"), help="streams (comma-separated)")
 >>> [o.flag for o in Toy.options()]
-['--window-ms', '--streams']
->>> Toy.from_options({"window_ms": "250", "streams": "c"})
+['--window-s', '--streams']
+>>> Toy.from_options({"window_s": "0.25", "streams": "c"})
 Toy(window_us=250000, streams=('c',))
 >>> Toy().option_values()
-{'window_ms': 500.0, 'streams': 'a,b'}
+{'window_s': 0.5, 'streams': 'a,b'}
 >>> Toy(window_us=-1)
 Traceback (most recent call last):
 ...
-outoforder.errors.ConfigError: --window-ms must be >= 0, got -0.001
+outoforder.errors.ConfigError: --window-s must be >= 0, got -1e-06
+>>> Toy.from_options({"window_ms": 250})
+Traceback (most recent call last):
+...
+outoforder.errors.ConfigError: window_ms is now window_s (in seconds)
 """
 
 from __future__ import annotations
@@ -66,6 +70,9 @@ class ParamSpec:
     maximum: float | None = None
     exclusive_minimum: float | None = None
     exclusive_maximum: float | None = None
+    formerly: tuple[str, ...] = ()  # option names it had: refused, naming this one
+    key: str = ""  # its key in the job id's digest; "" = the field's name
+    renamed: tuple[tuple[str, str], ...] = ()  # (old, new) choice values: the old refused, naming the new
 
 
 def param(
@@ -80,16 +87,25 @@ def param(
     maximum: float | None = None,
     above: float | None = None,
     below: float | None = None,
+    formerly: Sequence[str] = (),
+    key: str = "",
+    renamed: Mapping[str, str] | None = None,
 ) -> Any:
     """Declare a job field: its default (in the field's units: µs for a unit of ms or s) and the rest.
 
     ``option=None`` keeps a field out of the CLI and the DAGs (a constant that still identifies the
-    job); ``above``/``below`` are exclusive bounds; bounds are in the option's unit.
+    job); ``above``/``below`` are exclusive bounds; bounds are in the option's unit. ``formerly``
+    lists option names it had (``window_ms``): given, they fail naming the new one. ``key`` keeps a
+    renamed field's place in the job id (so the jobs in existing tables keep their ids);
+    ``renamed`` maps old choice values to new ones, refused the same way.
     """
     if unit and unit not in UNITS:
         msg = f"unknown unit {unit!r} (known: {', '.join(UNITS)})"
         raise ConfigError(msg)
-    spec = ParamSpec(help, unit, option, identifies, tuple(choices), minimum, maximum, above, below)
+    spec = ParamSpec(
+        help, unit, option, identifies, tuple(choices), minimum, maximum, above, below,
+        tuple(formerly), key, tuple((renamed or {}).items()),
+    )  # fmt: skip
     return dataclasses.field(default=default, metadata={_META: spec})
 
 
@@ -109,6 +125,10 @@ class Option:
     def flag(self) -> str:
         """The command-line flag."""
         return "--" + self.name.replace("_", "-")
+
+    def unit_words(self) -> str:
+        """`` (in seconds)`` for an option with a unit, else nothing."""
+        return {"s": " (in seconds)", "ms": " (in milliseconds)"}.get(self.spec.unit, "")
 
     def parse(self, text: str) -> Any:
         """A command-line (or templated DAG) value in the option's unit; "" or "None" is None if optional."""
@@ -170,6 +190,10 @@ class Option:
         s = self.spec
         if value is None:
             return
+        new = dict(s.renamed).get(value) if isinstance(value, str) else None
+        if new is not None:
+            msg = f"{self.flag} {value!r} is now called {new!r}"
+            raise ConfigError(msg)
         if s.choices and value not in s.choices:
             msg = f"{self.flag} must be one of {', '.join(s.choices)}, got {value!r}"
             raise ConfigError(msg)
@@ -262,8 +286,13 @@ class Job:
     def from_options(cls, values: Mapping[str, Any], base: Self | None = None) -> Self:
         """The job from option values (CLI namespace or DAG params; missing ones from ``base`` or defaults).
 
-        Keys that are not options of this job are ignored (a namespace carries the stage's too).
+        Keys that are not options of this job are ignored (a namespace carries the stage's too),
+        but an option's former name fails, naming the new one.
         """
+        for key in values:
+            renamed = cls.renamed_option(key)
+            if renamed is not None:
+                raise ConfigError(renamed)
         fields: dict[str, Any] = {}
         for o in cls.options():
             if o.name in values:
@@ -272,13 +301,25 @@ class Job:
                 fields[o.field] = getattr(base, o.field)
         return cls(**fields)
 
+    @classmethod
+    def renamed_option(cls, name: str) -> str | None:
+        """What to say when ``name`` (``window_ms`` or ``--window-ms``) is a former option name; else None."""
+        bare = name.removeprefix("--").replace("-", "_")
+        for o in cls.options():
+            if bare in o.spec.formerly:
+                old = "--" + bare.replace("_", "-") if name.startswith("--") else bare
+                new = o.flag if name.startswith("--") else o.name
+                return f"{old} is now {new}{o.unit_words()}"
+        return None
+
     def option_values(self) -> dict[str, Any]:
         """Option name -> value in the option's unit (the DAG Params' defaults)."""
         return {o.name: o.to_option(getattr(self, o.field)) for o in self.options()}
 
     def identity(self) -> dict[str, Any]:
         """The fields that identify the job (those declared with ``identifies=True``)."""
-        return {o.field: getattr(self, o.field) for o in _all_options(type(self)) if o.spec.identifies}
+        options = _all_options(type(self))
+        return {o.spec.key or o.field: getattr(self, o.field) for o in options if o.spec.identifies}
 
     def job_id(self) -> str:
         """A short stable id: the prefix and a digest of :meth:`identity`."""
@@ -326,6 +367,24 @@ def add_options(
             default=default,
             help=f"{o.spec.help}{unit}{among} [default: {shown}]",
         )
+        for old in o.spec.formerly:  # refused with the new name, not as an unknown option
+            flag = "--" + old.replace("_", "-")
+            said = job.renamed_option(flag)
+            parser.add_argument(
+                flag,
+                action=_Renamed,
+                nargs="?",
+                default=argparse.SUPPRESS,
+                help=argparse.SUPPRESS,
+                metavar=said,
+            )
+
+
+class _Renamed(argparse.Action):
+    """A former option name: a usage error that names the option it became (held in ``metavar``)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        parser.error(str(self.metavar))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -385,7 +444,7 @@ def dag_params(
 
 
 def stage_args(job: type[Job], settings: Sequence[Setting] = (SOURCE,)) -> list[str]:
-    """The templated arguments that pass a DAG's Params to a stage: ``--window-ms {{ params.window_ms }}``."""
+    """The templated arguments that pass a DAG's Params to a stage: ``--window-s {{ params.window_s }}``."""
     out: list[str] = []
     for s in settings:
         out += [s.flag, f"{{{{ params.{s.name} }}}}"]

@@ -135,7 +135,10 @@ def test_snapshot_and_restore_resume_the_same_decisions():
     first = ContinuousTopK(query, LatenessController(s))
     got = run(first, range(cut))
     snap = json.loads(json.dumps({"op": first.snapshot(), "cache": first.cache.snapshot()}))  # type: ignore[attr-defined]
-    second = ContinuousTopK.restore(query, LatenessController.restore(s, snap["cache"]), snap["op"])
+    cache = LatenessController(s)
+    cache.restore(snap["cache"])
+    second = ContinuousTopK(query, cache)
+    second.restore(snap["op"])
     got += run(second, range(cut, ts.size))
     assert got == want
     assert first.decisions + second.decisions == whole.decisions

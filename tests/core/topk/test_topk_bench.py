@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from outoforder.bench import topk as bench
+from benchmarks import topk as bench
 from outoforder.core.topk.reference import exact_topk, hindsight_cache
 
 

@@ -91,7 +91,8 @@ def test_seed_example_then_moves_and_the_smallest_step():
     fresh.observe([1, 1, 1])
     d = fresh.observe([1, 1, 1])  # from (0, 4.5]: the answer is in (0, 1.5]
     assert d.move == "narrow" and (d.k_down_us, d.k_up_us) == (0.0, 1.5e6)
-    again = CacheDurationController.restore(s, c.snapshot())
+    again = CacheDurationController(s)
+    again.restore(c.snapshot())
     assert again.snapshot() == c.snapshot() and again.candidates() == c.candidates()
 
 
@@ -101,7 +102,7 @@ def test_bad_input_fails_clearly():
     with pytest.raises(ConfigError):
         CacheDurationController(CacheSettings(m=3)).observe([1.0])
     with pytest.raises(StateError):
-        CacheDurationController.restore(CacheSettings(), {"k_up_us": 1})
+        CacheDurationController(CacheSettings()).restore({"k_up_us": 1})
     with pytest.raises(ConfigError):
         topk_at_cache(np.array([1]), np.array([1.0]), np.array([0]), W, 0, 0)
     with pytest.raises(ConfigError):
@@ -160,8 +161,8 @@ def test_sma_and_naive_recompute_emit_what_the_set_form_says(baseline, data, k, 
     want = {w: v for w, v in topk_at_cache(ts, score, tid, W, k, cache).items() if v}
     op, got = baseline(W, k, cache), {}
     for x, s, t in zip(ts.tolist(), score.tolist(), tid.tolist(), strict=True):
-        got.update(dict(op.process(x, s, t)))
-    got.update(dict(op.flush()))
+        got.update(dict(op.arrive(x, s, t)))
+    got.update(dict(op.close()))
     assert got == want
 
 
@@ -203,7 +204,10 @@ def test_snapshot_and_restore_mid_stream_change_nothing(seed, cut):
     first = ContinuousTopK(q, CacheDurationController(s))
     got = run(first, order[:m].tolist())
     snap = json.loads(json.dumps({"op": first.snapshot(), "cache": first.cache.snapshot()}))
-    second = ContinuousTopK.restore(q, CacheDurationController.restore(s, snap["cache"]), snap["op"])
+    cache = CacheDurationController(s)
+    cache.restore(snap["cache"])
+    second = ContinuousTopK(q, cache)
+    second.restore(snap["op"])
     got += run(second, order[m:].tolist()) + second.flush()
     assert got == want
     assert first.decisions + second.decisions == whole.decisions
@@ -211,4 +215,4 @@ def test_snapshot_and_restore_mid_stream_change_nothing(seed, cut):
 
 def test_restore_rejects_a_foreign_snapshot():
     with pytest.raises(StateError):
-        ContinuousTopK.restore(TopKQuery(W), FixedCache(0), {"progress": 1})
+        ContinuousTopK(TopKQuery(W), FixedCache(0)).restore({"progress": 1})

@@ -1,6 +1,6 @@
 """The aggregate benchmark's hindsight constant K: the smallest meeting (ε, δ), as the reference runs it."""
 
-from outoforder.bench import aggregate as bench
+from benchmarks import aggregate as bench
 
 
 def test_the_hindsight_constant_k_is_the_smallest_meeting_the_target_and_the_reference_agrees():

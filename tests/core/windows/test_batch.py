@@ -27,7 +27,8 @@ from outoforder.core.windows.batch import (
     scan_summary,
     window_step,
 )
-from outoforder.core.windows.buffered import BufferedRun, WindowQuery, buffered_reference
+from outoforder.core.windows.buffered import BufferedRun, WindowQuery
+from outoforder.core.windows.hpm import buffered_reference
 from outoforder.core.windows.lateness import Profiles, bucket_of
 from outoforder.core.windows.slack import FixedSlack, HPMSlack, LatenessSlack, MaxDelaySlack
 from tests.core.windows.test_buffered import AGGS, MODELS, assert_same, make_stream

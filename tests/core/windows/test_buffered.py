@@ -12,9 +12,9 @@ from outoforder.core.windows.buffered import (
     BufferedRun,
     WindowQuery,
     arrival_delays,
-    buffered_reference,
     buffered_set,
 )
+from outoforder.core.windows.hpm import buffered_reference
 from outoforder.core.windows.quality import emission_errors, lambda_threshold, rank_error, relative_error
 from outoforder.core.windows.repair import exact_share_over_time, ledger_batches, repair_history
 from outoforder.core.windows.slack import AQSlack, FixedSlack, HPMSlack, LatenessSlack, MaxDelaySlack

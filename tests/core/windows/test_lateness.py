@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from outoforder.core.joins.progress import NEG, previous, running_max
 from outoforder.core.windows.assign import Windows
-from outoforder.core.windows.buffered import WindowQuery, buffered_reference
+from outoforder.core.windows.buffered import WindowQuery
+from outoforder.core.windows.hpm import buffered_reference
 from outoforder.core.windows.lateness import EDGES, bucket_of, coverage_at, needed_slacks, profiles
 from outoforder.core.windows.quality import relative_error
 from outoforder.core.windows.slack import LatenessSlack

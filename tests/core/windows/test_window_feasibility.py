@@ -5,8 +5,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from outoforder.core.windows.assign import Windows
-from outoforder.core.windows.buffered import WindowQuery, buffered_reference
+from outoforder.core.windows.buffered import WindowQuery
 from outoforder.core.windows.feasibility import window_needs, window_verdicts
+from outoforder.core.windows.hpm import buffered_reference
 from outoforder.core.windows.quality import emission_errors
 from outoforder.core.windows.slack import FixedSlack
 from outoforder.sources.disorder import inject

@@ -120,8 +120,7 @@ SAMPLE_PER_PARTITION = 4  # quantile points per partition, to see skew and heavy
 SKEWED = 2.0  # an equal-width partition expected to hold more than this many times its share
 # A partition pair is joined by one task in memory, at a cost in proportion to its rows: fewer,
 # larger partitions cost less than many small ones (each pair, and each Spark job, has a fixed
-# cost of a tenth of a second or more on a small machine: on 2 cores one task joined 200k × 200k
-# uniform band rows faster than 4 or 8 pairs did), down to these.
+# cost of a tenth of a second or more on a small machine; docs/benchmarks/theta.md), down to these.
 ROWS_PER_PARTITION = 200_000  # rows of both sides
 OUTPUT_PER_ROW = 16  # a full pair of an inequality join may output this many rows per input row
 

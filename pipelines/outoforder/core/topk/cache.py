@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -143,13 +143,12 @@ class CacheDurationController:
         """Everything needed to resume (JSON-able)."""
         return {"k_down_us": self.k_down_us, "k_up_us": self.k_up_us, "pending": self.pending}
 
-    @classmethod
-    def restore(cls, settings: CacheSettings, snap: dict[str, Any]) -> CacheDurationController:
-        """The controller a :meth:`snapshot` was taken from."""
+    def restore(self, snap: Mapping[str, Any]) -> None:
+        """Load a :meth:`snapshot` of a controller with the same settings."""
         try:
-            return cls(
-                settings, float(snap["k_down_us"]), float(snap["k_up_us"]), [list(p) for p in snap["pending"]]
-            )
+            k_down, k_up = float(snap["k_down_us"]), float(snap["k_up_us"])
+            self.pending = [list(p) for p in snap["pending"]]
+            self.k_down_us, self.k_up_us = k_down, k_up
         except (KeyError, TypeError, ValueError) as e:
             msg = f"not a cache-duration snapshot: {snap!r}"
             raise StateError(msg) from e
@@ -310,13 +309,19 @@ class LatenessController:
             "since": self.since,
         }
 
-    @classmethod
-    def restore(cls, settings: LatenessSettings, snap: dict[str, Any]) -> LatenessController:
-        """The controller a :meth:`snapshot` was taken from."""
+    def restore(self, snap: Mapping[str, Any]) -> None:
+        """Load a :meth:`snapshot` of a controller with the same settings."""
         try:
-            settled = deque(([float(x) for x in p] for p in snap["settled"]), maxlen=settings.n)
+            settled = deque(([float(x) for x in p] for p in snap["settled"]), maxlen=self.settings.n)
             k, now, since = float(snap["k_min_us"]), float(snap["k_now_us"]), int(snap["since"])
-            return cls(settings, k, settled, now, float(snap["reach_now"]), since)
+            reach = float(snap["reach_now"])
+            self.k_min_us, self.settled, self.k_now_us, self.reach_now, self.since = (
+                k,
+                settled,
+                now,
+                reach,
+                since,
+            )
         except (KeyError, TypeError, ValueError) as e:
             msg = f"not a lateness-controller snapshot: {snap!r}"
             raise StateError(msg) from e

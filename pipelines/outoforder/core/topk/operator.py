@@ -393,11 +393,11 @@ class ContinuousTopK:
             "empty": [list(r) for r in self.empty],
         }
 
-    @classmethod
-    def restore(cls, query: TopKQuery, cache: CachePolicy, snap: dict[str, Any]) -> ContinuousTopK:
-        """The operator a :meth:`snapshot` was taken from, with ``cache`` restored by the caller."""
+    def restore(self, snap: Mapping[str, Any]) -> None:
+        """Load a :meth:`snapshot` into this operator (its cache policy is restored by the caller)."""
+        query, cache = self.query, self.cache
         try:
-            op = cls(query, cache)
+            op = ContinuousTopK(query, cache)
             op.progress = -math.inf if snap["progress"] is None else float(snap["progress"])
             op.index, op.next_emit = int(snap["index"]), int(snap["next_emit"])
             op.open = {int(w): [(float(a), int(b)) for a, b in top] for w, top in snap["open"]}
@@ -422,7 +422,7 @@ class ContinuousTopK:
         except (KeyError, TypeError, ValueError) as e:
             msg = f"not a top-k operator snapshot ({type(e).__name__}: {e})"
             raise StateError(msg) from e
-        return op
+        self.__dict__.update(op.__dict__)  # all or nothing: a bad snapshot leaves this one as it was
 
     def flush(self) -> list[Emission]:
         """End of stream: emit every open window with what it has."""
@@ -467,15 +467,16 @@ class TopK:
         self.op = ContinuousTopK(query, self._policy(None))
 
     def _policy(self, snap: Mapping[str, Any] | None) -> CachePolicy:
-        if isinstance(self.cache, LatenessSettings):
-            if snap is None:
-                return LatenessController(self.cache)
-            return LatenessController.restore(self.cache, dict(snap))
-        if not isinstance(self.cache, CacheSettings):
+        if not isinstance(self.cache, LatenessSettings | CacheSettings):
             return FixedCache(float(self.cache))
-        if snap is None:
-            return CacheDurationController(self.cache)
-        return CacheDurationController.restore(self.cache, dict(snap))
+        policy = (
+            LatenessController(self.cache)
+            if isinstance(self.cache, LatenessSettings)
+            else CacheDurationController(self.cache)
+        )
+        if snap is not None:
+            policy.restore(snap)
+        return policy
 
     def process(self, batch: Sequence[Arrival]) -> TopKOutput:
         """Rank each arrival into its open windows; windows emitted, late memberships, windows settled."""
@@ -513,4 +514,6 @@ class TopK:
         except (KeyError, TypeError, AttributeError) as e:
             msg = f"not a top-k snapshot ({type(e).__name__}: {e})"
             raise StateError(msg) from e
-        self.op = ContinuousTopK.restore(self.query, self._policy(cache), operator)
+        op = ContinuousTopK(self.query, self._policy(cache))
+        op.restore(operator)
+        self.op = op

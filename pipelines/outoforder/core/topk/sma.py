@@ -13,19 +13,19 @@ does not dominate that candidate in the candidate's older windows: dominance is 
 holds for every open window of the candidate, at the dominator's arrival (counts are not revised
 when windows close later, so the skyband may keep more tuples than needed, never fewer).
 
+>>> from outoforder.core.protocol import Arrival
 >>> from outoforder.core.windows.assign import Windows
 >>> op = SkybandTopK(Windows(10, 10), k=1, cache_us=0)
->>> [op.process(ts, s, i) for i, (ts, s) in enumerate([(1, 1.0), (3, 7.0), (12, 2.0)])][-1]
-[(0, [1])]
+>>> op.process([Arrival(i, ts, s) for i, (ts, s) in enumerate([(1, 1.0), (3, 7.0), (12, 2.0)])]).emitted
+[Ranked(window_id=0, tids=(1,))]
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
+from typing import Any
 
-from outoforder.core.windows.assign import Windows
-from outoforder.errors import ConfigError
+from outoforder.core.topk.naive import TupleTopK
 
 
 @dataclass
@@ -38,21 +38,16 @@ class _Member:
 
 
 @dataclass
-class SkybandTopK:
-    """SMA with a fixed cache duration; :meth:`process` returns ``(window id, tids)`` emissions."""
+class SkybandTopK(TupleTopK):
+    """SMA with a fixed cache duration."""
 
-    windows: Windows
-    k: int
-    cache_us: float = 0.0
-    progress: float = -math.inf
-    next_emit: int = -(2**62)
     members: list[_Member] = field(default_factory=list)
-    seen_windows: set[int] = field(default_factory=set)
 
-    def __post_init__(self) -> None:
-        if self.k < 1 or self.cache_us < 0:
-            msg = f"need k >= 1 and a cache duration >= 0, got k={self.k}, cache={self.cache_us}"
-            raise ConfigError(msg)
+    def _members(self) -> list[list[Any]]:
+        return [[m.score, m.tid, m.first, m.last, m.dominated] for m in self.members]
+
+    def _load(self, members: list[list[Any]]) -> None:
+        self.members = [_Member(float(s), int(t), int(f), int(la), int(d)) for s, t, f, la, d in members]
 
     def _emit_due(self, last_due: int | None = None) -> list[tuple[int, list[int]]]:
         w = self.windows
@@ -68,7 +63,7 @@ class SkybandTopK:
         self.members = [m for m in self.members if m.last >= self.next_emit]  # expired: gone
         return out
 
-    def process(self, ts: int, score: float, tid: int) -> list[tuple[int, list[int]]]:
+    def arrive(self, ts: int, score: float, tid: int) -> list[tuple[int, list[int]]]:
         """One arrival: emit what is due before it, then add it to the skyband."""
         self.progress = max(self.progress, ts)
         out = self._emit_due()
@@ -91,7 +86,7 @@ class SkybandTopK:
         self.members = keep
         return out
 
-    def flush(self) -> list[tuple[int, list[int]]]:
+    def close(self) -> list[tuple[int, list[int]]]:
         """End of stream: emit every window still open."""
         return self._emit_due(max(self.seen_windows, default=self.next_emit))
 

@@ -36,6 +36,7 @@ from outoforder.core.windows.aggregate import grouped_aggregates
 from outoforder.core.windows.assign import Windows
 from outoforder.core.windows.lateness import Profiles, bucket_of, needed_slacks, profiles
 from outoforder.core.windows.quality import lambda_threshold, received_cv
+from outoforder.errors import ConfigError
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -62,7 +63,7 @@ def slack_of(k: IntArray, rule: str | int | float, given: IntArray | None = None
     if rule == "column":
         if given is None:
             msg = "rule 'column' needs the given K per arrival"
-            raise ValueError(msg)
+            raise ConfigError(msg)
         return np.asarray(given, dtype=np.int64)
     if rule == "max-delay":
         return k

@@ -3,9 +3,9 @@
 Tuple at a time (the reference) and set at a time (given the buffer schedule), over one stream.
 
 The operator's semantics, tuple at a time, are those of :class:`outoforder.core.windows.hpm.HPM`
-(its module docstring lists them step by step); :func:`buffered_reference` drives it over a
-whole input, optionally with control points (the policy sees observations only at those arrivals,
-the end of each micro-batch: how the pipeline's per-interval stage runs).
+(its module docstring lists them step by step); :func:`~outoforder.core.windows.hpm.buffered_reference`
+drives it over a whole input, optionally with control points (the policy sees observations only
+at those arrivals, the end of each micro-batch: how the pipeline's per-interval stage runs).
 
 Set form (:func:`buffered_set`): given ``K`` per arrival, everything is a prefix maximum and a
 search: ``C(i)`` is the running max of ``t_max(i) − K(i)``; window ``w`` closes at the first
@@ -13,6 +13,7 @@ search: ``C(i)`` is the running max of ``t_max(i) − K(i)``; window ``w`` close
 observed at the first ``i`` with ``C(i) >= end_w + H``, counting late members ``j`` up to it.
 
 >>> from outoforder.core.windows.assign import Windows
+>>> from outoforder.core.windows.hpm import buffered_reference
 >>> from outoforder.core.windows.slack import FixedSlack
 >>> q = WindowQuery(Windows(100, 50), "sum", coverage_horizon_us=100)
 >>> run = buffered_reference([10, 60, 160, 30, 400], [1.0, 2.0, 4.0, 8.0, 16.0], q, FixedSlack(20))
@@ -26,8 +27,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import pairwise
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -37,7 +36,6 @@ from outoforder.core.windows.aggregate import grouped_aggregates, reference_aggr
 from outoforder.core.windows.assign import Windows
 from outoforder.core.windows.lateness import bucket_of, needed_slacks, profiles
 from outoforder.core.windows.quality import check_target, lambda_threshold, received_cv
-from outoforder.core.windows.slack import SlackPolicy
 from outoforder.errors import ConfigError
 
 IntArray = npt.NDArray[np.int64]
@@ -108,66 +106,6 @@ def threshold(query: WindowQuery, vals: Sequence[float]) -> float:
     return float(lambda_threshold(query.aggregate, query.eps, query.delta, count, cv)[0])
 
 
-def buffered_reference(
-    ts: Sequence[int] | IntArray,
-    values: Sequence[float] | FloatArray,
-    query: WindowQuery,
-    policy: SlackPolicy,
-    control_points: Sequence[int] | None = None,
-    flush: bool = True,
-) -> BufferedRun:
-    """The operator, literally, one arrival at a time (tuples in arrival order).
-
-    Drives :class:`~outoforder.core.windows.hpm.HPM` (the arrival index is the tuple id): with
-    ``control_points``, one batch per control point, the policy seeing each batch's observations
-    at its end, as the pipeline's per-interval stage runs it.
-    """
-    from outoforder.core.protocol import Arrival
-    from outoforder.core.windows.hpm import HPM
-
-    arrivals = [Arrival(i, int(t), float(v)) for i, (t, v) in enumerate(zip(ts, values, strict=True))]
-    n = len(arrivals)
-    op = HPM(query, policy, control="arrival" if control_points is None else "batch")
-    cuts = [0, n] if control_points is None else sorted({0, n, *(c for c in control_points if 0 < c <= n)})
-    outputs = []
-    for lo, hi in pairwise(cuts):
-        # arrivals after the last control point: their observations wait for a point that never comes
-        last = control_points is not None and hi == n and n not in control_points
-        outputs.append(op.feed(arrivals[lo:hi], control=not last))
-    if flush:
-        outputs.append(op.flush())
-    out: dict[str, list[float]] = {key: [] for key in BufferedRun.__dataclass_fields__}
-    for o in outputs:
-        for e in o.emitted:
-            out["window_ids"].append(e.window_id)
-            out["values"].append(e.value)
-            out["received"].append(e.received)
-            out["emitted_at"].append(e.emitted_at)
-            out["slack_at_close"].append(e.slack_us)
-            out["lag_us"].append(e.lag_us)
-            out["lambda_thr"].append(e.lambda_thr)
-        for late in o.late:
-            out["late_arrival"].append(late.id)
-            out["late_window"].append(late.window if late.window is not None else 0)
-        for ob in o.observations:
-            out["obs_window"].append(ob.window_id)
-            out["obs_at"].append(ob.at)
-            out["obs_received"].append(ob.received)
-            out["obs_late"].append(ob.late)
-            out["obs_lambda_thr"].append(ob.lambda_thr)
-            out["obs_needed_us"].append(ob.needed_us)
-        out["slack"] += o.slack
-    return _as_run(out)
-
-
-def _as_run(out: dict[str, list[float]]) -> BufferedRun:
-    floats = {"values", "lambda_thr", "obs_lambda_thr"}
-    arrays: dict[str, Any] = {
-        key: np.asarray(val, dtype=np.float64 if key in floats else np.int64) for key, val in out.items()
-    }
-    return BufferedRun(**arrays)
-
-
 def arrival_state(ts: IntArray, slack: IntArray) -> tuple[IntArray, IntArray]:
     """(t_max(i), C(i)) after each arrival, given K(i)."""
     t_max = running_max(np.asarray(ts, dtype=np.int64))
@@ -189,7 +127,8 @@ def buffered_set(
 ) -> BufferedRun:
     """The operator's outputs, set at a time, given the K in force after each arrival.
 
-    Equal to :func:`buffered_reference` run with any policy whose K per arrival was ``slack``.
+    Equal to :func:`~outoforder.core.windows.hpm.buffered_reference` run with any policy whose K per
+    arrival was ``slack``.
     """
     w = query.windows
     ts_a = np.asarray(ts, dtype=np.int64)

@@ -56,6 +56,7 @@ import heapq
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any, Literal
 
 import numpy as np
@@ -63,7 +64,7 @@ import numpy as np
 from outoforder.core.joins.progress import NEG
 from outoforder.core.protocol import Arrival, Late, Output
 from outoforder.core.windows.aggregate import reference_aggregate
-from outoforder.core.windows.buffered import WindowQuery, threshold
+from outoforder.core.windows.buffered import BufferedRun, FloatArray, IntArray, WindowQuery, threshold
 from outoforder.core.windows.lateness import EDGES, Profiles, needed_slacks, profiles
 from outoforder.core.windows.slack import HPMSlack, SlackPolicy
 from outoforder.errors import ConfigError, StateError
@@ -322,3 +323,60 @@ class HPM:
         out.emitted.append(WindowResult(wid, value, len(vals), at, slack, self.t_max - end, lam))
         self.watched[wid] = [len(vals), 0, lam]
         heapq.heappush(self._watch_heap, wid)
+
+
+def buffered_reference(
+    ts: Sequence[int] | IntArray,
+    values: Sequence[float] | FloatArray,
+    query: WindowQuery,
+    policy: SlackPolicy,
+    control_points: Sequence[int] | None = None,
+    flush: bool = True,
+) -> BufferedRun:
+    """The operator, literally, one arrival at a time (tuples in arrival order).
+
+    Drives :class:`HPM` (the arrival index is the tuple id): with
+    ``control_points``, one batch per control point, the policy seeing each batch's observations
+    at its end, as the pipeline's per-interval stage runs it.
+    """
+    arrivals = [Arrival(i, int(t), float(v)) for i, (t, v) in enumerate(zip(ts, values, strict=True))]
+    n = len(arrivals)
+    op = HPM(query, policy, control="arrival" if control_points is None else "batch")
+    cuts = [0, n] if control_points is None else sorted({0, n, *(c for c in control_points if 0 < c <= n)})
+    outputs = []
+    for lo, hi in pairwise(cuts):
+        # arrivals after the last control point: their observations wait for a point that never comes
+        last = control_points is not None and hi == n and n not in control_points
+        outputs.append(op.feed(arrivals[lo:hi], control=not last))
+    if flush:
+        outputs.append(op.flush())
+    out: dict[str, list[float]] = {key: [] for key in BufferedRun.__dataclass_fields__}
+    for o in outputs:
+        for e in o.emitted:
+            out["window_ids"].append(e.window_id)
+            out["values"].append(e.value)
+            out["received"].append(e.received)
+            out["emitted_at"].append(e.emitted_at)
+            out["slack_at_close"].append(e.slack_us)
+            out["lag_us"].append(e.lag_us)
+            out["lambda_thr"].append(e.lambda_thr)
+        for late in o.late:
+            out["late_arrival"].append(late.id)
+            out["late_window"].append(late.window if late.window is not None else 0)
+        for ob in o.observations:
+            out["obs_window"].append(ob.window_id)
+            out["obs_at"].append(ob.at)
+            out["obs_received"].append(ob.received)
+            out["obs_late"].append(ob.late)
+            out["obs_lambda_thr"].append(ob.lambda_thr)
+            out["obs_needed_us"].append(ob.needed_us)
+        out["slack"] += o.slack
+    return _as_run(out)
+
+
+def _as_run(out: dict[str, list[float]]) -> BufferedRun:
+    floats = {"values", "lambda_thr", "obs_lambda_thr"}
+    arrays: dict[str, Any] = {
+        key: np.asarray(val, dtype=np.float64 if key in floats else np.int64) for key, val in out.items()
+    }
+    return BufferedRun(**arrays)

@@ -32,7 +32,7 @@ persist between micro-batches, and ``restore`` loads it into a policy built from
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import InitVar, dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -74,7 +74,7 @@ class SlackPolicy(Protocol):
         """The state to persist (JSON-serialisable)."""
         ...
 
-    def restore(self, snapshot: dict[str, Any]) -> None:
+    def restore(self, snapshot: Mapping[str, Any]) -> None:
         """Load a :meth:`snapshot` of a policy with the same settings."""
         ...
 
@@ -104,7 +104,7 @@ class FixedSlack:
         """See :class:`SlackPolicy`."""
         return {"policy": self.name, "k_us": self.k_us}
 
-    def restore(self, snapshot: dict[str, Any]) -> None:
+    def restore(self, snapshot: Mapping[str, Any]) -> None:
         """Nothing changes: K is a setting."""
 
 
@@ -132,7 +132,7 @@ class MaxDelaySlack:
         """See :class:`SlackPolicy`."""
         return {"policy": self.name}
 
-    def restore(self, snapshot: dict[str, Any]) -> None:
+    def restore(self, snapshot: Mapping[str, Any]) -> None:
         """Nothing to load: the operator tracks the largest delay."""
 
 
@@ -167,7 +167,7 @@ class HPMSlack:
         """See :class:`SlackPolicy`."""
         return {"policy": self.name, "alpha": self.state.alpha, "last_error": self.state.last_error}
 
-    def restore(self, snapshot: dict[str, Any]) -> None:
+    def restore(self, snapshot: Mapping[str, Any]) -> None:
         """See :class:`SlackPolicy`."""
         err = snapshot["last_error"]
         self.state = PDState(float(snapshot["alpha"]), None if err is None else float(err))
@@ -217,7 +217,7 @@ class RecentHPMSlack(HPMSlack):
         """The controller's state, and the recent peaks."""
         return {**super().snapshot(), "seen": self._seen, "peaks": [list(p) for p in self._peaks]}
 
-    def restore(self, snapshot: dict[str, Any]) -> None:
+    def restore(self, snapshot: Mapping[str, Any]) -> None:
         """See :class:`SlackPolicy`."""
         super().restore(snapshot)
         self._seen = int(snapshot["seen"])
@@ -347,7 +347,7 @@ class LatenessSlack:
             "k_us": self._k,
         }
 
-    def restore(self, snapshot: dict[str, Any]) -> None:
+    def restore(self, snapshot: Mapping[str, Any]) -> None:
         """See :class:`SlackPolicy`."""
         self._needs = deque((int(n) for n in snapshot["needs"]), maxlen=self.windows)
         self._unsettled = [int(n) for n in snapshot["unsettled"]]
@@ -406,7 +406,7 @@ class AQSlack:
             "delays": list(self._delays),
         }
 
-    def restore(self, snapshot: dict[str, Any]) -> None:
+    def restore(self, snapshot: Mapping[str, Any]) -> None:
         """See :class:`SlackPolicy`."""
         err = snapshot["last_error"]
         self._state = PDState(float(snapshot["u"]), None if err is None else float(err))

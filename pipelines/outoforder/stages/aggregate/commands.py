@@ -36,9 +36,9 @@ def aggregate_repair(ctx: StageContext, args: argparse.Namespace) -> int:
 
 def validate_aggregate(ctx: StageContext, args: argparse.Namespace) -> int:
     """(ε, δ) at emission, exactness after repair, every window once (GX)."""
-    from outoforder.stages.aggregate.validate import validate
+    from outoforder.stages.aggregate import validate
 
-    validate(
+    validate.validate_aggregate(
         ctx.spark, ctx.settings, ctx.bronze_source, _job(ctx), fail=verdict(args), run_name=args.run_name,
         until_us=instant(args.until), since_us=instant(args.since), repaired=args.repaired,
     )  # fmt: skip

@@ -30,7 +30,7 @@ def pending_ledger(spark: SparkSession, settings: Settings, source: str, job: Ag
 
     from outoforder.io import delta
     from outoforder.io.tables import AGG_LEDGER, AGG_REPAIRS
-    from outoforder.stages.interval import where_job
+    from outoforder.stages.state import where_job
 
     mine = where_job(source, job.job_id())
     for t in (AGG_LEDGER, AGG_REPAIRS):

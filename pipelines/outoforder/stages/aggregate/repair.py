@@ -22,10 +22,10 @@ from outoforder.config import Settings
 from outoforder.core.windows.repair import window_runs
 from outoforder.io.conflicts import retry_on_conflict
 from outoforder.io.tables import AGG_REPAIRS, AGG_RESULTS, BRONZE
+from outoforder.stages.aggregate.inputs import agg_tuples
 from outoforder.stages.aggregate.ledger import Pending, pending_ledger, summarize
 from outoforder.stages.aggregate.spec import AggJob
-from outoforder.stages.aggregate.stream import agg_tuples
-from outoforder.stages.interval import where_job
+from outoforder.stages.state import where_job
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, SparkSession

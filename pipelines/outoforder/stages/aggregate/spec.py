@@ -2,7 +2,7 @@
 
 The defaults are HPM's experiments, except the controller: K is set by the lateness controller
 (:class:`~outoforder.core.windows.slack.LatenessSlack`: what recent windows needed) unless
-``--controller seed`` asks for HPM's PD controller of α (K = α·k).
+``--controller paper`` asks for HPM's PD controller of α (K = α·k).
 
 Every parameter is declared once here (see :mod:`outoforder.stages.spec`); the CLI, the DAGs
 ``aggregate_stream`` and ``late_repair`` and the job id derive from it. Standard library only.
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from outoforder.core.windows.buffered import WindowQuery
     from outoforder.core.windows.slack import LatenessSlack
 
-CONTROLLERS = ("lateness", "seed")  # core/windows/slack.py: LatenessSlack, HPMSlack
+CONTROLLERS = ("lateness", "paper")  # core/windows/slack.py: LatenessSlack, HPMSlack
 
 
 @dataclass(frozen=True)
@@ -42,52 +42,55 @@ class AggJob(Job):
 
     streams: tuple[str, ...] = param((), help="streams to aggregate (comma-separated; empty: all)")
     aggregate: str = param("sum", help="sum, count, avg, min, max, median or quantile:q")
-    size_us: int = param(500_000, unit="ms", option="window", help="window size", above=0)
-    slide_us: int = param(100_000, unit="ms", option="slide", help="window slide", above=0)
+    window_us: int = param(
+        500_000, unit="s", help="window size", above=0, formerly=("window_ms",), key="size_us"
+    )
+    slide_us: int = param(100_000, unit="s", help="window slide", above=0, formerly=("slide_ms",))
     eps: float = param(0.05, help="ε: the relative error bound", above=0, below=1)
     delta: float = param(0.05, help="δ: the share of windows allowed to miss ε", above=0, below=1)
-    controller: str = param("lateness", help="how the buffer K is chosen", choices=CONTROLLERS)
-    max_k_us: int | None = param(
+    controller: str = param(
+        "lateness", help="how the buffer K is chosen", choices=CONTROLLERS, renamed={"seed": "paper"}
+    )
+    latency_bound_us: int | None = param(
         None,
         unit="s",
-        option="max_k",
         identifies=False,
         minimum=0,
         help="lateness: the latency bound, K never above it (none: unbounded)",
+        formerly=("max_k_s",),
     )
     headroom: float = param(
         0.8,
         identifies=False,
         minimum=0,
         below=1,
-        help="lateness: K serves the share 1 - δ·(1 - headroom) of the recent windows",
+        help="lateness: K aims at the share (1 - δ) + headroom·δ of the recent windows",
     )
     memory: int = param(50, identifies=False, minimum=1, help="lateness: the recent windows K is read off")
     initial_k_us: int = param(
         1_000_000,
         unit="s",
-        option="initial_k",
         identifies=False,
         minimum=0,
         help="lateness: K before the first window's need is known",
     )
-    k_p: float = param(0.2, option="kp", help="seed: the PD controller's K_p")
-    k_d: float = param(4.0, option="kd", help="seed: the PD controller's K_d")
-    alpha_initial: float = param(0.6, option="alpha0", help="seed: initial α (K = α · largest delay)",
-                                 minimum=0, maximum=1)  # fmt: skip
+    k_p: float = param(0.2, help="paper: the PD controller's K_p", formerly=("kp",))
+    k_d: float = param(4.0, help="paper: the PD controller's K_d", formerly=("kd",))
+    alpha_initial: float = param(0.6, help="paper: initial α (K = α · largest delay)",
+                                 minimum=0, maximum=1, formerly=("alpha0",))  # fmt: skip
     # K never below 5 % of the largest delay (docs/aggregates.md says why)
-    alpha_min: float = param(0.05, help="seed: the floor of α (0: the paper's controller)", minimum=0,
+    alpha_min: float = param(0.05, help="paper: the floor of α (0: the paper's own)", minimum=0,
                              maximum=1)  # fmt: skip
-    coverage_horizon_us: int = param(1_000_000, unit="ms", option="horizon",
+    coverage_horizon_us: int = param(1_000_000, unit="s",
                                      help="a window's coverage is observed this long after it closed",
-                                     minimum=0)  # fmt: skip
-    gamma_us: int = param(5_000_000, unit="s", option="gamma", identifies=False, minimum=0,
+                                     minimum=0, formerly=("horizon_ms",))  # fmt: skip
+    gamma_us: int = param(5_000_000, unit="s", identifies=False, minimum=0,
                           help="Γ: repair once the pending late tuples span more event time")  # fmt: skip
 
     def check(self) -> None:
         """Sliding windows without gaps (the aggregate's name is checked by :meth:`query`)."""
-        if self.slide_us > self.size_us:
-            msg = f"--slide-ms ({self.slide_us / 1e3:g}) > --window-ms ({self.size_us / 1e3:g}) leaves gaps"
+        if self.slide_us > self.window_us:
+            msg = f"--slide-s ({self.slide_us / 1e6:g}) > --window-s ({self.window_us / 1e6:g}) leaves gaps"
             raise ConfigError(msg)
 
     def query(self) -> WindowQuery:
@@ -96,7 +99,7 @@ class AggJob(Job):
         from outoforder.core.windows.buffered import WindowQuery
 
         return WindowQuery(
-            Windows(self.size_us, self.slide_us),
+            Windows(self.window_us, self.slide_us),
             self.aggregate,
             self.eps,
             self.delta,
@@ -106,12 +109,12 @@ class AggJob(Job):
     def lateness(self) -> LatenessSlack:
         """The lateness controller (fresh): K from what recent windows needed, within the bound.
 
-        Under the seed's controller it still runs, beside it: its statistics make the job's
+        Under the paper's controller it still runs, beside it: its statistics make the job's
         feasibility statement.
         """
         from outoforder.core.windows.slack import LatenessSlack
 
-        return LatenessSlack(self.delta, self.memory, self.headroom, self.max_k_us, self.initial_k_us)
+        return LatenessSlack(self.delta, self.memory, self.headroom, self.latency_bound_us, self.initial_k_us)
 
     def pd_controller(self) -> PDController:
         """HPM's PD controller (the target coverage is given per window)."""
@@ -185,8 +188,8 @@ OPERATOR = Operator(
                     help="check only the windows the newest repair recomputed (DAG late_repair)",
                 ),
             ),
-            reads=("bronze/arrivals", "gold/agg_results", "gold/agg_repairs"),
-            writes=("gold/quality_runs",),
+            reads=("bronze/arrivals", "gold/agg_results", "gold/agg_repairs", "silver/agg_control"),
+            writes=("gold/quality_measures", "gold/quality_runs"),
         ),
     ),
     steps=(Step("aggregates", "outoforder.stages.demo:aggregates"),),

@@ -10,7 +10,7 @@ stream module (:func:`outoforder.spark.windows.buffered_batch`):
 2. the buffer's rule is fixed during the interval: the lateness controller's K (the default:
    fixed after it has seen what the windows closed before the interval need with the interval's
    late members counted, :func:`outoforder.spark.windows.foreseen`), or HPM's α
-   (``--controller seed``: ``K = round(α·k)`` per arrival); the windows the frontier
+   (``--controller paper``: ``K = round(α·k)`` per arrival); the windows the frontier
    passes are emitted and appended to ``gold/agg_results`` as version 1 (once per interval: a
    rerun writes nothing, see :mod:`outoforder.stages.interval`);
 3. every late membership goes to the ledger ``silver/agg_ledger`` (see
@@ -19,7 +19,7 @@ stream module (:func:`outoforder.spark.windows.buffered_batch`):
    windows still watched need so far, drive the controller, in window order; each observation
    and the controller after it is kept in ``silver/agg_control`` (the trace). The lateness
    controller runs under the seed's too: its memory of needs makes the feasibility statement
-   (the K the target needs, and the share of recent windows a ``--max-k-s`` bound lets meet ε);
+   (the K the target needs, and the share of recent windows a ``--latency-bound-s`` bound lets meet ε);
 5. the new state is written last; then the ledger's Γ status file for the scheduler.
 
 The repair is :mod:`outoforder.stages.aggregate.repair`, the checks
@@ -46,11 +46,12 @@ from outoforder.io.tables import (
     AGG_WATCH,
     BRONZE,
 )
+from outoforder.stages.aggregate.inputs import agg_tuples, of_streams, valued
 from outoforder.stages.aggregate.spec import AggJob
 from outoforder.stages.interval import Interval, IntervalStage, IntervalSummary, Step
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,7 @@ class AggIntervalSummary(IntervalSummary):
         )
         if self.unvalued:
             text = f"{self.unvalued:,} without a value (not aggregated), {text}"
-        if self.controller == "seed":
+        if self.controller == "paper":
             text += f", α now {self.alpha:.3f}"
         elif self.slack_next_us is not None:
             text += f", K now {self.slack_next_us / 1000:.1f} ms"
@@ -94,29 +95,6 @@ class AggIntervalSummary(IntervalSummary):
                 f"{self.needed_us / 1e6:g} s"
             )
         return f"{text}; the target needs K {self.needed_us / 1000:.1f} ms"
-
-
-def agg_tuples(bronze: DataFrame, job: AggJob) -> DataFrame:
-    """Bronze rows of the job's streams with a value, as operator tuples (seq, ts, v)."""
-    from pyspark.sql import functions as F
-
-    return (
-        _of_streams(bronze, job)
-        .where(_valued())
-        .select(F.col("arrival_seq").alias("seq"), F.col("event_ts").alias("ts"), F.col("value").alias("v"))
-    )
-
-
-def _of_streams(bronze: DataFrame, job: AggJob) -> DataFrame:
-    from pyspark.sql import functions as F
-
-    return bronze.where(F.col("stream").isin(*job.streams)) if job.streams else bronze
-
-
-def _valued() -> Column:
-    from pyspark.sql import functions as F
-
-    return F.col("value").isNotNull() & ~F.isnan("value")
 
 
 class AggregateStream(IntervalStage[AggJob, AggIntervalSummary]):
@@ -155,7 +133,7 @@ class AggregateStream(IntervalStage[AggJob, AggIntervalSummary]):
         snap = None if prev is None else prev.get("lateness")
         if snap:
             lateness.restore(json.loads(snap))
-        if self.job.controller != "seed":
+        if self.job.controller != "paper":
             return lateness, lateness
         pd = self.job.pd_controller()
         seed = (
@@ -273,7 +251,7 @@ class AggregateStream(IntervalStage[AggJob, AggIntervalSummary]):
                 "slack_next_us": k_next,
                 "needed_us": lateness.needed_us,
                 "reachable": lateness.reachable,
-                "bound_us": self.job.max_k_us,
+                "bound_us": self.job.latency_bound_us,
                 "delta": self.job.delta,
                 "unvalued": unvalued,
             },
@@ -286,7 +264,7 @@ class AggregateStream(IntervalStage[AggJob, AggIntervalSummary]):
         bronze = delta.read_arrivals(
             self.spark, BRONZE, self.settings.lake_root, source=self.source, arrival_ts_range=(lo, hi)
         )
-        return int(_of_streams(bronze, self.job).where(~_valued()).count())
+        return int(of_streams(bronze, self.job).where(~valued()).count())
 
     def finish(self, summary: AggIntervalSummary) -> None:
         """Leave the ledger's Γ status for the scheduler (the DAG's ``gamma_rule`` reads it).

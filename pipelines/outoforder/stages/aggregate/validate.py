@@ -24,10 +24,10 @@ from outoforder.config import Settings
 from outoforder.core.windows.lateness import need_at
 from outoforder.core.windows.quality import rank_error, relative_error
 from outoforder.io.conflicts import retry_on_conflict
+from outoforder.stages.aggregate.inputs import agg_tuples
 from outoforder.stages.aggregate.ledger import pending_ledger
 from outoforder.stages.aggregate.spec import AggJob
-from outoforder.stages.aggregate.stream import agg_tuples
-from outoforder.stages.interval import where_job
+from outoforder.stages.state import where_job
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -50,7 +50,7 @@ def judged_windows(
     job's state at ``until_us`` (its newest state when None) and at ``since_us``.
     """
     from outoforder.io.tables import AGG_STATE
-    from outoforder.stages.interval import check_states, nothing_judged
+    from outoforder.stages.state import check_states, nothing_judged
 
     jid, w = job.job_id(), job.query().windows
     state, before = check_states(spark, settings, AGG_STATE, source, jid, until_us, since_us)
@@ -187,7 +187,7 @@ def _errors(spark: SparkSession, tuples: DataFrame, job: AggJob, frame: pd.DataF
 
 
 @retry_on_conflict
-def validate(
+def validate_aggregate(
     spark: SparkSession,
     settings: Settings,
     source: str,
@@ -218,7 +218,7 @@ def validate(
     frame = window_quality(spark, settings, source, job, until_us, since_us, windows)
     if not len(frame) and since_us is None and windows is None:
         from outoforder.io.tables import AGG_STATE
-        from outoforder.stages.interval import nothing_judged
+        from outoforder.stages.state import nothing_judged
 
         raise nothing_judged(spark, settings, AGG_STATE, source, jid, "validate-aggregate", "window")
     stored = delta.read(spark, AGG_RESULTS, settings.lake_root).where(where_job(source, jid))
@@ -248,12 +248,15 @@ def validate(
         del frames["agg_error"]
     needs = (
         window_needs(spark, settings, source, job, wid_col)
-        if job.max_k_us is not None and windows is None
+        if job.latency_bound_us is not None and windows is None
         else {}
     )
     if needs:
         frames["agg_feasibility"] = pd.DataFrame(
-            {"wid": list(needs), "within_bound": [n <= int(job.max_k_us or 0) for n in needs.values()]}
+            {
+                "wid": list(needs),
+                "within_bound": [n <= int(job.latency_bound_us or 0) for n in needs.values()],
+            }
         )
     met_share = float(frame["met_at_emission"].mean()) if len(frame) else 1.0
     wids = frame["wid"].to_numpy(dtype="int64")
@@ -263,7 +266,7 @@ def validate(
         record_measures(
             spark, settings, source, jid, "agg_error",
             [
-                (int(w), int(s), int(s) + job.size_us, None if not np.isfinite(e) else float(e),
+                (int(w), int(s), int(s) + job.window_us, None if not np.isfinite(e) else float(e),
                  float(job.eps), bool(m))
                 for w, s, e, m in zip(wids, starts, errors, frame["met_at_emission"], strict=True)
             ],
@@ -280,13 +283,13 @@ def validate(
     )  # fmt: skip
     if {s.suite: s.success for s in suites}.get("agg_feasibility") is False:
         values = list(needs.values())
-        within = sum(n <= int(job.max_k_us or 0) for n in values) / len(values)
+        within = sum(n <= int(job.latency_bound_us or 0) for n in values) / len(values)
         needed = need_at(values, 1.0 - job.delta) or 0
         log.warning(
             "[validate-aggregate] %s (%s): (ε, δ) = (%s, %s) is out of reach under the bound of %g s (a "
             "wait of the whole bound lets %.2f%% of the %d windows with a known need meet ε); it needs a "
-            "bound of at least %g s (--max-k-s). The error at emission is reported, not failed.",
-            source, jid, job.eps, job.delta, (job.max_k_us or 0) / 1e6, 100 * within, len(values),
+            "bound of at least %g s (--latency-bound-s). The error at emission is reported, not failed.",
+            source, jid, job.eps, job.delta, (job.latency_bound_us or 0) / 1e6, 100 * within, len(values),
             needed / 1e6,
         )  # fmt: skip
     conclude(suites, "aggregates", settings.quality.fails(fail))

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from outoforder.errors import ConfigError
 from outoforder.sources.disorder import inject
 from outoforder.sources.synthetic import (
     KICKOFF_PS,
@@ -48,7 +49,7 @@ def soccer_config(seconds: float, seed: int, rate: float = 1.0, **more: Any) -> 
     """
     if not 0 < rate <= 1:
         msg = f"the rate scale must be in (0, 1], got {rate}"
-        raise ValueError(msg)
+        raise ConfigError(msg)
     base = SoccerConfig()
     return SoccerConfig(
         seconds=seconds, seed=seed, ball_hz=max(1, round(base.ball_hz * rate)),
@@ -103,7 +104,7 @@ def write_replay_parts(
     """
     if part_s <= 0 or seconds <= 0:
         msg = f"seconds and part_s must be positive, got {seconds} and {part_s}"
-        raise ValueError(msg)
+        raise ConfigError(msg)
     params = {"model": model, "seconds": seconds, "seed": seed, "part_s": part_s}
     if rate != 1.0:
         params["rate"] = rate

@@ -41,7 +41,8 @@ OPERATOR = Operator(
             "a Kafka source's new records into bronze",
             f"{_C}:ingest_kafka",
             args=(arg("--source", required=True, help="a source declared with a topic ([sources.<name>])"),),
-            writes=_BRONZE,
+            reads=("bronze/kafka_offsets",),
+            writes=(*_BRONZE, "bronze/kafka_offsets"),
         ),
         Stage(
             "produce",
@@ -122,6 +123,7 @@ OPERATOR = Operator(
                 arg("--until", help="and before this time (with --since)"),
             ),
             reads=("bronze/arrivals", "bronze/ingest_log"),
+            writes=("gold/quality_runs",),
         ),
     ),
     steps=(

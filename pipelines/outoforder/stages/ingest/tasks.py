@@ -28,13 +28,14 @@ import pyarrow as pa
 
 from outoforder.config import StorageSettings
 from outoforder.io.files import file_size, open_input
+from outoforder.sources.declared import make_reader
 from outoforder.sources.lines import (
     LineBatch,
     is_gzip,
     read_line_batches,
     read_parquet_batches,
 )
-from outoforder.sources.readers import REJECT_SCHEMA, STAGED_SCHEMA, LineParser, line_hashes, make_reader
+from outoforder.sources.readers import REJECT_SCHEMA, STAGED_SCHEMA, LineParser, line_hashes
 
 # one input row per part (see plan_parts in files.py)
 PART_FIELDS = [

@@ -80,11 +80,11 @@ def adapt(
         f"{len(seen.inp):,}", f"{seen.truth.shape[0]:,}", f"{int(seen.produced.sum()):,}",
     )  # fmt: skip
     reach = float(step.stats["reachable"])
-    if job.max_retention_us is not None and reach < job.q_user:
+    if job.latency_bound_us is not None and reach < job.q_user:
         log.warning(
             "[join-adapt] %s (%s) from %d: Q_user %s is out of reach under the retention bound of %g s: "
             "it allows recall %.4f; the controller aimed at %g s",
-            source, jid, until_us, job.q_user, job.max_retention_us / 1e6, reach,
+            source, jid, until_us, job.q_user, job.latency_bound_us / 1e6, reach,
             step.stats["needed_us"] / 1e6,
         )  # fmt: skip
     return row
@@ -101,7 +101,7 @@ def earlier_needs(
     from pyspark.sql import functions as F
 
     from outoforder.io import delta
-    from outoforder.stages.interval import where_job
+    from outoforder.stages.state import where_job
 
     delta.ensure(spark, JOIN_PARAMS, settings.lake_root)
     rows = (

@@ -75,9 +75,9 @@ def join_repair(ctx: StageContext, args: argparse.Namespace) -> int:
 
 def validate_join(ctx: StageContext, args: argparse.Namespace) -> int:
     """Recall per closed period and duplicate checks (GX)."""
-    from outoforder.stages.join.validate import validate
+    from outoforder.stages.join import validate
 
-    validate(
+    validate.validate_join(
         ctx.spark, ctx.settings, ctx.bronze_source, _job(ctx), required_instant(args.until),
         fail=verdict(args), run_name=args.run_name, since_us=instant(args.since),
     )  # fmt: skip

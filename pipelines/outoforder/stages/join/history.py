@@ -22,10 +22,10 @@ from outoforder.config import Settings
 from outoforder.core.joins.query import JoinInput, PairArray, exact_join
 from outoforder.errors import StateError
 from outoforder.io.tables import JOIN_RESULTS, JOIN_STATE
-from outoforder.stages import interval
-from outoforder.stages.interval import where_job
-from outoforder.stages.join.evaluate import input_from_frame
+from outoforder.stages import state
+from outoforder.stages.join.inputs import input_from_frame, join_tuples
 from outoforder.stages.join.spec import JoinJob
+from outoforder.stages.state import where_job
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -43,7 +43,7 @@ class Horizon:
 
 def horizon(spark: SparkSession, settings: Settings, source: str, job: JoinJob, at_us: int) -> Horizon | None:
     """The job's :class:`Horizon` at ``at_us``; None when no interval of it ended by then."""
-    row = interval.state_at(spark, settings, JOIN_STATE, source, job.job_id(), at_us)
+    row = state.state_at(spark, settings, JOIN_STATE, source, job.job_id(), at_us)
     if row is None:
         return None
     m_r, m_s = row["m_r"], row["m_s"]
@@ -69,7 +69,6 @@ def job_arrivals(
 
     from outoforder.io import delta
     from outoforder.io.tables import BRONZE
-    from outoforder.stages.join.stream import join_tuples
 
     bronze = delta.read_arrivals(spark, BRONZE, settings.lake_root, source=source, arrival_ts_range=arrived)
     lo, hi = event_ts
@@ -143,7 +142,7 @@ def arrivals(
     from outoforder.io.tables import BRONZE
 
     jid = job.job_id()
-    first = interval.first_start(spark, settings, JOIN_STATE, source, jid)
+    first = state.first_start(spark, settings, JOIN_STATE, source, jid)
     if first is None:
         msg = f"the stream join of {source} ({jid}) has not run yet: nothing to adapt or check"
         raise StateError(msg)

@@ -17,7 +17,7 @@ from outoforder.config import Settings
 from outoforder.errors import StateError
 from outoforder.io.conflicts import retry_on_conflict
 from outoforder.io.tables import JOIN_RESULTS, JOIN_STATE
-from outoforder.stages import interval
+from outoforder.stages import state
 from outoforder.stages.join import history
 from outoforder.stages.join.spec import JoinJob
 from outoforder.stages.join.stream import result_rows
@@ -73,7 +73,7 @@ def repair(
     from outoforder.spark.rows import one_row
 
     jid = job.job_id()
-    first = interval.first_start(spark, settings, JOIN_STATE, source, jid)
+    first = state.first_start(spark, settings, JOIN_STATE, source, jid)
     if first is None:
         msg = f"the stream join of {source} ({jid}) has not run yet: nothing to repair"
         raise StateError(msg)

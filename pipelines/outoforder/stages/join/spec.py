@@ -37,7 +37,9 @@ class JoinJob(Job):
 
     r_streams: tuple[str, ...] = param(("ball",), help="streams forming R (comma-separated)")
     s_streams: tuple[str, ...] = param(("team_a", "team_b"), help="streams forming S (comma-separated)")
-    window_us: int = param(500_000, unit="ms", help="w: pairs with |r.ts - s.ts| <= w", minimum=0)
+    window_us: int = param(
+        500_000, unit="s", help="w: pairs with |r.ts - s.ts| <= w", minimum=0, formerly=("window_ms",)
+    )
     theta: float = param(2.0, help="distance threshold (metres) of the distance predicate", minimum=0)
     predicate: str = param("distance", help="distance (x, y within θ) or key (equal keys)",
                            choices=("distance", "key"))  # fmt: skip
@@ -52,7 +54,7 @@ class JoinJob(Job):
         identifies=False,
         minimum=0,
         below=1,
-        help="robust: no L aims below q_user + headroom·(1 - q_user)",
+        help="robust: each interval aims at least at q_user + headroom·(1 - q_user)",
     )
     memory_periods: int = param(
         20,
@@ -60,18 +62,17 @@ class JoinJob(Job):
         minimum=0,
         help="robust: keep at least what each of the last M periods needed (recurring outages, bursts)",
     )
-    max_retention_us: int | None = param(
+    latency_bound_us: int | None = param(
         None,
         unit="s",
-        option="max_retention",
         identifies=False,
         minimum=0,
-        help="the bound on each stream's retention, i.e. on buffer and latency (none: unbounded)",
+        help="the latency bound: no stream's retention (its buffer) above it (none: unbounded)",
+        formerly=("max_retention_s",),
     )
     initial_retention_us: int | None = param(
         None,
         unit="s",
-        option="initial_retention",
         identifies=False,
         minimum=0,
         help="each stream's retention in join-stream's intervals before the first adaptation (none: "
@@ -96,12 +97,12 @@ class JoinJob(Job):
 
         >>> JoinJob().initial_retention_us_for(60_000_000)
         60000000
-        >>> JoinJob(max_retention_us=2).initial_retention_us_for(60)
+        >>> JoinJob(latency_bound_us=2).initial_retention_us_for(60)
         2
         """
         if self.initial_retention_us is not None:
             return self.initial_retention_us
-        return interval_us if self.max_retention_us is None else min(self.max_retention_us, interval_us)
+        return interval_us if self.latency_bound_us is None else min(self.latency_bound_us, interval_us)
 
     def query(self) -> JoinQuery:
         """The join query."""
@@ -122,7 +123,7 @@ class JoinJob(Job):
             estimator=estimator or self.estimator,  # type: ignore[arg-type]
             headroom=self.headroom,
             memory_periods=self.memory_periods,
-            max_retention_us=self.max_retention_us,
+            max_retention_us=self.latency_bound_us,
         )
 
 
@@ -201,7 +202,7 @@ OPERATOR = Operator(
             JoinJob,
             args=validation(until("check the history before this arrival time"), since("periods")),
             reads=(*_BRONZE, "gold/join_results"),
-            writes=("gold/join_metrics", "gold/quality_runs"),
+            writes=("gold/join_metrics", "gold/quality_measures", "gold/quality_runs"),
         ),
     ),
     steps=(

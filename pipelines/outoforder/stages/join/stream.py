@@ -27,8 +27,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from outoforder.config import Settings
 from outoforder.errors import InputError
 from outoforder.io.tables import JOIN_BUFFER, JOIN_PARAMS, JOIN_RESULTS, JOIN_STATE
-from outoforder.stages.interval import Interval, IntervalStage, IntervalSummary, Step, where_job
+from outoforder.stages.interval import Interval, IntervalStage, IntervalSummary, Step
+from outoforder.stages.join.inputs import join_tuples
 from outoforder.stages.join.spec import JoinJob
+from outoforder.stages.state import where_job
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -56,23 +58,6 @@ class JoinIntervalSummary(IntervalSummary):
             f"{self.new_pairs:,} new pairs ({self.total_pairs:,} so far), {self.buffered:,} buffered, "
             f"d = ({self.d_r_us / 1000:g}, {self.d_s_us / 1000:g}) ms (params {self.params_version})"
         )
-
-
-def join_tuples(bronze: DataFrame, job: JoinJob) -> DataFrame:
-    """Bronze rows of the joined streams as operator tuples (seq, side, ts, x, y, key, no_location)."""
-    from pyspark.sql import functions as F
-
-    df = bronze.where(F.col("stream").isin(*job.r_streams, *job.s_streams))
-    key = F.xxhash64("key") if job.predicate == "key" else F.lit(0).cast("long")
-    return df.select(
-        F.col("arrival_seq").alias("seq"),
-        F.when(F.col("stream").isin(*job.r_streams), 0).otherwise(1).cast("long").alias("side"),
-        F.col("event_ts").alias("ts"),
-        F.coalesce("x", F.lit(0.0)).alias("x"),
-        F.coalesce("y", F.lit(0.0)).alias("y"),
-        key.alias("key"),
-        (F.col("x").isNull() | F.col("y").isNull()).alias("no_location"),
-    )
 
 
 def result_rows(

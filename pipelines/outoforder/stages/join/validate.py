@@ -180,7 +180,7 @@ def period_quality(
 
 
 @retry_on_conflict
-def validate(
+def validate_join(
     spark: SparkSession,
     settings: Settings,
     source: str,
@@ -202,7 +202,7 @@ def validate(
     from outoforder.io.tables import JOIN_STATE
     from outoforder.quality.checkpoints import conclude, run_checkpoint
     from outoforder.quality.measures import record_measures
-    from outoforder.stages.interval import last_processed, nothing_judged
+    from outoforder.stages.state import last_processed, nothing_judged
 
     jid = job.job_id()
     judged = period_quality(spark, settings, source, job, until_us, since_us)
@@ -238,7 +238,7 @@ def validate(
             items,
         )  # fmt: skip
     frames: dict[str, Any] = {"join_results": judged.stored, "join_recall": metrics}
-    if job.max_retention_us is not None and len(quality):
+    if job.latency_bound_us is not None and len(quality):
         stated = period_statements(spark, settings, source, job)
         reach = reachability(quality[["period", "start_us"]], stated, job.period_us)
         frames["join_feasibility"] = reach
@@ -264,8 +264,8 @@ def validate(
         log.warning(
             "[validate-join] %s (%s): in %d closed periods Q_user = %s was out of reach under the "
             "retention bound of %g s (the adaptations stated recall down to %.4f); they needed a "
-            "retention of up to %g s (--max-retention-s). Those periods are reported, not failed.",
-            source, jid, len(short), job.q_user, (job.max_retention_us or 0) / 1e6,
+            "retention of up to %g s (--latency-bound-s). Those periods are reported, not failed.",
+            source, jid, len(short), job.q_user, (job.latency_bound_us or 0) / 1e6,
             short["reachable"].min(), short["needed_us"].max() / 1e6,
         )  # fmt: skip
     conclude(suites, "stream join", settings.quality.fails(fail))
@@ -283,7 +283,7 @@ def period_statements(spark: SparkSession, settings: Settings, source: str, job:
 
     from outoforder.io import delta
     from outoforder.io.tables import JOIN_PARAMS
-    from outoforder.stages.interval import where_job
+    from outoforder.stages.state import where_job
 
     if not delta.exists(spark, JOIN_PARAMS, settings.lake_root):
         return pd.DataFrame({"progress_us": [], "reachable": [], "needed_us": []})

@@ -165,3 +165,17 @@ def presets(ctx: StageContext, args: argparse.Namespace) -> int:
         if args.calibrate and p.name in _BODIES and t is not None:
             print(f"{'':<12} calibrated body (mu, sigma, delayed share): {calibrate_body(t)}", flush=True)
     return 0
+
+
+def stages(ctx: StageContext, args: argparse.Namespace) -> int:
+    """Every stage the registry holds (the built-in folders and the installed operators)."""
+    from outoforder.stages import registry
+
+    if args.markdown:  # data on stdout, for the docs: not a log line
+        print(registry.markdown_table(), end="", flush=True)
+        return 0
+    for op in registry.operators():
+        for s in op.stages:
+            job = f" [{s.job.__name__}]" if s.job is not None else ""
+            print(f"{op.name:<11} {s.name:<19} {s.help}{job}", flush=True)
+    return 0

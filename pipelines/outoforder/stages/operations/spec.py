@@ -86,6 +86,14 @@ OPERATOR = Operator(
             ),
         ),
         Stage(
+            "stages",
+            "list every stage: its operator, job, tables read and written",
+            f"{_C}:stages",
+            args=(
+                arg("--markdown", action="store_true", help="as the Markdown table of docs/architecture.md"),
+            ),
+        ),
+        Stage(
             "presets",
             "list disorder presets",
             f"{_C}:presets",

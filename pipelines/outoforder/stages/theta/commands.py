@@ -39,10 +39,10 @@ def theta_join(ctx: StageContext, args: argparse.Namespace) -> int:
 
 def validate_theta(ctx: StageContext, args: argparse.Namespace) -> int:
     """GX completeness of a θ-join backfill interval (sampled windows against DuckDB)."""
-    from outoforder.stages.theta.validate import validate
+    from outoforder.stages.theta import validate
 
     assert isinstance(ctx.job, ThetaJob)  # the CLI builds the stage's declared job
-    validate(
+    validate.validate_theta(
         ctx.spark, ctx.settings, ctx.bronze_source, ctx.job, required_instant(args.start),
         required_instant(args.end), sample=args.sample, fail=verdict(args), run_name=args.run_name,
     )  # fmt: skip

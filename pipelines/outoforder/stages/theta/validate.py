@@ -45,7 +45,7 @@ def _sql(theta: Theta, a: str, b: str) -> str:
 
 
 @retry_on_conflict
-def validate(
+def validate_theta(
     spark: SparkSession,
     settings: Settings,
     source: str,

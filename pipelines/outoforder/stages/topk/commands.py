@@ -25,9 +25,9 @@ def topk_stream(ctx: StageContext, args: argparse.Namespace) -> int:
 
 def validate_topk(ctx: StageContext, args: argparse.Namespace) -> int:
     """Every window once, accuracy of the closed windows (GX)."""
-    from outoforder.stages.topk.validate import validate
+    from outoforder.stages.topk import validate
 
-    validate(
+    validate.validate_topk(
         ctx.spark, ctx.settings, ctx.bronze_source, _job(ctx), fail=verdict(args), run_name=args.run_name,
         until_us=instant(args.until), since_us=instant(args.since),
     )  # fmt: skip

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from outoforder.core.windows.assign import Windows
 
 SCORE_COLUMNS = ("value", "x", "y", "z")
-CONTROLLERS = ("lateness", "seed")  # core/topk/cache.py: LatenessController, CacheDurationController
+CONTROLLERS = ("lateness", "paper")  # core/topk/cache.py: LatenessController, CacheDurationController
 
 
 @dataclass(frozen=True)
@@ -41,15 +41,24 @@ class TopKJob(Job):
     window_us: int = param(60_000_000, unit="s", help="window size", above=0)
     slide_us: int = param(5_000_000, unit="s", help="window slide", above=0)
     eps_min: float = param(0.95, help="ε_min: the lowest acceptable accuracy", above=0, maximum=1)
-    controller: str = param("lateness", help="how the cache duration K is chosen", choices=CONTROLLERS)
-    initial_us: int = param(2_000_000, unit="s", option="cache", help="the initial cache duration K", above=0)
-    max_cache_us: int | None = param(
+    controller: str = param(
+        "lateness", help="how the cache duration K is chosen", choices=CONTROLLERS, renamed={"seed": "paper"}
+    )
+    initial_cache_us: int = param(
+        2_000_000,
+        unit="s",
+        help="the initial cache duration K",
+        above=0,
+        formerly=("cache_s",),
+        key="initial_us",
+    )
+    latency_bound_us: int | None = param(
         None,
         unit="s",
-        option="max_cache",
         identifies=False,
         minimum=0,
         help="lateness: the latency bound, K never above it (none: unbounded)",
+        formerly=("max_cache_s",),
     )
     headroom: float = param(
         0.5,
@@ -58,8 +67,8 @@ class TopKJob(Job):
         below=1,
         help="lateness: K aims at ε_min + headroom·(1 - ε_min)",
     )
-    m: int = param(10, help="seed: candidate durations per decision", minimum=1)
-    n: int = param(30, help="windows scored per decision (seed) or of evidence (lateness)", minimum=1)
+    m: int = param(10, help="paper: candidate durations per decision", minimum=1)
+    n: int = param(30, help="windows scored per decision (paper) or of evidence (lateness)", minimum=1)
     min_step_us: int = param(10_000, option=None, help="the smallest step of the candidate interval")
     horizon_us: int = param(
         10_000_000,
@@ -68,7 +77,7 @@ class TopKJob(Job):
         help="late tuples are awaited this long after an emission, for scoring",
     )
     fixed_cache_us: int | None = param(
-        None, unit="s", option="fixed_cache", minimum=0, help="a fixed K instead of the adaptive duration"
+        None, unit="s", minimum=0, help="a fixed K instead of the adaptive duration"
     )
 
     def check(self) -> None:
@@ -92,17 +101,19 @@ class TopKJob(Job):
     @property
     def bound_us(self) -> float:
         """The latency bound K stays under (µs; inf: none)."""
-        return math.inf if self.max_cache_us is None else float(self.max_cache_us)
+        return math.inf if self.latency_bound_us is None else float(self.latency_bound_us)
 
     def cache_settings(self) -> LatenessSettings | CacheSettings:
         """The controller's settings."""
         from outoforder.core.topk.cache import CacheSettings, LatenessSettings
 
-        if self.controller == "seed":
+        if self.controller == "paper":
             return CacheSettings(
-                float(self.initial_us), self.m, self.n, self.eps_min, float(self.min_step_us)
+                float(self.initial_cache_us), self.m, self.n, self.eps_min, float(self.min_step_us)
             )
-        return LatenessSettings(float(self.initial_us), self.n, self.eps_min, self.bound_us, self.headroom)
+        return LatenessSettings(
+            float(self.initial_cache_us), self.n, self.eps_min, self.bound_us, self.headroom
+        )
 
     def operator(self) -> TopK:
         """A fresh operator: the adaptive cache duration, or the fixed one."""
@@ -149,8 +160,8 @@ OPERATOR = Operator(
                 ),
                 since("windows"),
             ),
-            reads=("bronze/arrivals", "gold/topk_windows", "gold/topk_results"),
-            writes=("gold/quality_runs",),
+            reads=("bronze/arrivals", "gold/topk_windows", "gold/topk_results", "silver/topk_settled"),
+            writes=("gold/quality_measures", "gold/quality_runs"),
         ),
     ),
     steps=(Step("topk", "outoforder.stages.demo:topk"),),

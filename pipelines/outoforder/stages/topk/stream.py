@@ -204,7 +204,7 @@ class TopKStream(IntervalStage[TopKJob, TopKIntervalSummary]):
                 "settled": counts.get("q", 0),
                 "needed_us": state.get("needed_us"),
                 "reachable": state.get("reachable"),
-                "bound_us": self.job.max_cache_us,
+                "bound_us": self.job.latency_bound_us,
             },
         )
 

@@ -25,7 +25,7 @@ from outoforder.config import Settings
 from outoforder.core.topk.cache import accuracy_at, needed_cache
 from outoforder.errors import QualityError
 from outoforder.io.conflicts import retry_on_conflict
-from outoforder.stages.interval import where_job
+from outoforder.stages.state import where_job
 from outoforder.stages.topk.spec import TopKJob
 from outoforder.stages.topk.stream import topk_tuples
 
@@ -65,7 +65,7 @@ def _standings(
     """(as_of, newest window emitted, newest window closed) of the states a check judges from.
 
     For the state at ``until_us`` and the one at ``since_us``
-    (:func:`~outoforder.stages.interval.check_states`); one query over the state rows and one over
+    (:func:`~outoforder.stages.state.check_states`); one query over the state rows and one over
     the emitted windows answer both.
     """
     from pyspark.sql import functions as F
@@ -73,7 +73,7 @@ def _standings(
     from outoforder.io import delta
     from outoforder.io.tables import TOPK_STATE, TOPK_WINDOWS
     from outoforder.spark.rows import one_row
-    from outoforder.stages.interval import check_states
+    from outoforder.stages.state import check_states
 
     jid = job.job_id()
     states = check_states(spark, settings, TOPK_STATE, source, jid, until_us, since_us)
@@ -168,8 +168,8 @@ def window_accuracy(
     )
     if lo is not None:
         bronze = bronze.where(F.col("event_ts") >= F.lit((lo + 1) * job.slide_us))
-    # read three times below (truth, members per pane, late rows): decoding the judged part of
-    # bronze once saves about 1.5 s of a 60 s interval's check (docs/benchmarks/scale.md)
+    # read three times below (truth, members per pane, late rows): the judged part of bronze is
+    # decoded once, not three times
     tuples = topk_tuples(bronze, job).where(F.col("score").isNotNull()).localCheckpoint()
     truth = window_topk(tuples, job.windows(), job.k).where(judged)
     got = delta.read(spark, TOPK_RESULTS, settings.lake_root).where(mine & judged).select("window_id", "seq")
@@ -212,7 +212,7 @@ def window_accuracy(
 
 
 @retry_on_conflict
-def validate(
+def validate_topk(
     spark: SparkSession,
     settings: Settings,
     source: str,
@@ -239,7 +239,7 @@ def validate(
         judged = window_accuracy(spark, settings, source, job, until_us, since_us).toPandas()
     except NothingYet as e:
         from outoforder.io.tables import TOPK_STATE
-        from outoforder.stages.interval import last_processed, nothing_judged
+        from outoforder.stages.state import last_processed, nothing_judged
 
         jid = job.job_id()
         if since_us is None or last_processed(spark, settings, TOPK_STATE, source, jid) is None:
@@ -254,7 +254,7 @@ def validate(
         frames["topk_accuracy"] = closed
     jid = job.job_id()
     profiles = settled_profiles(spark, settings, source, job, closed["window_id"]) if n_closed else {}
-    if profiles and job.max_cache_us is not None:
+    if profiles and job.latency_bound_us is not None:
         frames["topk_feasibility"] = pd.DataFrame(
             {
                 "window_id": list(profiles),
@@ -288,7 +288,7 @@ def validate(
         log.warning(
             "[validate-topk] %s: ε_min %s is out of reach under the bound of %g s (a cache waiting the "
             "whole bound reaches %.4f on the %d settled windows); it needs a bound of at least %g s "
-            "(--max-cache-s). Accuracy is reported, not failed.",
+            "(--latency-bound-s). Accuracy is reported, not failed.",
             what, job.eps_min, job.bound_us / 1e6, reach, len(profiles),
             needed_cache(profiles.values(), job.eps_min) / 1e6,
         )  # fmt: skip

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from pyspark.sql import functions as F
 
-from outoforder.bench.harness import log, spark_rest, with_spark_ui
+from benchmarks.harness import log, spark_rest, with_spark_ui
 
 # mcf: with its cost check (skipped where it would not pay); mcf-always: applied whatever the check says
 METHODS = ("none", "mcf", "mcf-always", "semi", "spark-bloom")

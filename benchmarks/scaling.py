@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from outoforder.bench.harness import (
+from benchmarks.harness import (
     DEFAULT_OUT,
     log,
     machine,

@@ -1,18 +1,18 @@
 """The estimators' constants, chosen on the families benchmark's tuning part alone.
 
-``python -m outoforder.bench tuning`` (or ``bash infra/bench.sh tuning``) writes
+``python -m benchmarks tuning`` (or ``bash infra/bench.sh tuning``) writes
 ``docs/benchmarks/tuning.{json,md,png}``.
 
 Each constant of the robust estimator (:class:`~outoforder.core.joins.adaptation.AdaptationSettings`:
 the headroom, the memory, the confidence bound, the regime detector's minimum sample and factor)
 is varied one at a time around the defaults the stages use; every variant runs on every case of
-the *tuning* part of :mod:`outoforder.bench.families` at each target. The held-out part is never
+the *tuning* part of :mod:`benchmarks.families` at each target. The held-out part is never
 run here: it is judged by ``bench families`` with the defaults this sweep supports. The
 aggregates' coverage horizon (:data:`AGG_SWEEP`) is swept on the same cases.
 
 A variant is scored as the families benchmark scores the promise: the cases keeping it (periods
-met or judged infeasible >= :data:`~outoforder.bench.families.TARGET_SHARE`, mean buffer within
-:data:`~outoforder.bench.families.BUFFER_BOUND` of hindsight's), then the fewest missed periods not
+met or judged infeasible >= :data:`~benchmarks.families.TARGET_SHARE`, mean buffer within
+:data:`~benchmarks.families.BUFFER_BOUND` of hindsight's), then the fewest missed periods not
 judged infeasible, then the best worst case, then the lowest mean buffer against hindsight (within
 :data:`BUFFER_TIE` a tie). The report says whether each
 default is the best of its row.
@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from outoforder.bench import families, family_operators
-from outoforder.bench.harness import DEFAULT_OUT, log, machine, markdown_table, write_json
+from benchmarks import families, family_operators
+from benchmarks.harness import DEFAULT_OUT, log, machine, markdown_table, write_json
 from outoforder.core.joins.adaptation import AdaptationSettings, run_adaptive_qjoin
 from outoforder.core.joins.feasibility import period_verdicts
 from outoforder.core.joins.metrics import period_recall, summarize

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from outoforder.bench.harness import (
+from benchmarks.harness import (
     DEFAULT_OUT,
     SAMPLE_S,
     MemorySampler,
@@ -274,7 +274,7 @@ def _run_one(stage_name: str, work: Path, interval_s: float) -> int:
     import json
 
     from outoforder.spark.session import get_spark
-    from outoforder.stages.interval import pending_span
+    from outoforder.stages.state import pending_span
 
     settings = _settings(work)
     source = os.environ["OOO_LONGRUN_SOURCE"]
@@ -348,7 +348,7 @@ def main(
         )
         part = work / f"{stage.name}.json"
         part.unlink(missing_ok=True)
-        cmd = [sys.executable, "-m", "outoforder.bench", "longrun"] + (["--quick"] if quick else [])
+        cmd = [sys.executable, "-m", "benchmarks", "longrun"] + (["--quick"] if quick else [])
         done = subprocess.run(
             cmd, env={**env, "OOO_LONGRUN_CHILD": stage.name, "OOO_LONGRUN_SOURCE": source,
                       "OOO_LONGRUN_INTERVAL_S": str(interval_s)},

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from outoforder.bench.harness import (
+from benchmarks.harness import (
     DEFAULT_OUT,
     earlier_results,
     kafka_broker,
@@ -57,7 +57,7 @@ SECONDS = 4.0
 INTERVAL_S = 1.0
 # the join's window, narrower than the main job's: the trials are about commits and reruns, and a
 # run of the main job's query on a 1 s replay spent most of a trial producing pairs
-JOIN_QUERY = ("--window-ms", "50")
+JOIN_QUERY = ("--window-s", "0.05")
 POLL_S = 0.02
 # quickest first: the files are rewritten after each stage, so a run cut short keeps what it finished
 STAGE_NAMES = (
@@ -103,7 +103,7 @@ def stages(source: str, extra_file: Path, event_range: tuple[int, int], newest: 
         Stage("aggregate-repair", "aggregated", ("aggregate-repair", "--source", source, "--force")),
         Stage("topk-stream", "bronze", ("topk-stream", "--source", source, "--every-s", step,
                                         "--streams", "team_a,team_b", "--window-s", "1", "--slide-s", "0.5",
-                                        "--cache-s", "0.5", "--horizon-s", "1", "--n", "10")),
+                                        "--initial-cache-s", "0.5", "--horizon-s", "1", "--n", "10")),
         Stage("theta-join", "bronze", ("theta-join", "--source", source, "--start", str(lo), "--end", str(hi),
                                        "--streams", "ball,team_a", "--column", "x",
                                        "--predicates", "band:0.01", "--window-s", "1")),
@@ -277,7 +277,7 @@ def prepare(
         if kafka_bootstrap is None:
             msg = "the ingest-kafka trials need a broker (kafka_bootstrap)"
             raise StateError(msg)
-        from outoforder.sources.synthetic import SYNTHETIC_STREAMS
+        from outoforder.sources.sensors import SYNTHETIC_STREAMS
         from outoforder.stages.ingest.produce import declaration_toml
 
         env["OOO_KAFKA_BOOTSTRAP"] = kafka_bootstrap
@@ -299,7 +299,7 @@ def prepare(
     # at 1 s, which on so short a replay leaves the ledger empty)
     for base, before, more in (
         ("joined", "join-stream", ()),
-        ("aggregated", "aggregate-stream", ("--max-k-s", "0")),
+        ("aggregated", "aggregate-stream", ("--latency-bound-s", "0")),
     ):
         if any(s.base == base for s in chosen):
             lakes[base] = work / f"base-{base}"

@@ -8,7 +8,7 @@ the pipeline in a process of its own, as Airflow starts a stage:
 
 1. ``ingest``: every part into bronze (one ingest over all the files);
 2. ``stats``: the source's disorder statistics;
-3. ``join``: the stream join (the long runs' query, :func:`~outoforder.bench.longrun.narrow_join`:
+3. ``join``: the stream join (the long runs' query, :func:`~benchmarks.longrun.narrow_join`:
    about one result pair per tuple) in 60 s arrival intervals, its retention adapted every 10 minutes
    (the ``join_adapt`` DAG's cadence), each interval validated over what closed in it
    (``validate-join --since --until``, as the ``join_stream`` DAG does);
@@ -48,7 +48,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from outoforder.bench.harness import (
+from benchmarks.harness import (
     DEFAULT_OUT,
     SAMPLE_S,
     MemorySampler,
@@ -61,8 +61,8 @@ from outoforder.bench.harness import (
     stage_command,
     write_json,
 )
-from outoforder.bench.longrun import narrow_join
-from outoforder.bench.scaling import start_cluster
+from benchmarks.longrun import narrow_join
+from benchmarks.scaling import start_cluster
 from outoforder.config import REPO_ROOT, Settings, load_settings
 from outoforder.errors import StateError
 
@@ -181,21 +181,25 @@ def _interval_loop(
         stage = JoinStream(spark, settings, source, join, adapt_every_us=round(ADAPT_EVERY_S * 1e6))
 
         def check(lo: int, hi: int) -> Any:
-            return join_check.validate(spark, settings, source, join, hi, fail=False, since_us=lo)
+            return join_check.validate_join(spark, settings, source, join, hi, fail=False, since_us=lo)
 
     elif part == "aggregate":
         agg = AggJob()
         stage = AggregateStream(spark, settings, source, agg, repair_each=True)
 
         def check(lo: int, hi: int) -> Any:
-            return agg_check.validate(spark, settings, source, agg, fail=False, until_us=hi, since_us=lo)
+            return agg_check.validate_aggregate(
+                spark, settings, source, agg, fail=False, until_us=hi, since_us=lo
+            )
 
     else:
         topk = TopKJob()
         stage = TopKStream(spark, settings, source, topk)
 
         def check(lo: int, hi: int) -> Any:
-            return topk_check.validate(spark, settings, source, topk, fail=False, until_us=hi, since_us=lo)
+            return topk_check.validate_topk(
+                spark, settings, source, topk, fail=False, until_us=hi, since_us=lo
+            )
 
     span: tuple[int, int] | None = stage.pending_span()  # its tables were removed: from the first arrival
     if span is None:
@@ -265,7 +269,7 @@ def _theta(
         s = run_interval(spark, settings, source, job, lo, hi)
         t1 = time.monotonic()
         sample = THETA_DAY_SAMPLE if day else 1
-        theta_check.validate(spark, settings, source, job, lo, hi, sample=sample, fail=False)
+        theta_check.validate_theta(spark, settings, source, job, lo, hi, sample=sample, fail=False)
         t2 = time.monotonic()
         rec = {
             "part": "theta-day" if day else "theta",
@@ -297,8 +301,8 @@ def _sss(spark: SparkSession, settings: Settings, part: str, source: str, work: 
     """
     from pyspark.sql import functions as F
 
-    from outoforder.bench.sss_agg import windowed
-    from outoforder.bench.sss_join import join_streams
+    from benchmarks.sss_agg import windowed
+    from benchmarks.sss_join import join_streams
     from outoforder.io.tables import BRONZE
     from outoforder.stages.aggregate.spec import AggJob
 
@@ -364,7 +368,7 @@ def part_tables(part: str) -> tuple[Any, ...]:
     rows told the join it had adapted already (so it did not, and its time left the adaptation
     out), and its repair log told the aggregates that every late tuple was repaired (so none was).
     """
-    from outoforder.bench.longrun import stage_tables
+    from benchmarks.longrun import stage_tables
     from outoforder.io import tables as T
 
     companions = {"join": (T.JOIN_PARAMS, T.JOIN_METRICS), "aggregate": (T.AGG_REPAIRS,), "topk": ()}
@@ -490,7 +494,7 @@ def _one_run(
             log("scale", f"{label}: {part} (a process of its own)")
             out = work / f"{part}.json"
             out.unlink(missing_ok=True)
-            cmd = [sys.executable, "-m", "outoforder.bench", "scale"] + (["--quick"] if quick else [])
+            cmd = [sys.executable, "-m", "benchmarks", "scale"] + (["--quick"] if quick else [])
             with (work / f"{part}.log").open("w") as errors:  # Spark's log: kept for a failure
                 done = subprocess.run(
                     cmd, env={**env, "OOO_SCALE_CHILD": part}, stdout=None, stderr=errors, check=False

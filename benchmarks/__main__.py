@@ -1,4 +1,4 @@
-"""``python -m outoforder.bench <name> [--quick] [--out DIR] [--no-spark]``: run a benchmark."""
+"""``python -m benchmarks <name> [--quick] [--out DIR] [--no-spark]``: run a benchmark."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from outoforder.bench.harness import DEFAULT_OUT
+from benchmarks.harness import DEFAULT_OUT
 from outoforder.errors import OutOfOrderError
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse the arguments and run one benchmark."""
-    p = argparse.ArgumentParser(prog="python -m outoforder.bench", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     p.add_argument(
         "name",
         choices=[
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     from outoforder.stages.cli import configure_logging
 
     configure_logging(args.quiet)
-    from outoforder.bench import (
+    from benchmarks import (
         aggregate,
         families,
         join,

@@ -1,6 +1,6 @@
 """The stream-join benchmark: every candidate on the same replay, side by side, per recall target.
 
-``python -m outoforder.bench join`` (or ``bash infra/bench.sh join``) writes
+``python -m benchmarks join`` (or ``bash infra/bench.sh join``) writes
 ``docs/benchmarks/join.json``, ``join.md`` and ``join_*.png``.
 
 Datasets (each one arrival sequence, built once and shared by every candidate):
@@ -21,7 +21,7 @@ Datasets (each one arrival sequence, built once and shared by every candidate):
 Candidates: QJoin with each estimator, hindsight-best constant retention and K, MP-K-slack,
 AQ-K-slack (all exact set forms, :mod:`outoforder.stages.join.evaluate`), QJoin's Spark micro-batch twin
 under the learned schedule (checked to produce exactly the set form's pairs), and Spark
-Structured Streaming's stream-stream join (:mod:`outoforder.bench.sss_join`) with the smallest
+Structured Streaming's stream-stream join (:mod:`benchmarks.sss_join`) with the smallest
 watermark delay of a grid that meets the target in every period.
 """
 
@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from outoforder.bench.harness import DEFAULT_OUT, log, machine, markdown_table, write_json
+from benchmarks.harness import DEFAULT_OUT, log, machine, markdown_table, write_json
 from outoforder.core.joins.metrics import summarize
 from outoforder.core.joins.progress import NEG, stream_max
 from outoforder.core.joins.qjoin import JoinRun, qjoin_set
@@ -47,7 +47,7 @@ from outoforder.stages.join.spec import METHODS, JoinJob
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from outoforder.bench.sss_join import SssRun
+    from benchmarks.sss_join import SssRun
 
 IntArray = npt.NDArray[np.int64]
 Q_USERS = (0.85, 0.90, 0.95, 0.99)
@@ -187,7 +187,7 @@ def run_sss_grid(
     spark: SparkSession, case: Case, truth: PairArray, bounds: list[int], workdir: Path, q_max: float
 ) -> list[dict[str, Any]]:
     """Structured Streaming over the watermark grid, stopping once every period meets ``q_max``."""
-    from outoforder.bench.sss_join import run_sss_join
+    from benchmarks.sss_join import run_sss_join
 
     out = []
     for wm in _delay_grid(case.inp):

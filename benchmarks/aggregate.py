@@ -1,6 +1,6 @@
 """The sliding-window aggregate benchmark: HPM and its baselines side by side on the same streams.
 
-``python -m outoforder.bench aggregate`` (or ``bash infra/bench.sh aggregate``) writes
+``python -m benchmarks aggregate`` (or ``bash infra/bench.sh aggregate``) writes
 ``docs/benchmarks/aggregate.json``, ``aggregate.md`` and ``aggregate_*.png``.
 
 Query (HPM's experiments, docs/operators.md): SUM of the sensors' speed |v| over windows of 0.5 s
@@ -48,16 +48,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from outoforder.bench.harness import DEFAULT_OUT, log, machine, markdown_table, write_json
+from benchmarks.harness import DEFAULT_OUT, log, machine, markdown_table, write_json
 from outoforder.core.control.pd import PDController
 from outoforder.core.windows.assign import Windows
 from outoforder.core.windows.buffered import (
     BufferedRun,
     WindowQuery,
     arrival_delays,
-    buffered_reference,
     buffered_set,
 )
+from outoforder.core.windows.hpm import buffered_reference
 from outoforder.core.windows.quality import emission_errors
 from outoforder.core.windows.repair import (
     RepairHistory,
@@ -274,7 +274,7 @@ def batch_bounds(case: Case) -> list[int]:
 
 def run_sss(spark: SparkSession, case: Case, watermark_us: int, label: str, workdir: Path) -> dict[str, Any]:
     """Structured Streaming at one watermark delay, judged like the others (no repair)."""
-    from outoforder.bench.sss_agg import run_sss_aggregate
+    from benchmarks.sss_agg import run_sss_aggregate
 
     bounds = batch_bounds(case)
     sss = run_sss_aggregate(
@@ -385,7 +385,7 @@ def throughput_child(cores: int, case_file: Path, limit: int) -> dict[str, Any]:
     env = dict(os.environ, OOO_SPARK_MASTER=f"local[{cores}]")
     code = (
         "import json, sys, numpy as np\n"
-        "from outoforder.bench import aggregate as A\n"
+        "from benchmarks import aggregate as A\n"
         "from outoforder.config import load_settings\n"
         "from outoforder.spark.session import get_spark\n"
         f"d = np.load({str(case_file)!r})\n"

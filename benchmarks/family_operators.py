@@ -1,23 +1,23 @@
 """The aggregates' and top-k's targets on the held-out delay families (part of ``bench families``).
 
-The join's families (:mod:`outoforder.bench.families`) carry the other two operators too, each with
+The join's families (:mod:`benchmarks.families`) carry the other two operators too, each with
 the stages' default controller, run as its reference on the same arrivals:
 
 - **aggregates**: COUNT over windows of three adaptation intervals sliding by one (the events a
   window holds; a window meets ε when its count at emission is within ε = 0.05 of the exact one),
   the lateness controller with the aggregate stage's defaults adapting once per interval L, as
-  the stage does (:data:`outoforder.bench.aggregate.PER_BATCH`); the target is (ε, δ): at least
+  the stage does (:data:`benchmarks.aggregate.PER_BATCH`); the target is (ε, δ): at least
   1 − δ = 95 % of the windows meet ε, or are judged infeasible: a window that needed a larger K
   than every window before it (a record, :mod:`outoforder.core.windows.feasibility`), as the
   join's periods are judged. The yardstick: the hindsight constant K.
 - **top-k**: the top-5 of 60 s windows sliding by 5 s with the top-k benchmark's lateness
-  controller (:mod:`outoforder.bench.topk`); the workloads carry no score, so each tuple gets a
+  controller (:mod:`benchmarks.topk`); the workloads carry no score, so each tuple gets a
   seeded uniform one, independent of its delay. The target: mean accuracy ε_min = 0.95 over the
   windows after the first five minutes. The yardstick: the hindsight constant cache duration.
 
 The controllers' constants were chosen on the soccer game's streams (their own benchmarks), the
 aggregates' coverage horizon (:data:`HORIZON_WINDOWS`) on the families' tuning part
-(:mod:`outoforder.bench.tuning`); the held-out part is held out for all of them.
+(:mod:`benchmarks.tuning`); the held-out part is held out for all of them.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from outoforder.bench import aggregate as agg
-from outoforder.bench import topk
+from benchmarks import aggregate as agg
+from benchmarks import topk
 from outoforder.core.topk.reference import exact_topk, hindsight_cache
 from outoforder.core.windows.assign import Windows
 from outoforder.core.windows.buffered import WindowQuery

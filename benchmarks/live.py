@@ -37,7 +37,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from outoforder.bench.harness import (
+from benchmarks.harness import (
     CLOCK_TICKS,
     DEFAULT_OUT,
     _cpu_seconds,

@@ -1,6 +1,6 @@
 """The join's quality promise on streams nobody tuned for: a tuning part and a held-out part.
 
-``python -m outoforder.bench families`` (or ``bash infra/bench.sh families``) writes
+``python -m benchmarks families`` (or ``bash infra/bench.sh families``) writes
 ``docs/benchmarks/families.{json,md,png}``.
 
 Every constant of an estimator (the robust estimator's headroom, the regime detector's factor
@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from outoforder.bench import family_operators
-from outoforder.bench.harness import DEFAULT_OUT, log, machine, markdown_table, write_json
+from benchmarks import family_operators
+from benchmarks.harness import DEFAULT_OUT, log, machine, markdown_table, write_json
 from outoforder.core.joins.feasibility import period_verdicts
 from outoforder.core.joins.query import exact_join
 from outoforder.sources.workloads import Arrivals, Workload, arrive, clicks, fleet, meters, soccer

@@ -40,7 +40,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from outoforder.bench.harness import (
+from benchmarks.harness import (
     DEFAULT_OUT,
     kafka_broker,
     log,
@@ -156,7 +156,7 @@ def prepare(spark: SparkSession, settings: Settings, work: Path, tuples: int) ->
 
 
 def child(job: dict[str, Any]) -> None:
-    """One timed ingest in this process (``python -m outoforder.bench.sources JOB``): prints its result."""
+    """One timed ingest in this process (``python -m benchmarks.sources JOB``): prints its result."""
     from outoforder.spark.session import get_spark
     from outoforder.stages.ingest.kafka import ingest_topic
 
@@ -218,7 +218,7 @@ def throughput(
                 {"config": str(config), "lake": str(lake_path), "reader": reader, "paths": paths}
             )
             out = run_command(
-                [os.environ.get("PYSPARK_PYTHON") or sys.executable, "-m", "outoforder.bench.sources", job],
+                [os.environ.get("PYSPARK_PYTHON") or sys.executable, "-m", "benchmarks.sources", job],
                 {**os.environ, "OOO_WORK_DIR": str(work)},
                 f"{name} (repeat {rep + 1})",
             )
@@ -371,7 +371,7 @@ def main(
 ) -> int:
     """Both parts; writes docs/benchmarks/sources.json, .md and .png."""
     del data_dir, spark_on
-    from outoforder.sources.synthetic import SYNTHETIC_STREAMS
+    from outoforder.sources.sensors import SYNTHETIC_STREAMS
     from outoforder.spark.session import get_spark
 
     tuples = int(os.environ.get("OOO_SOURCES_TUPLES", 200_000 if quick else TUPLES))

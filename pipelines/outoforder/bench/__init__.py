@@ -1,1 +1,0 @@
-"""Side-by-side benchmarks against baselines and peers (``python -m outoforder.bench``)."""
