@@ -40,6 +40,7 @@ from benchmarks.harness import (
 )
 from outoforder.config import REPO_ROOT, Settings, StreamSettings, load_settings
 from outoforder.errors import StateError
+from outoforder.stages.context import StageContext
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -84,13 +85,17 @@ def stream_stages() -> list[StreamStage]:
     return [
         StreamStage(
             "aggregate-stream",
-            lambda sp, st, src, lo, hi: AggregateStream(sp, st, src, agg).run_interval(lo, hi),
+            lambda sp, st, src, lo, hi: AggregateStream(StageContext.of(sp, st, src, agg)).run_interval(
+                lo, hi
+            ),
         ),
         StreamStage(
-            "topk-stream", lambda sp, st, src, lo, hi: TopKStream(sp, st, src, topk).run_interval(lo, hi)
+            "topk-stream",
+            lambda sp, st, src, lo, hi: TopKStream(StageContext.of(sp, st, src, topk)).run_interval(lo, hi),
         ),
         StreamStage(
-            "join-stream", lambda sp, st, src, lo, hi: JoinStream(sp, st, src, join).run_interval(lo, hi)
+            "join-stream",
+            lambda sp, st, src, lo, hi: JoinStream(StageContext.of(sp, st, src, join)).run_interval(lo, hi),
         ),
     ]
 

@@ -65,6 +65,7 @@ from benchmarks.longrun import narrow_join
 from benchmarks.scaling import start_cluster
 from outoforder.config import REPO_ROOT, Settings, load_settings
 from outoforder.errors import StateError
+from outoforder.stages.context import StageContext
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -178,27 +179,31 @@ def _interval_loop(
     if part == "join":
         # OOO_SCALE_JOIN=default: the join_stream DAG's default query (0.5 s, 2 m: ten pairs a tuple)
         join = JoinJob() if os.environ.get("OOO_SCALE_JOIN") == "default" else narrow_join()
-        stage = JoinStream(spark, settings, source, join, adapt_every_us=round(ADAPT_EVERY_S * 1e6))
+        stage = JoinStream(
+            StageContext.of(spark, settings, source, join), adapt_every_us=round(ADAPT_EVERY_S * 1e6)
+        )
 
         def check(lo: int, hi: int) -> Any:
-            return join_check.validate_join(spark, settings, source, join, hi, fail=False, since_us=lo)
+            return join_check.validate_join(
+                StageContext.of(spark, settings, source, join), hi, fail=False, since_us=lo
+            )
 
     elif part == "aggregate":
         agg = AggJob()
-        stage = AggregateStream(spark, settings, source, agg, repair_each=True)
+        stage = AggregateStream(StageContext.of(spark, settings, source, agg), repair_each=True)
 
         def check(lo: int, hi: int) -> Any:
             return agg_check.validate_aggregate(
-                spark, settings, source, agg, fail=False, until_us=hi, since_us=lo
+                StageContext.of(spark, settings, source, agg), fail=False, until_us=hi, since_us=lo
             )
 
     else:
         topk = TopKJob()
-        stage = TopKStream(spark, settings, source, topk)
+        stage = TopKStream(StageContext.of(spark, settings, source, topk))
 
         def check(lo: int, hi: int) -> Any:
             return topk_check.validate_topk(
-                spark, settings, source, topk, fail=False, until_us=hi, since_us=lo
+                StageContext.of(spark, settings, source, topk), fail=False, until_us=hi, since_us=lo
             )
 
     span: tuple[int, int] | None = stage.pending_span()  # its tables were removed: from the first arrival
@@ -266,10 +271,12 @@ def _theta(
     for i, (lo, hi) in enumerate(slices):
         sampler.reset()
         t0 = time.monotonic()
-        s = run_interval(spark, settings, source, job, lo, hi)
+        s = run_interval(StageContext.of(spark, settings, source, job), lo, hi)
         t1 = time.monotonic()
         sample = THETA_DAY_SAMPLE if day else 1
-        theta_check.validate_theta(spark, settings, source, job, lo, hi, sample=sample, fail=False)
+        theta_check.validate_theta(
+            StageContext.of(spark, settings, source, job), lo, hi, sample=sample, fail=False
+        )
         t2 = time.monotonic()
         rec = {
             "part": "theta-day" if day else "theta",

@@ -17,6 +17,7 @@ from outoforder.stages.aggregate.repair import repair
 from outoforder.stages.aggregate.spec import AggJob
 from outoforder.stages.aggregate.stream import AggregateStream, run_interval
 from outoforder.stages.aggregate.validate import repaired_windows, validate_aggregate, window_quality
+from outoforder.stages.context import StageContext
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta]
 
@@ -71,7 +72,9 @@ def test_intervals_equal_the_reference_then_repair_makes_every_window_exact(
     n = len(frame)
     cuts = [0, 500, 900, n]
     bounds = [T0 + c * STEP for c in cuts]
-    summaries = [run_interval(spark, settings, SOURCE, job, lo, hi) for lo, hi in pairwise(bounds)]
+    summaries = [
+        run_interval(StageContext.of(spark, settings, SOURCE, job), lo, hi) for lo, hi in pairwise(bounds)
+    ]
     assert sum(s.arrivals for s in summaries) == n
 
     ref = buffered_reference(
@@ -104,7 +107,7 @@ def test_intervals_equal_the_reference_then_repair_makes_every_window_exact(
 
     # re-running an interval changes nothing; skipping one fails clearly
     before = snapshot(spark, settings)
-    run_interval(spark, settings, SOURCE, job, bounds[1], bounds[2])
+    run_interval(StageContext.of(spark, settings, SOURCE, job), bounds[1], bounds[2])
     after = snapshot(spark, settings)
     for name in before:
         pd.testing.assert_frame_equal(before[name], after[name])
@@ -136,16 +139,16 @@ def test_intervals_equal_the_reference_then_repair_makes_every_window_exact(
     assert repaired_windows(spark, settings, SOURCE, job) == (0, -1)  # no repair yet: nothing to judge
     monkeypatch.setattr(delta, "replace_rows", killed_before_the_log)
     with pytest.raises(RuntimeError, match="killed"):
-        repair(spark, settings, SOURCE, job, force=True)
+        repair(StageContext.of(spark, settings, SOURCE, job), force=True)
     monkeypatch.setattr(delta, "replace_rows", replace_rows)
     (row,) = intended
-    first = repair(spark, settings, SOURCE, job, force=True)
+    first = repair(StageContext.of(spark, settings, SOURCE, job), force=True)
     assert first.ran and first.changed > 0
     assert (first.changed, first.added) == (row["windows_changed"], row["windows_added"])
     assert first.rows_read == first.affected_rows
     logged = delta.read(spark, AGG_REPAIRS, settings.lake_root).drop(*volatile).collect()
     assert [r.asDict() for r in logged] == [row]
-    again = repair(spark, settings, SOURCE, job, force=True)
+    again = repair(StageContext.of(spark, settings, SOURCE, job), force=True)
     assert not again.ran  # nothing pending any more
     fixed = results(spark, settings, job)
     quality = window_quality(spark, settings, SOURCE, job)
@@ -156,7 +159,7 @@ def test_intervals_equal_the_reference_then_repair_makes_every_window_exact(
     assert (rewritten["produced_by"] == "repair").all() and rewritten["final"].all()
     assert rewritten["previous_value"].notna().all() and rewritten["caused_by"].map(len).min() >= 1
     assert fixed["window_id"].is_unique
-    validate_aggregate(spark, settings, SOURCE, job, fail=False)
+    validate_aggregate(StageContext.of(spark, settings, SOURCE, job), fail=False)
 
     # late_repair's check judges the windows the repair recomputed, as a check of everything would
     late = (int(ledger["window_id"].min()), int(ledger["window_id"].max()))
@@ -165,7 +168,7 @@ def test_intervals_equal_the_reference_then_repair_makes_every_window_exact(
     inside = quality[quality["wid"].between(*late)].reset_index(drop=True)
     pd.testing.assert_frame_equal(part, inside)
     assert 0 < len(part) <= len(quality)
-    suites = validate_aggregate(spark, settings, SOURCE, job, fail=True, repaired=True)
+    suites = validate_aggregate(StageContext.of(spark, settings, SOURCE, job), fail=True, repaired=True)
     # exactness and presence; (ε, δ) at emission is judged as windows close, not on the late ones
     assert {s.suite for s in suites} == {"agg_results", "agg_quality"}
 
@@ -173,19 +176,23 @@ def test_intervals_equal_the_reference_then_repair_makes_every_window_exact(
 def test_gamma_rule_waits_until_the_late_tuples_span_more_than_gamma(spark, settings, load_bronze):
     frame = arrivals(n=800, seed=9)
     load_bronze(frame, SOURCE, 0)
-    run_interval(spark, settings, SOURCE, JOB, T0, T0 + 400 * STEP)
-    wide = repair(spark, settings, SOURCE, AggJob(**{**JOB.__dict__, "gamma_us": 10**9}))
+    run_interval(StageContext.of(spark, settings, SOURCE, JOB), T0, T0 + 400 * STEP)
+    wide = repair(StageContext.of(spark, settings, SOURCE, AggJob(**{**JOB.__dict__, "gamma_us": 10**9})))
     assert not wide.ran and "Γ" in wide.reason
     with pytest.raises(StateError, match="run \\["):  # arrivals 400..499 would be skipped
-        run_interval(spark, settings, SOURCE, JOB, T0 + 500 * STEP, T0 + 600 * STEP)
+        run_interval(StageContext.of(spark, settings, SOURCE, JOB), T0 + 500 * STEP, T0 + 600 * STEP)
     # repairing after each interval, the stage leaves the status a fresh look at the ledger gives:
     # with Γ out of reach the late tuples stay pending; with the job's Γ a repair empties the ledger
     waiting = AggJob(**{**JOB.__dict__, "gamma_us": 10**9})  # the same job (Γ does not identify it)
-    AggregateStream(spark, settings, SOURCE, waiting, repair_each=True).run(T0 + 400 * STEP, T0 + 600 * STEP)
+    AggregateStream(StageContext.of(spark, settings, SOURCE, waiting), repair_each=True).run(
+        T0 + 400 * STEP, T0 + 600 * STEP
+    )
     status = read_status(settings, SOURCE, waiting)
     assert status == ledger_status(spark, settings, SOURCE, waiting)
     assert status["pending_late_tuples"] > 0 and not status["repair_due"]
-    AggregateStream(spark, settings, SOURCE, JOB, repair_each=True).run(T0 + 600 * STEP, T0 + 800 * STEP)
+    AggregateStream(StageContext.of(spark, settings, SOURCE, JOB), repair_each=True).run(
+        T0 + 600 * STEP, T0 + 800 * STEP
+    )
     status = read_status(settings, SOURCE, JOB)
     assert status == ledger_status(spark, settings, SOURCE, JOB)
     assert status["pending_late_tuples"] == 0
@@ -206,9 +213,9 @@ def test_validate_fails_on_a_target_the_stream_cannot_meet(spark, settings, load
             "k_d": 0.0,
         }
     )
-    run_interval(spark, settings, SOURCE, strict, T0, T0 + 600 * STEP)
+    run_interval(StageContext.of(spark, settings, SOURCE, strict), T0, T0 + 600 * STEP)
     with pytest.raises(QualityError, match="agg_error"):  # reachable under the bound: a shortfall
-        validate_aggregate(spark, settings, SOURCE, strict, fail=True)
+        validate_aggregate(StageContext.of(spark, settings, SOURCE, strict), fail=True)
 
 
 def test_a_bound_that_forbids_the_target_is_a_warning_naming_the_bound_it_needs(
@@ -217,13 +224,13 @@ def test_a_bound_that_forbids_the_target_is_a_warning_naming_the_bound_it_needs(
     frame = arrivals(n=600, seed=5)
     load_bronze(frame, SOURCE, 0)
     tight = AggJob(**{**JOB.__dict__, "eps": 0.01, "latency_bound_us": 500})  # delays of ms, K at most 0.5 ms
-    summary = run_interval(spark, settings, SOURCE, tight, T0, T0 + 600 * STEP)
+    summary = run_interval(StageContext.of(spark, settings, SOURCE, tight), T0, T0 + 600 * STEP)
     assert summary.slack_next_us is not None and summary.slack_next_us <= 500
     assert summary.reachable is not None and summary.reachable < 0.95
     assert "out of reach under the bound of 0.0005 s" in summary.figures()
     with caplog.at_level("WARNING"):
         suites = validate_aggregate(
-            spark, settings, SOURCE, tight, fail=True
+            StageContext.of(spark, settings, SOURCE, tight), fail=True
         )  # no failure: a configuration matter
     verdicts = {r.suite: r.success for r in suites}
     assert verdicts["agg_feasibility"] is False and verdicts["agg_error"] is False

@@ -30,6 +30,7 @@ from outoforder.io.tables import (
 )
 from outoforder.stages.aggregate.repair import repair
 from outoforder.stages.aggregate.stream import run_interval
+from outoforder.stages.context import StageContext
 from tests.sources.hostile import good_lines
 from tests.spark.test_aggregate_stream import JOB, SOURCE, STEP, T0, arrivals
 
@@ -89,7 +90,7 @@ def overlap(spark, settings, tmp_path, monkeypatch, other: Callable[[object], No
     """
     mid = T0 + 500 * STEP
     for lo, hi in zip([T0, *first_cuts], [*first_cuts, mid], strict=True):
-        run_interval(spark, settings, SOURCE, JOB, lo, hi)
+        run_interval(StageContext.of(spark, settings, SOURCE, JOB), lo, hi)
     serial = dataclasses.replace(settings, lake_root=tmp_path / "serial")
     shutil.copytree(settings.lake_root, serial.lake_root)
 
@@ -108,7 +109,7 @@ def overlap(spark, settings, tmp_path, monkeypatch, other: Callable[[object], No
 
     def repairing():
         try:
-            fixed.append(repair(spark, settings, SOURCE, JOB, force=True))
+            fixed.append(repair(StageContext.of(spark, settings, SOURCE, JOB), force=True))
         except BaseException as e:  # handed to the main thread
             failure.append(e)
 
@@ -125,7 +126,7 @@ def overlap(spark, settings, tmp_path, monkeypatch, other: Callable[[object], No
 
     monkeypatch.setattr(delta, "upsert", plain)
     other(serial)
-    repair(spark, serial, SOURCE, JOB, force=True)
+    repair(StageContext.of(spark, serial, SOURCE, JOB), force=True)
     return retried, fixed[0], digests(spark, settings.lake_root), digests(spark, serial.lake_root)
 
 
@@ -137,7 +138,7 @@ def test_an_interval_and_maintenance_committing_inside_a_repairs_merge_force_its
 
     def compact_and_run(s):
         done.append(delta.maintain(spark, AGG_RESULTS, s.lake_root))
-        done.append(run_interval(spark, s, SOURCE, JOB, T0 + 500 * STEP, T0 + 900 * STEP))
+        done.append(run_interval(StageContext.of(spark, s, SOURCE, JOB), T0 + 500 * STEP, T0 + 900 * STEP))
 
     # two intervals first: several small files in the partition for OPTIMIZE to rewrite
     retried, fixed, got, serial = overlap(

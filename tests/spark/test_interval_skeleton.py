@@ -13,6 +13,7 @@ from outoforder.io import delta
 from outoforder.io.tables import AGG_RESULTS, AGG_STATE, INGEST_LOG
 from outoforder.stages.aggregate.spec import AggJob
 from outoforder.stages.aggregate.stream import AggregateStream
+from outoforder.stages.context import StageContext
 from outoforder.stages.state import states_at
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta]
@@ -44,18 +45,18 @@ def test_reruns_write_nothing_straddles_are_refused_or_split_and_snapshots_are_p
     spark, settings, load_bronze
 ):
     load_bronze(arrivals(), SOURCE)
-    stage = AggregateStream(spark, settings, SOURCE, JOB, keep_snapshots=2, prune_slack=1)
+    stage = AggregateStream(StageContext.of(spark, settings, SOURCE, JOB), keep_snapshots=2, prune_slack=1)
     stage.run(at(0), at(200), every_us=50 * STEP)  # four intervals: the fourth prunes to two
     ends = sorted(r[0] for r in delta.read(spark, AGG_STATE, settings.lake_root).select("as_of_us").collect())
     assert ends == [at(150), at(200)]
 
     before = versions(spark, settings)
-    again = AggregateStream(spark, settings, SOURCE, JOB).run_interval(at(150), at(200))
+    again = AggregateStream(StageContext.of(spark, settings, SOURCE, JOB)).run_interval(at(150), at(200))
     assert again.arrivals == 50 and versions(spark, settings) == before  # no commit at all
 
     with pytest.raises(InputError, match=r"run \[.*\) and \[.*\) instead"):
-        AggregateStream(spark, settings, SOURCE, JOB).run_interval(at(150), at(250))
-    split = AggregateStream(spark, settings, SOURCE, JOB).run(at(150), at(250))
+        AggregateStream(StageContext.of(spark, settings, SOURCE, JOB)).run_interval(at(150), at(250))
+    split = AggregateStream(StageContext.of(spark, settings, SOURCE, JOB)).run(at(150), at(250))
     assert [(s.start_us, s.end_us) for s in split] == [(at(150), at(200)), (at(200), at(250))]
     results = delta.read(spark, AGG_RESULTS, settings.lake_root).where(F.col("source") == SOURCE)
     assert results.count() == results.select("window_id").distinct().count() > 0
@@ -75,7 +76,9 @@ def test_a_scheduled_run_catches_up_in_whole_steps_and_a_long_quiet_gap_is_one_s
     step = 50 * STEP
 
     def run(start, end):
-        got = AggregateStream(spark, settings, SOURCE, JOB).run(start, end, every_us=step, catch_up=True)
+        got = AggregateStream(StageContext.of(spark, settings, SOURCE, JOB)).run(
+            start, end, every_us=step, catch_up=True
+        )
         return [(s.start_us, s.end_us) for s in got]
 
     assert run(at(0), at(50)) == [(at(0), at(50))]  # the job's first run: its own interval
@@ -107,7 +110,7 @@ def test_a_run_over_years_without_arrivals_steps_only_where_arrivals_are(spark, 
     year = 365 * 86_400 * 1_000_000
     load_bronze(arrivals(n=4), "test/gap", step=year)
     minute = 60_000_000
-    got = AggregateStream(spark, settings, "test/gap", JOB).run(every_us=minute)
+    got = AggregateStream(StageContext.of(spark, settings, "test/gap", JOB)).run(every_us=minute)
     spans = [(s.start_us, s.end_us, s.arrivals) for s in got]
     assert len(spans) == 7  # four minutes with an arrival, three quiet stretches between them
     assert [a for _, _, a in spans] == [1, 0, 1, 0, 1, 0, 1]

@@ -17,6 +17,7 @@ from outoforder.io import delta
 from outoforder.io.tables import JOIN_METRICS, JOIN_PARAMS, JOIN_RESULTS, JOIN_STATE
 from outoforder.sources.disorder import inject
 from outoforder.stages.cli import main
+from outoforder.stages.context import StageContext
 from outoforder.stages.join import adapt as join_adapt
 from outoforder.stages.join.adapt import adapt
 from outoforder.stages.join.inputs import input_from_frame
@@ -52,11 +53,11 @@ def test_intervals_with_adaptation_equal_the_set_form_and_reruns_change_nothing(
     load_bronze(frame, SOURCE, 1)
     n = len(frame)
     bounds = [T0, T0 + 400 * STEP, T0 + 900 * STEP, T0 + 1_200 * STEP, T0 + n * STEP]
-    run_interval(spark, settings, SOURCE, JOB, bounds[0], bounds[1])
-    run_interval(spark, settings, SOURCE, JOB, bounds[1], bounds[2])
-    params = adapt(spark, settings, SOURCE, JOB, bounds[2])
+    run_interval(StageContext.of(spark, settings, SOURCE, JOB), bounds[0], bounds[1])
+    run_interval(StageContext.of(spark, settings, SOURCE, JOB), bounds[1], bounds[2])
+    params = adapt(StageContext.of(spark, settings, SOURCE, JOB), bounds[2])
     for lo, hi in pairwise(bounds[2:]):
-        run_interval(spark, settings, SOURCE, JOB, lo, hi)
+        run_interval(StageContext.of(spark, settings, SOURCE, JOB), lo, hi)
 
     # the set form under the same retention schedule: before the adaptation each interval keeps
     # its whole length (nothing dropped without evidence), then the adaptation's choice
@@ -80,8 +81,8 @@ def test_intervals_with_adaptation_equal_the_set_form_and_reruns_change_nothing(
 
     # re-running an interval already processed (and the adaptation) leaves every table as it was
     before = got.sort_values(["r_seq", "s_seq"]).reset_index(drop=True)
-    adapt(spark, settings, SOURCE, JOB, bounds[2])
-    s = run_interval(spark, settings, SOURCE, JOB, bounds[1], bounds[2])
+    adapt(StageContext.of(spark, settings, SOURCE, JOB), bounds[2])
+    s = run_interval(StageContext.of(spark, settings, SOURCE, JOB), bounds[1], bounds[2])
     assert s.new_pairs == 0
     after = result_pairs(spark, settings).sort_values(["r_seq", "s_seq"]).reset_index(drop=True)
     pd.testing.assert_frame_equal(before, after)
@@ -97,8 +98,8 @@ def test_each_adaptation_remembers_what_its_earlier_decisions_measured(spark, se
     # older periods
     load_bronze(arrivals(), SOURCE, 1)
     job = JoinJob(**{**JOB.__dict__, "period_us": 200_000, "interval_us": 100_000, "memory_periods": 4})
-    run_interval(spark, settings, SOURCE, job, T0, T0 + 1_500 * STEP)
-    rows = [adapt(spark, settings, SOURCE, job, T0 + k * 150 * STEP) for k in range(2, 10)]
+    run_interval(StageContext.of(spark, settings, SOURCE, job), T0, T0 + 1_500 * STEP)
+    rows = [adapt(StageContext.of(spark, settings, SOURCE, job), T0 + k * 150 * STEP) for k in range(2, 10)]
     stats = [json.loads(r["stats_json"]) for r in rows]
     older = 0
     for i, (row, st) in enumerate(zip(rows, stats, strict=True)):
@@ -119,11 +120,11 @@ def test_each_adaptation_remembers_what_its_earlier_decisions_measured(spark, se
 
 def test_an_interval_cannot_skip_unprocessed_arrivals(spark, settings, load_bronze):
     load_bronze(arrivals(n=300), SOURCE, 1)
-    run_interval(spark, settings, SOURCE, JOB, T0, T0 + 100 * STEP)
+    run_interval(StageContext.of(spark, settings, SOURCE, JOB), T0, T0 + 100 * STEP)
     with pytest.raises(StateError, match="run \\["):
-        run_interval(spark, settings, SOURCE, JOB, T0 + 200 * STEP, T0 + 300 * STEP)
+        run_interval(StageContext.of(spark, settings, SOURCE, JOB), T0 + 200 * STEP, T0 + 300 * STEP)
     with pytest.raises(StateError, match="starts at"):
-        run_interval(spark, settings, SOURCE, JOB, T0 - 100 * STEP, T0)
+        run_interval(StageContext.of(spark, settings, SOURCE, JOB), T0 - 100 * STEP, T0)
 
 
 def test_recall_check_fails_or_warns_and_finds_no_duplicates(spark, settings, capsys, load_bronze):
@@ -142,10 +143,10 @@ def test_recall_check_fails_or_warns_and_finds_no_duplicates(spark, settings, ca
     )
     cuts = [T0, T0 + 500 * STEP, T0 + 1_000 * STEP, end]
     for lo, hi in pairwise(cuts):
-        run_interval(spark, settings, SOURCE, strict, lo, hi)
+        run_interval(StageContext.of(spark, settings, SOURCE, strict), lo, hi)
     with pytest.raises(QualityError, match="stream join"):
-        validate_join(spark, settings, SOURCE, strict, end)
-    suites = validate_join(spark, settings, SOURCE, strict, end, fail=False)
+        validate_join(StageContext.of(spark, settings, SOURCE, strict), end)
+    suites = validate_join(StageContext.of(spark, settings, SOURCE, strict), end, fail=False)
     assert [s.success for s in suites] == [True, False]  # no duplicates; recall below target
     judged = period_quality(spark, settings, SOURCE, strict, end)
     n_stored = delta.read(spark, JOIN_RESULTS, settings.lake_root).count()
@@ -175,10 +176,10 @@ def test_recall_check_fails_or_warns_and_finds_no_duplicates(spark, settings, ca
         closed_before |= set(then["period"])
     assert judged == full["period"].tolist()
     # the repair adds exactly the missing true pairs: recall becomes exact, and a re-run adds none
-    fixed = repair(spark, settings, SOURCE, strict, end)
+    fixed = repair(StageContext.of(spark, settings, SOURCE, strict), end)
     assert fixed.added == fixed.missing > 0
-    assert repair(spark, settings, SOURCE, strict, end).added == 0
-    assert all(s.success for s in validate_join(spark, settings, SOURCE, strict, end))
+    assert repair(StageContext.of(spark, settings, SOURCE, strict), end).added == 0
+    assert all(s.success for s in validate_join(StageContext.of(spark, settings, SOURCE, strict), end))
     res = delta.read(spark, JOIN_RESULTS, settings.lake_root).where(F.col("produced_by") == "repair")
     assert res.count() == fixed.added
     # a pair stored twice fails the duplicate check, of a full run and of a run over the interval judging it
@@ -189,7 +190,9 @@ def test_recall_check_fails_or_warns_and_finds_no_duplicates(spark, settings, ca
     )
     twice.limit(1).write.format("delta").mode("append").save(JOIN_RESULTS.path(settings.lake_root))
     for since in (None, cuts[2]):
-        suites = validate_join(spark, settings, SOURCE, strict, end, fail=False, since_us=since)
+        suites = validate_join(
+            StageContext.of(spark, settings, SOURCE, strict), end, fail=False, since_us=since
+        )
         assert [s.success for s in suites] == [False, True]
 
 
@@ -252,22 +255,25 @@ def test_a_retention_bound_that_puts_q_user_out_of_reach_is_reported_not_failed(
     # no retention at all under this disorder: the late pairs are out of reach
     bounded = JoinJob(**{**JOB.__dict__, "period_us": 300_000, "interval_us": 100_000, "latency_bound_us": 0})
     cuts = [T0 + c * STEP for c in (0, 400, 700, 1_000)] + [end]
-    run_interval(spark, settings, source, bounded, cuts[0], cuts[1])
+    run_interval(StageContext.of(spark, settings, source, bounded), cuts[0], cuts[1])
     for lo, hi in pairwise(cuts[1:]):
-        row = adapt(spark, settings, source, bounded, lo)
+        row = adapt(StageContext.of(spark, settings, source, bounded), lo)
         assert row["d_r_us"] == row["d_s_us"] == 0  # capped at the bound
-        run_interval(spark, settings, source, bounded, lo, hi)
+        run_interval(StageContext.of(spark, settings, source, bounded), lo, hi)
     stated = [
         json.loads(r["stats_json"])
         for r in delta.read(spark, JOIN_PARAMS, settings.lake_root).where(F.col("source") == source).collect()
     ]
     assert min(s["reachable"] for s in stated) < bounded.q_user < max(s["needed_us"] for s in stated) + 1
     # failing is on, and nothing raises: the misses are the bound's, said by join_feasibility
-    suites = {s.suite: s.success for s in validate_join(spark, settings, source, bounded, end, fail=True)}
+    suites = {
+        s.suite: s.success
+        for s in validate_join(StageContext.of(spark, settings, source, bounded), end, fail=True)
+    }
     assert suites["join_feasibility"] is False and suites["join_results"] is True
     assert suites["join_recall"] is True  # the periods the bound allowed met Q_user (or none was left)
     # without the bound's statement the same stream's misses are the controller's: a failure
     unbounded = JoinJob(**{**bounded.__dict__, "latency_bound_us": None})
     assert unbounded.job_id() == bounded.job_id()  # the bound is a setting of the running job
     with pytest.raises(QualityError, match="stream join"):
-        validate_join(spark, settings, source, unbounded, end, fail=True)
+        validate_join(StageContext.of(spark, settings, source, unbounded), end, fail=True)

@@ -19,6 +19,7 @@ from outoforder.stages.aggregate.repair import repair as agg_repair
 from outoforder.stages.aggregate.spec import AggJob
 from outoforder.stages.aggregate.stream import AggregateStream
 from outoforder.stages.aggregate.validate import validate_aggregate as agg_validate
+from outoforder.stages.context import StageContext
 from outoforder.stages.join.adapt import adapt
 from outoforder.stages.join.repair import repair as join_repair
 from outoforder.stages.join.spec import JoinJob
@@ -110,25 +111,25 @@ def test_every_stage_runs_over_a_long_history_without_collecting_it(spark, setti
         stats = source_stats(spark, settings, SOURCE)
         assert stats["overall"]["rows"] == N and stats["n_keys"] == 20
 
-        stream = JoinStream(spark, settings, SOURCE, join)
+        stream = JoinStream(StageContext.of(spark, settings, SOURCE, join))
         joined = stream.run_interval(T0, recent)
         stream.run_interval(recent, end)
         assert joined.new_pairs > 1_000
-        adapt(spark, settings, SOURCE, join, end)
-        join_validate(spark, settings, SOURCE, join, end, fail=False)
-        fixed = join_repair(spark, settings, SOURCE, join, end)
+        adapt(StageContext.of(spark, settings, SOURCE, join), end)
+        join_validate(StageContext.of(spark, settings, SOURCE, join), end, fail=False)
+        fixed = join_repair(StageContext.of(spark, settings, SOURCE, join), end)
         assert fixed.added == fixed.missing
 
-        aggregates = AggregateStream(spark, settings, SOURCE, agg)
+        aggregates = AggregateStream(StageContext.of(spark, settings, SOURCE, agg))
         aggregates.run_interval(T0, recent)
         aggregates.run_interval(recent, end)
-        agg_repair(spark, settings, SOURCE, agg, force=True)
-        agg_validate(spark, settings, SOURCE, agg, fail=False)
+        agg_repair(StageContext.of(spark, settings, SOURCE, agg), force=True)
+        agg_validate(StageContext.of(spark, settings, SOURCE, agg), fail=False)
 
-        top = TopKStream(spark, settings, SOURCE, topk)
+        top = TopKStream(StageContext.of(spark, settings, SOURCE, topk))
         top.run_interval(T0, recent)
         assert top.run_interval(recent, end).windows > 0
-        topk_validate(spark, settings, SOURCE, topk, fail=False)
+        topk_validate(StageContext.of(spark, settings, SOURCE, topk), fail=False)
 
         from outoforder.quality.report import build_reports
 

@@ -9,6 +9,7 @@ from outoforder.errors import InputError, StateError
 from outoforder.stages.aggregate import validate as aggregate_validate
 from outoforder.stages.aggregate.spec import AggJob
 from outoforder.stages.aggregate.stream import AggregateStream
+from outoforder.stages.context import StageContext
 from outoforder.stages.join import validate as join_validate
 from outoforder.stages.join.spec import JoinJob
 from outoforder.stages.join.stream import JoinStream
@@ -41,7 +42,7 @@ def test_a_misspelt_source_fails_naming_the_sources_there_are(spark, settings, y
         InputError,
         match=r"no rows of source 'test/yrad' \(its sources: test/yard; did you mean 'test/yard'\?\)",
     ):
-        AggregateStream(spark, settings, "test/yrad", AGG).run(every_us=60_000_000)
+        AggregateStream(StageContext.of(spark, settings, "test/yrad", AGG)).run(every_us=60_000_000)
 
 
 def test_a_join_side_without_rows_fails_naming_the_streams_there_are(spark, settings, yard):
@@ -50,27 +51,27 @@ def test_a_join_side_without_rows_fails_naming_the_streams_there_are(spark, sett
         InputError,
         match=r"no rows of S = 'pickers' \(its streams: forklift, picker; did you mean 'picker'\?\)",
     ):
-        JoinStream(spark, settings, SOURCE, job).run(every_us=60_000_000)
+        JoinStream(StageContext.of(spark, settings, SOURCE, job)).run(every_us=60_000_000)
 
 
 def test_checks_of_a_job_that_never_ran_fail(spark, settings, yard):
-    AggregateStream(spark, settings, SOURCE, AGG).run(every_us=60_000_000)
+    AggregateStream(StageContext.of(spark, settings, SOURCE, AGG)).run(every_us=60_000_000)
     join = JoinJob(r_streams=("forklift",), s_streams=("picker",))
     with pytest.raises(StateError, match=r"has not run by \d+: nothing to check"):
-        join_validate.validate_join(spark, settings, SOURCE, join, T0 + 10**9)
+        join_validate.validate_join(StageContext.of(spark, settings, SOURCE, join), T0 + 10**9)
     topk = TopKJob(score="value")  # its 4 s windows: none closes in these 60 ms
-    TopKStream(spark, settings, SOURCE, topk).run(every_us=60_000_000)
+    TopKStream(StageContext.of(spark, settings, SOURCE, topk)).run(every_us=60_000_000)
     expected = (
         r"validate-topk: nothing to judge: job tk-\w+ has processed 'test/yard' up to \d+ µs and no window"
     )
     with pytest.raises(InputError, match=expected):
-        topk_validate.validate_topk(spark, settings, SOURCE, topk)
+        topk_validate.validate_topk(StageContext.of(spark, settings, SOURCE, topk))
     other = AggJob(window_us=100_000, slide_us=10_000, coverage_horizon_us=100_000, initial_k_us=20_000)
     with pytest.raises(InputError, match=rf"jobs on this lake: {AGG.job_id()} on 'test/yard' up to \d+"):
-        aggregate_validate.validate_aggregate(spark, settings, SOURCE, other)
+        aggregate_validate.validate_aggregate(StageContext.of(spark, settings, SOURCE, other))
 
 
 def test_values_the_aggregates_cannot_use_are_counted(spark, settings, yard):
-    (summary,) = AggregateStream(spark, settings, SOURCE, AGG).run(every_us=60_000_000)
+    (summary,) = AggregateStream(StageContext.of(spark, settings, SOURCE, AGG)).run(every_us=60_000_000)
     assert summary.unvalued == 3 and summary.arrivals == 57
     assert "3 without a value (not aggregated)" in summary.line()

@@ -12,6 +12,7 @@ from outoforder.errors import ConfigError, QualityError
 from outoforder.io import delta
 from outoforder.io.tables import THETA_RESULTS, THETA_WINDOWS
 from outoforder.stages.cli import main
+from outoforder.stages.context import StageContext
 from outoforder.stages.theta import backfill
 from outoforder.stages.theta.backfill import run_interval
 from outoforder.stages.theta.files import join_files
@@ -91,7 +92,7 @@ def test_backfill_equals_duckdb_reruns_change_nothing_and_gx_checks_completeness
     load_bronze(frame, SOURCE)
     want = expected(frame, JOB)
     assert sum(map(len, want.values())) > 20  # not vacuous
-    summary = run_interval(spark, settings, SOURCE, JOB, T, T + 3 * W)
+    summary = run_interval(StageContext.of(spark, settings, SOURCE, JOB), T, T + 3 * W)
     assert summary.windows == 3 and summary.output_rows == sum(map(len, want.values()))
     assert {w: v for w, v in stored(spark, settings).items() if v} == want
     windows = {
@@ -103,17 +104,19 @@ def test_backfill_equals_duckdb_reruns_change_nothing_and_gx_checks_completeness
         assert row["null_rows"] == [
             int(((in_w["stream"] == s) & in_w["value"].isna()).sum()) for s in JOB.streams
         ]
-    validate_theta(spark, settings, SOURCE, JOB, T, T + 3 * W, sample=3)
+    validate_theta(StageContext.of(spark, settings, SOURCE, JOB), T, T + 3 * W, sample=3)
 
     before = snapshot(spark, settings)
     # in parts of one window each (a long backfill holds one part at a time): the same tables
-    parted = run_interval(spark, settings, SOURCE, JOB, T, T + 3 * W, rows_per_part=1)
+    parted = run_interval(StageContext.of(spark, settings, SOURCE, JOB), T, T + 3 * W, rows_per_part=1)
     assert parted.output_rows == summary.output_rows and parted.rows_compared == summary.rows_compared
     again = snapshot(spark, settings)
     assert again[0] == before[0] and [r[:4] for r in again[1]] == [r[:4] for r in before[1]]
-    run_interval(spark, settings, SOURCE, JOB, T, T + 3 * W)  # a rerun
+    run_interval(StageContext.of(spark, settings, SOURCE, JOB), T, T + 3 * W)  # a rerun
     cfs = ThetaJob(**{**JOB.__dict__, "method": "cfs"})
-    run_interval(spark, settings, SOURCE, cfs, T + W, T + 2 * W)  # an overlapping backfill, another method
+    run_interval(
+        StageContext.of(spark, settings, SOURCE, cfs), T + W, T + 2 * W
+    )  # an overlapping backfill, another method
     after = snapshot(spark, settings)
     assert after[0] == before[0]
     assert [r[:4] for r in after[1]] == [r[:4] for r in before[1]]
@@ -131,7 +134,7 @@ def test_backfill_equals_duckdb_reruns_change_nothing_and_gx_checks_completeness
     assert lost >= 1
     assert delta.read(spark, THETA_RESULTS, settings.lake_root).count() == stored_before - lost
     with pytest.raises(QualityError):
-        validate_theta(spark, settings, SOURCE, JOB, T, T + 3 * W, sample=3)
+        validate_theta(StageContext.of(spark, settings, SOURCE, JOB), T, T + 3 * W, sample=3)
 
 
 def test_equi_join_with_the_mcf_and_semi_prefilters_stores_the_same_rows(
@@ -149,14 +152,16 @@ def test_equi_join_with_the_mcf_and_semi_prefilters_stores_the_same_rows(
             monkeypatch.setattr(backfill, "_split_windows", lambda job, counts, starts: ([], starts))
         job = ThetaJob(**{**plain.__dict__, "prefilter": pre})
         assert job.job_id() == plain.job_id()  # same query, same rows: one slice in the tables
-        run_interval(spark, settings, SOURCE, job, T, T + 3 * W)
+        run_interval(StageContext.of(spark, settings, SOURCE, job), T, T + 3 * W)
         assert {w: v for w, v in stored(spark, settings, job).items() if v} == want
         rows = delta.read(spark, THETA_WINDOWS, settings.lake_root).orderBy("window_start_us").collect()
         assert all(r["prefilter"] == pre and len(r["kept_rows"]) == 3 for r in rows)
         assert all(k <= n for r in rows for k, n in zip(r["kept_rows"], r["rows"], strict=True))
         if pre == "mcf":  # the windows' own filters, in their tasks: always applied
             assert sum(sum(r["kept_rows"]) for r in rows) < len(frame)  # some rows had no partner
-        validate_theta(spark, settings, SOURCE, job, T, T + 3 * W, sample=3)  # = DuckDB on the raw rows
+        validate_theta(
+            StageContext.of(spark, settings, SOURCE, job), T, T + 3 * W, sample=3
+        )  # = DuckDB on the raw rows
     with pytest.raises(ConfigError, match="equi-join"):
         ThetaJob(prefilter="mcf")  # a band is not an equi-join
 
@@ -167,7 +172,7 @@ def test_bad_jobs_and_intervals_fail_clearly(spark, settings):
     with pytest.raises(ConfigError, match="--column must be one of value, x, y, z, event_ts"):
         ThetaJob(column="speed")
     with pytest.raises(ConfigError, match="multiples of the window"):
-        run_interval(spark, settings, SOURCE, JOB, T + 1, T + W)
+        run_interval(StageContext.of(spark, settings, SOURCE, JOB), T + 1, T + W)
 
 
 def test_a_users_files_are_joined_and_unparsable_values_counted(spark, tmp_path):

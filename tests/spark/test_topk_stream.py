@@ -15,6 +15,7 @@ from outoforder.errors import ConfigError, QualityError, StateError
 from outoforder.io import delta
 from outoforder.io.tables import TOPK_CACHE, TOPK_LATE, TOPK_RESULTS, TOPK_SETTLED, TOPK_STATE, TOPK_WINDOWS
 from outoforder.sources.disorder import inject
+from outoforder.stages.context import StageContext
 from outoforder.stages.topk.spec import TopKJob
 from outoforder.stages.topk.stream import run_interval
 from outoforder.stages.topk.validate import validate_topk, window_accuracy
@@ -51,7 +52,9 @@ def test_intervals_equal_one_run_rerun_changes_nothing_and_gx_passes(spark, sett
     load_bronze(frame, SOURCE)
     n = len(frame)
     bounds = [T0 + c * STEP for c in (0, 700, 1_300, n)]
-    summaries = [run_interval(spark, settings, SOURCE, JOB, lo, hi) for lo, hi in pairwise(bounds)]
+    summaries = [
+        run_interval(StageContext.of(spark, settings, SOURCE, JOB), lo, hi) for lo, hi in pairwise(bounds)
+    ]
     assert sum(s.arrivals for s in summaries) == n
     assert sum(s.unscored for s in summaries) == int(frame["value"].isna().sum())
 
@@ -71,7 +74,9 @@ def test_intervals_equal_one_run_rerun_changes_nothing_and_gx_passes(spark, sett
     assert trace["k_min_us"].tolist() == [d.k_min_us for d in op.decisions]
 
     before = {t.name: table(spark, settings, t) for t in (TOPK_RESULTS, TOPK_WINDOWS, TOPK_LATE, TOPK_CACHE)}
-    run_interval(spark, settings, SOURCE, JOB, bounds[1], bounds[2])  # a re-run of the middle interval
+    run_interval(
+        StageContext.of(spark, settings, SOURCE, JOB), bounds[1], bounds[2]
+    )  # a re-run of the middle interval
     for t in (TOPK_RESULTS, TOPK_WINDOWS, TOPK_LATE, TOPK_CACHE):
         pd.testing.assert_frame_equal(table(spark, settings, t), before[t.name])
 
@@ -109,7 +114,7 @@ def test_intervals_equal_one_run_rerun_changes_nothing_and_gx_passes(spark, sett
             pd.testing.assert_frame_equal(mine.drop(columns=list(seen)), fresh.drop(columns=list(seen)))
             done |= set(then.loc[then[col], "window_id"])
     assert seen["closed"] == set(closed["window_id"])
-    suites = validate_topk(spark, settings, SOURCE, JOB)
+    suites = validate_topk(StageContext.of(spark, settings, SOURCE, JOB))
     assert all(s.success for s in suites)
 
     # a lost result row: the window's hit rate drops; a duplicated window emission fails completeness
@@ -117,26 +122,27 @@ def test_intervals_equal_one_run_rerun_changes_nothing_and_gx_passes(spark, sett
     dup = delta.read(spark, TOPK_WINDOWS, settings.lake_root).limit(1)
     dup.write.format("delta").mode("append").save(path)
     with pytest.raises(QualityError):
-        validate_topk(spark, settings, SOURCE, JOB)
+        validate_topk(StageContext.of(spark, settings, SOURCE, JOB))
 
 
 def test_skipping_an_interval_or_the_state_budget_fails_and_bad_jobs_are_refused(
     spark, settings, load_bronze
 ):
     load_bronze(arrivals(300, 2), SOURCE)
-    first = run_interval(spark, settings, SOURCE, JOB, T0, T0 + 100 * STEP)
+    first = run_interval(StageContext.of(spark, settings, SOURCE, JOB), T0, T0 + 100 * STEP)
     with pytest.raises(StateError, match="run"):  # [100, 200) was skipped
-        run_interval(spark, settings, SOURCE, JOB, T0 + 200 * STEP, T0 + 300 * STEP)
+        run_interval(StageContext.of(spark, settings, SOURCE, JOB), T0 + 200 * STEP, T0 + 300 * STEP)
 
     # a state over the budget fails the interval before its state is written; with room, it reruns
     tight = replace(settings, stream=StreamSettings(state_budget_rows=first.candidates))
     with pytest.raises(StateError, match="state_budget_rows"):
-        run_interval(
-            spark, settings=tight, source=SOURCE, job=JOB, start_us=T0 + 100 * STEP, end_us=T0 + 200 * STEP
-        )
+        run_interval(StageContext.of(spark, tight, SOURCE, JOB), T0 + 100 * STEP, T0 + 200 * STEP)
     states = delta.read(spark, TOPK_STATE, settings.lake_root).where(F.col("job") == JOB.job_id())
     assert states.where(F.col("as_of_us") == T0 + 200 * STEP).count() == 0
-    assert run_interval(spark, settings, SOURCE, JOB, T0 + 100 * STEP, T0 + 200 * STEP).arrivals == 100
+    assert (
+        run_interval(StageContext.of(spark, settings, SOURCE, JOB), T0 + 100 * STEP, T0 + 200 * STEP).arrivals
+        == 100
+    )
 
     # a damaged snapshot is refused on the driver, naming it, before any task runs
     from delta.tables import DeltaTable
@@ -145,7 +151,7 @@ def test_skipping_an_interval_or_the_state_budget_fails_and_bad_jobs_are_refused
         F.col("as_of_us") == T0 + 200 * STEP, {"snapshot": F.lit('{"operator": 1}')}
     )
     with pytest.raises(StateError, match="unreadable"):
-        run_interval(spark, settings, SOURCE, JOB, T0 + 200 * STEP, T0 + 300 * STEP)
+        run_interval(StageContext.of(spark, settings, SOURCE, JOB), T0 + 200 * STEP, T0 + 300 * STEP)
     with pytest.raises(ConfigError):
         TopKJob(score="speed")
     with pytest.raises(ConfigError):
@@ -167,7 +173,9 @@ def test_the_lateness_controller_states_feasibility_and_the_check_tells_shortfal
     bounded = TopKJob(**query, n=5, initial_cache_us=20_000, latency_bound_us=30_000)
     assert bounded.controller == "lateness"  # the default
     bounds = [T0, T0 + 800 * STEP, T0 + n * STEP]
-    summaries = [run_interval(spark, settings, source, bounded, lo, hi) for lo, hi in pairwise(bounds)]
+    summaries = [
+        run_interval(StageContext.of(spark, settings, source, bounded), lo, hi) for lo, hi in pairwise(bounds)
+    ]
 
     op = ContinuousTopK(bounded.query(), LatenessController(bounded.cache_settings()))  # type: ignore[arg-type]
     for seq, (x, v) in enumerate(zip(frame["event_ts"], frame["value"], strict=True)):
@@ -182,13 +190,16 @@ def test_the_lateness_controller_states_feasibility_and_the_check_tells_shortfal
     assert any("out of reach under the bound of 0.03 s" in s.figures() for s in summaries)
 
     # out of reach under the bound: reported (feasibility failed), not raised, even when failing is on
-    suites = {s.suite: s.success for s in validate_topk(spark, settings, source, bounded, fail=True)}
+    suites = {
+        s.suite: s.success
+        for s in validate_topk(StageContext.of(spark, settings, source, bounded), fail=True)
+    }
     assert suites["topk_feasibility"] is False and suites["topk_accuracy"] is False
     # the seed's controller stuck at a short K under a loose bound: the target was reachable, a failure
     stuck = TopKJob(
         **query, controller="paper", initial_cache_us=20_000, m=2, n=10_000, latency_bound_us=3_000_000
     )
     for lo, hi in pairwise(bounds):
-        run_interval(spark, settings, source, stuck, lo, hi)
+        run_interval(StageContext.of(spark, settings, source, stuck), lo, hi)
     with pytest.raises(QualityError, match="topk_accuracy"):
-        validate_topk(spark, settings, source, stuck, fail=True)
+        validate_topk(StageContext.of(spark, settings, source, stuck), fail=True)

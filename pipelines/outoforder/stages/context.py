@@ -17,7 +17,7 @@ import logging
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from outoforder.config import Settings
 from outoforder.errors import ConfigError
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from outoforder.stages.spec import Job
 
 log = logging.getLogger("outoforder.stages")
+JobT = TypeVar("JobT", bound="Job")
 
 _owned: list[Any] = []  # Spark Connect sessions this process opened: released when its run ends
 
@@ -41,6 +42,20 @@ class StageContext:
     source: str | None = None
     job: Job | None = None
     session: SparkSession | None = field(default=None, repr=False)  # given, or opened on first use
+
+    @classmethod
+    def of(
+        cls, spark: SparkSession, settings: Settings, source: str, job: Job, name: str = ""
+    ) -> StageContext:
+        """A context around a session already open (a library caller's, a test's, another stage's)."""
+        return cls(name or type(job).__name__, settings, source, job, spark)
+
+    def job_of(self, kind: type[JobT]) -> JobT:
+        """The job, which must be a ``kind``."""
+        if not isinstance(self.job, kind):
+            msg = f"{self.name} needs a {kind.__name__}, got {type(self.job).__name__}"
+            raise ConfigError(msg)
+        return self.job
 
     @property
     def spark(self) -> SparkSession:

@@ -212,7 +212,7 @@ def stream_join(run: MainRun) -> dict[str, Any]:
     from outoforder.stages.join.stream import JoinStream
     from outoforder.stages.join.validate import validate_join
 
-    stage = JoinStream(spark, settings, source, job, adapt_every_us=1)
+    stage = JoinStream(StageContext.of(spark, settings, source, job), adapt_every_us=1)
     span = stage.pending_span()
     step = _stream_step(settings)
     intervals: list[Any] = []
@@ -233,7 +233,9 @@ def stream_join(run: MainRun) -> dict[str, Any]:
         intervals = stage.run(*span, every_us=step)
     # a missed target is reported here, not fatal: the demo shows the verdict; the DAG fails on it
     suites = _verdicts(
-        lambda: validate_join(spark, settings, source, job, until, fail=False, run_name=run_name)
+        lambda: validate_join(
+            StageContext.of(spark, settings, source, job), until, fail=False, run_name=run_name
+        )
     )
     return {"intervals": intervals, "suites": suites}
 
@@ -253,12 +255,16 @@ def aggregates(run: MainRun) -> dict[str, Any]:
         f"(ε, δ) = ({job.eps}, {job.delta}), K from the {job.controller} controller, "
         f"Γ {job.gamma_us / 1e6:g} s"
     )
-    intervals = _catch_up("aggregates", AggregateStream(spark, settings, source, job, repair_each=True), head)
+    intervals = _catch_up(
+        "aggregates", AggregateStream(StageContext.of(spark, settings, source, job), repair_each=True), head
+    )
     # the stream is over: repair what is still pending, so every window is exact
-    final = repair(spark, settings, source, job, force=True)
+    final = repair(StageContext.of(spark, settings, source, job), force=True)
     log.info("%s", final.line())
     suites = _verdicts(
-        lambda: validate_aggregate(spark, settings, source, job, fail=False, run_name=run_name)
+        lambda: validate_aggregate(
+            StageContext.of(spark, settings, source, job), fail=False, run_name=run_name
+        )
     )
     return {"intervals": intervals, "final_repair": final, "suites": suites}
 
@@ -278,9 +284,11 @@ def theta(run: MainRun) -> dict[str, Any]:
         f"θ-join backfill (DAG theta_backfill) with FastThetaJoin: ball.x within 1 cm of team_a.x "
         f"(|a - b| <= 0.01 m), {w / 1e6:g} s event-time windows, {job.partitions} partitions",
     )
-    summary = run_interval(spark, settings, source, job, start, end)
+    summary = run_interval(StageContext.of(spark, settings, source, job), start, end)
     log.info("%s", summary.line())
-    suites = validate_theta(spark, settings, source, job, start, end, sample=2, run_name=run_name)
+    suites = validate_theta(
+        StageContext.of(spark, settings, source, job), start, end, sample=2, run_name=run_name
+    )
     return {"backfill": summary, "suites": suites}
 
 
@@ -296,6 +304,8 @@ def topk(run: MainRun) -> dict[str, Any]:
         f"{job.window_us / 1e6:g} s sliding by {job.slide_us / 1e6:g} s, cache K "
         f"{job.initial_cache_us / 1e6:g} s initially, adapted for ε_min {job.eps_min} (m {job.m}, n {job.n})"
     )
-    intervals = _catch_up("topk", TopKStream(spark, settings, source, job), head)
-    suites = _verdicts(lambda: validate_topk(spark, settings, source, job, fail=False, run_name=run_name))
+    intervals = _catch_up("topk", TopKStream(StageContext.of(spark, settings, source, job)), head)
+    suites = _verdicts(
+        lambda: validate_topk(StageContext.of(spark, settings, source, job), fail=False, run_name=run_name)
+    )
     return {"intervals": intervals, "suites": suites}

@@ -43,11 +43,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
-from outoforder.config import Settings
 from outoforder.errors import ConfigError, InputError, SchemaError
 from outoforder.io.conflicts import retrying
+from outoforder.stages.context import StageContext
 from outoforder.stages.spec import Job
 from outoforder.stages.state import (
     Resume,
@@ -61,7 +61,7 @@ from outoforder.stages.state import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame
 
     from outoforder.io.tables import Table
 
@@ -170,6 +170,7 @@ class IntervalStage(ABC, Generic[J, S]):
     """A stream stage over arrival-time intervals (see the module docstring for the order of work)."""
 
     name: ClassVar[str]  # the stage, as the CLI and the progress lines call it
+    job_type: ClassVar[type[Job]]  # the job it runs
     what: ClassVar[str]  # what its state is of, in messages ("stream join")
     state_table: ClassVar[Table]
     snapshot_tables: ClassVar[tuple[Table, ...]] = ()  # keyed by as_of_us like the state row
@@ -177,20 +178,13 @@ class IntervalStage(ABC, Generic[J, S]):
     counters: ClassVar[tuple[str, ...]] = ("arrivals",)  # cumulative columns of the state row
     summary_type: type[S]
 
-    def __init__(
-        self,
-        spark: SparkSession,
-        settings: Settings,
-        source: str,
-        job: J,
-        keep_snapshots: int = 48,
-        prune_slack: int = PRUNE_SLACK,
-    ) -> None:
-        self.spark = spark
-        self.settings = settings
-        self.source = source
-        self.job = job
-        self.jid = job.job_id()
+    def __init__(self, ctx: StageContext, keep_snapshots: int = 48, prune_slack: int = PRUNE_SLACK) -> None:
+        self.ctx = ctx
+        self.spark = ctx.spark
+        self.settings = settings = ctx.settings
+        self.source = source = ctx.bronze_source
+        self.job: J = cast(J, ctx.job_of(self.job_type))
+        self.jid = self.job.job_id()
         self.keep_snapshots = keep_snapshots
         self.prune_slack = prune_slack
         self._app = f"{source}|{self.jid}"  # the transaction id's app of every write of this job

@@ -5,23 +5,17 @@ from __future__ import annotations
 import argparse
 import logging
 
-from outoforder.stages.aggregate.spec import AggJob
 from outoforder.stages.context import StageContext
 from outoforder.stages.options import instant, us, verdict
 
 log = logging.getLogger("outoforder.stages")
 
 
-def _job(ctx: StageContext) -> AggJob:
-    assert isinstance(ctx.job, AggJob)  # the CLI builds the stage's declared job
-    return ctx.job
-
-
 def aggregate_stream(ctx: StageContext, args: argparse.Namespace) -> int:
     """Run the HPM stream stage over [start, end) in steps of --every-s (and the Γ check after each)."""
     from outoforder.stages.aggregate.stream import AggregateStream
 
-    stage = AggregateStream(ctx.spark, ctx.settings, ctx.bronze_source, _job(ctx), repair_each=args.repair)
+    stage = AggregateStream(ctx, repair_each=args.repair)
     stage.run(instant(args.start), instant(args.end), us(args.every_s), catch_up=args.catch_up)
     return 0
 
@@ -30,7 +24,7 @@ def aggregate_repair(ctx: StageContext, args: argparse.Namespace) -> int:
     """One repair if the Γ rule (or --force) calls for it."""
     from outoforder.stages.aggregate.repair import repair
 
-    log.info("%s", repair(ctx.spark, ctx.settings, ctx.bronze_source, _job(ctx), args.force).line())
+    log.info("%s", repair(ctx, args.force).line())
     return 0
 
 
@@ -39,7 +33,7 @@ def validate_aggregate(ctx: StageContext, args: argparse.Namespace) -> int:
     from outoforder.stages.aggregate import validate
 
     validate.validate_aggregate(
-        ctx.spark, ctx.settings, ctx.bronze_source, _job(ctx), fail=verdict(args), run_name=args.run_name,
+        ctx, fail=verdict(args), run_name=args.run_name,
         until_us=instant(args.until), since_us=instant(args.since), repaired=args.repaired,
     )  # fmt: skip
     return 0

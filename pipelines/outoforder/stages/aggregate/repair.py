@@ -18,17 +18,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from outoforder.config import Settings
 from outoforder.core.windows.repair import window_runs
 from outoforder.io.conflicts import retry_on_conflict
 from outoforder.io.tables import AGG_REPAIRS, AGG_RESULTS, BRONZE
 from outoforder.stages.aggregate.inputs import agg_tuples
 from outoforder.stages.aggregate.ledger import Pending, pending_ledger, summarize
 from outoforder.stages.aggregate.spec import AggJob
+from outoforder.stages.context import StageContext
 from outoforder.stages.state import where_job
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, SparkSession
+    from pyspark.sql import Column
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +74,9 @@ class RepairSummary:
 
 
 @retry_on_conflict
-def repair(
-    spark: SparkSession, settings: Settings, source: str, job: AggJob, force: bool = False
-) -> RepairSummary:
+def repair(ctx: StageContext, force: bool = False) -> RepairSummary:
     """Run one repair if the Γ rule (or ``force``) calls for it; idempotent."""
+    spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(AggJob)
     from pyspark.sql import functions as F
 
     from outoforder.io import delta

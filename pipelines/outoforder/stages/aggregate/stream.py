@@ -34,7 +34,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from outoforder.config import Settings
 from outoforder.core.control.pd import PDState
 from outoforder.core.windows.slack import HPMSlack, LatenessSlack
 from outoforder.io.tables import (
@@ -48,10 +47,11 @@ from outoforder.io.tables import (
 )
 from outoforder.stages.aggregate.inputs import agg_tuples, of_streams, valued
 from outoforder.stages.aggregate.spec import AggJob
+from outoforder.stages.context import StageContext
 from outoforder.stages.interval import Interval, IntervalStage, IntervalSummary, Step
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +104,7 @@ class AggregateStream(IntervalStage[AggJob, AggIntervalSummary]):
     """
 
     name = "aggregate-stream"
+    job_type = AggJob
     what = "aggregate"
     state_table = AGG_STATE
     snapshot_tables = (AGG_BUFFER, AGG_WATCH)
@@ -111,16 +112,8 @@ class AggregateStream(IntervalStage[AggJob, AggIntervalSummary]):
     counters = ("arrivals", "emitted", "late")
     summary_type = AggIntervalSummary
 
-    def __init__(
-        self,
-        spark: SparkSession,
-        settings: Settings,
-        source: str,
-        job: AggJob,
-        repair_each: bool = False,
-        **skeleton: Any,
-    ) -> None:
-        super().__init__(spark, settings, source, job, **skeleton)
+    def __init__(self, ctx: StageContext, repair_each: bool = False, **skeleton: Any) -> None:
+        super().__init__(ctx, **skeleton)
         self.repair_each = repair_each
 
     def tuples(self, bronze: DataFrame) -> DataFrame:
@@ -283,7 +276,7 @@ class AggregateStream(IntervalStage[AggJob, AggIntervalSummary]):
             from outoforder.stages.aggregate.ledger import status_of, write_ledger_status
             from outoforder.stages.aggregate.repair import repair
 
-            done = repair(self.spark, self.settings, self.source, self.job)
+            done = repair(self.ctx)
             log.info("%s", done.line())
             status = status_of(self.source, self.job, done.left)
             write_ledger_status(self.spark, self.settings, self.source, self.job, status)
@@ -303,8 +296,6 @@ def _columns(df: DataFrame, names: Sequence[str]) -> DataFrame:
     return df.select(*(F.col(c) if c in df.columns else F.lit(None).cast(types[c]).alias(c) for c in names))
 
 
-def run_interval(
-    spark: SparkSession, settings: Settings, source: str, job: AggJob, start_us: int, end_us: int
-) -> AggIntervalSummary:
+def run_interval(ctx: StageContext, start_us: int, end_us: int) -> AggIntervalSummary:
     """One interval of the aggregate stream (see :class:`AggregateStream`)."""
-    return AggregateStream(spark, settings, source, job).run_interval(start_us, end_us)
+    return AggregateStream(ctx).run_interval(start_us, end_us)

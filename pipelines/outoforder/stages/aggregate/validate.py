@@ -27,6 +27,7 @@ from outoforder.io.conflicts import retry_on_conflict
 from outoforder.stages.aggregate.inputs import agg_tuples
 from outoforder.stages.aggregate.ledger import pending_ledger
 from outoforder.stages.aggregate.spec import AggJob
+from outoforder.stages.context import StageContext
 from outoforder.stages.state import where_job
 
 if TYPE_CHECKING:
@@ -188,10 +189,7 @@ def _errors(spark: SparkSession, tuples: DataFrame, job: AggJob, frame: pd.DataF
 
 @retry_on_conflict
 def validate_aggregate(
-    spark: SparkSession,
-    settings: Settings,
-    source: str,
-    job: AggJob,
+    ctx: StageContext,
     fail: bool | None = None,
     run_name: str | None = None,
     until_us: int | None = None,
@@ -205,6 +203,7 @@ def validate_aggregate(
     newest repair recomputed (what ``late_repair`` checks: the work follows the repair, not the
     history). ``fail`` None follows ``quality.on_violation``.
     """
+    spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(AggJob)
     import pandas as pd
     from pyspark.sql import functions as F
 

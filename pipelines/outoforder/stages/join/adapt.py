@@ -21,6 +21,7 @@ from outoforder.core.joins.progress import NEG, joint_progress
 from outoforder.errors import InputError
 from outoforder.io.conflicts import retry_on_conflict
 from outoforder.io.tables import JOIN_PARAMS
+from outoforder.stages.context import StageContext
 from outoforder.stages.join import history
 from outoforder.stages.join.spec import JoinJob
 
@@ -31,10 +32,9 @@ log = logging.getLogger(__name__)
 
 
 @retry_on_conflict
-def adapt(
-    spark: SparkSession, settings: Settings, source: str, job: JoinJob, until_us: int
-) -> dict[str, Any]:
+def adapt(ctx: StageContext, until_us: int) -> dict[str, Any]:
     """Choose the retention in force from ``until_us`` on; store it with its statistics."""
+    spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(JoinJob)
     from outoforder.io import delta
 
     jid = job.job_id()

@@ -14,11 +14,6 @@ from outoforder.stages.options import instant, required_instant, us, verdict
 log = logging.getLogger("outoforder.stages")
 
 
-def _job(ctx: StageContext) -> JoinJob:
-    assert isinstance(ctx.job, JoinJob)  # the CLI builds the stage's declared job
-    return ctx.job
-
-
 def join(ctx: StageContext, args: argparse.Namespace) -> int:
     """Evaluate QJoin and the baselines on a bronze source or on a user's file."""
     from outoforder.stages.join.evaluate import (
@@ -49,9 +44,7 @@ def join_stream(ctx: StageContext, args: argparse.Namespace) -> int:
     """Run the stream join over [start, end), in steps of --every-s, adapting every --adapt-every-s."""
     from outoforder.stages.join.stream import JoinStream
 
-    stage = JoinStream(
-        ctx.spark, ctx.settings, ctx.bronze_source, _job(ctx), adapt_every_us=us(args.adapt_every_s)
-    )
+    stage = JoinStream(ctx, adapt_every_us=us(args.adapt_every_s))
     stage.run(instant(args.start), instant(args.end), us(args.every_s), catch_up=args.catch_up)
     return 0
 
@@ -60,7 +53,7 @@ def join_adapt(ctx: StageContext, args: argparse.Namespace) -> int:
     """Choose the retention in force from --until on."""
     from outoforder.stages.join.adapt import adapt
 
-    adapt(ctx.spark, ctx.settings, ctx.bronze_source, _job(ctx), required_instant(args.until))
+    adapt(ctx, required_instant(args.until))
     return 0
 
 
@@ -68,8 +61,7 @@ def join_repair(ctx: StageContext, args: argparse.Namespace) -> int:
     """Add the true pairs the stream join missed before --until."""
     from outoforder.stages.join.repair import repair
 
-    until = required_instant(args.until)
-    repair(ctx.spark, ctx.settings, ctx.bronze_source, _job(ctx), until, us(args.span_s))
+    repair(ctx, required_instant(args.until), us(args.span_s))
     return 0
 
 
@@ -77,8 +69,8 @@ def validate_join(ctx: StageContext, args: argparse.Namespace) -> int:
     """Recall per closed period and duplicate checks (GX)."""
     from outoforder.stages.join import validate
 
+    until = required_instant(args.until)
     validate.validate_join(
-        ctx.spark, ctx.settings, ctx.bronze_source, _job(ctx), required_instant(args.until),
-        fail=verdict(args), run_name=args.run_name, since_us=instant(args.since),
-    )  # fmt: skip
+        ctx, until, fail=verdict(args), run_name=args.run_name, since_us=instant(args.since)
+    )
     return 0

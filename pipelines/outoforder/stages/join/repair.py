@@ -18,12 +18,13 @@ from outoforder.errors import StateError
 from outoforder.io.conflicts import retry_on_conflict
 from outoforder.io.tables import JOIN_RESULTS, JOIN_STATE
 from outoforder.stages import state
+from outoforder.stages.context import StageContext
 from outoforder.stages.join import history
 from outoforder.stages.join.spec import JoinJob
 from outoforder.stages.join.stream import result_rows
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +58,7 @@ def _merge_pairs(pairs: DataFrame, settings: Settings) -> int:
 
 @retry_on_conflict
 def repair(
-    spark: SparkSession,
-    settings: Settings,
-    source: str,
-    job: JoinJob,
+    ctx: StageContext,
     until_us: int,
     span_us: int | None = None,
 ) -> JoinRepairSummary:
@@ -68,6 +66,7 @@ def repair(
 
     The exact join, the comparison and the MERGE run in Spark: the driver sees three counts.
     """
+    spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(JoinJob)
     from pyspark.sql import functions as F
 
     from outoforder.spark.rows import one_row

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from outoforder.config import Settings
 from outoforder.errors import InputError
 from outoforder.io.tables import JOIN_BUFFER, JOIN_PARAMS, JOIN_RESULTS, JOIN_STATE
+from outoforder.stages.context import StageContext
 from outoforder.stages.interval import Interval, IntervalStage, IntervalSummary, Step
 from outoforder.stages.join.inputs import join_tuples
 from outoforder.stages.join.spec import JoinJob
@@ -122,6 +123,7 @@ class JoinStream(IntervalStage[JoinJob, JoinIntervalSummary]):
     """
 
     name = "join-stream"
+    job_type = JoinJob
     what = "stream join"
     state_table = JOIN_STATE
     snapshot_tables = (JOIN_BUFFER,)
@@ -133,17 +135,9 @@ class JoinStream(IntervalStage[JoinJob, JoinIntervalSummary]):
         """R's and S's streams: a join with no row on either side would run green on nothing."""
         return {"R": self.job.r_streams, "S": self.job.s_streams}
 
-    def __init__(
-        self,
-        spark: SparkSession,
-        settings: Settings,
-        source: str,
-        job: JoinJob,
-        adapt_every_us: int | None = None,
-        **skeleton: Any,
-    ) -> None:
-        super().__init__(spark, settings, source, job, **skeleton)
-        self.adapt_every_us = job.interval_us if adapt_every_us is None else adapt_every_us
+    def __init__(self, ctx: StageContext, adapt_every_us: int | None = None, **skeleton: Any) -> None:
+        super().__init__(ctx, **skeleton)
+        self.adapt_every_us = self.job.interval_us if adapt_every_us is None else adapt_every_us
         self._anchor: int | None = None
         self._slot_adapted: int | None = None  # the slot this run found adapted (no need to read again)
 
@@ -225,14 +219,12 @@ class JoinStream(IntervalStage[JoinJob, JoinIntervalSummary]):
             self._slot_adapted = slot_start
             return
         try:
-            adapt(self.spark, self.settings, self.source, self.job, start_us)
+            adapt(self.ctx, start_us)
             self._slot_adapted = slot_start
         except InputError as e:  # nothing has arrived yet (a live stream's first minutes)
             log.info("[join-stream] %s: the retention stays as it is: %s", self.source, e)
 
 
-def run_interval(
-    spark: SparkSession, settings: Settings, source: str, job: JoinJob, start_us: int, end_us: int
-) -> JoinIntervalSummary:
+def run_interval(ctx: StageContext, start_us: int, end_us: int) -> JoinIntervalSummary:
     """One interval of the stream join (see :class:`JoinStream`)."""
-    return JoinStream(spark, settings, source, job).run_interval(start_us, end_us)
+    return JoinStream(ctx).run_interval(start_us, end_us)

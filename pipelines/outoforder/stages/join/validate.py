@@ -22,6 +22,7 @@ from outoforder.config import Settings
 from outoforder.errors import StateError
 from outoforder.io.conflicts import retry_on_conflict
 from outoforder.io.tables import JOIN_METRICS
+from outoforder.stages.context import StageContext
 from outoforder.stages.join import history
 from outoforder.stages.join.evaluate import COST_COLUMNS
 from outoforder.stages.join.spec import JoinJob
@@ -181,10 +182,7 @@ def period_quality(
 
 @retry_on_conflict
 def validate_join(
-    spark: SparkSession,
-    settings: Settings,
-    source: str,
-    job: JoinJob,
+    ctx: StageContext,
     until_us: int,
     fail: bool | None = None,
     run_name: str | None = None,
@@ -196,6 +194,7 @@ def validate_join(
     :func:`period_quality`); without, every closed period. ``fail`` None follows
     ``quality.on_violation``.
     """
+    spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(JoinJob)
     import pandas as pd
 
     from outoforder.io import delta

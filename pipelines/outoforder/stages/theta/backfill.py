@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from outoforder.errors import StateError
 from outoforder.io.conflicts import retry_on_conflict
+from outoforder.stages.context import StageContext
 from outoforder.stages.theta.spec import ThetaJob
 
 if TYPE_CHECKING:
@@ -105,10 +106,7 @@ ROWS_PER_PART = 2_000_000  # bronze rows a part of a long backfill holds at once
 
 
 def run_interval(
-    spark: SparkSession,
-    settings: Settings,
-    source: str,
-    job: ThetaJob,
+    ctx: StageContext,
     start_us: int,
     end_us: int,
     rows_per_part: int = ROWS_PER_PART,
@@ -125,6 +123,7 @@ def run_interval(
     window's own pre-filters. Larger windows, and the other methods, are joined one window at a
     time with :func:`outoforder.spark.theta.multiway_join`.
     """
+    spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(ThetaJob)
     from pyspark.sql import functions as F
 
     from outoforder.io import delta

@@ -26,7 +26,7 @@ def theta_join(ctx: StageContext, args: argparse.Namespace) -> int:
             msg = "a bronze θ-join backfill needs --start and --end (event time)"
             raise ConfigError(msg)
         start, end = required_instant(args.start), required_instant(args.end)
-        log.info("%s", run_interval(ctx.spark, ctx.settings, ctx.bronze_source, ctx.job, start, end).line())
+        log.info("%s", run_interval(ctx, start, end).line())
         return 0
     from outoforder.stages.theta.files import join_files
 
@@ -41,9 +41,6 @@ def validate_theta(ctx: StageContext, args: argparse.Namespace) -> int:
     """GX completeness of a θ-join backfill interval (sampled windows against DuckDB)."""
     from outoforder.stages.theta import validate
 
-    assert isinstance(ctx.job, ThetaJob)  # the CLI builds the stage's declared job
-    validate.validate_theta(
-        ctx.spark, ctx.settings, ctx.bronze_source, ctx.job, required_instant(args.start),
-        required_instant(args.end), sample=args.sample, fail=verdict(args), run_name=args.run_name,
-    )  # fmt: skip
+    start, end = required_instant(args.start), required_instant(args.end)
+    validate.validate_theta(ctx, start, end, sample=args.sample, fail=verdict(args), run_name=args.run_name)
     return 0

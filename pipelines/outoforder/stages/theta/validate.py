@@ -12,13 +12,12 @@ from typing import TYPE_CHECKING, Any
 from outoforder.core.theta.plan import Theta
 from outoforder.errors import QualityError
 from outoforder.io.conflicts import retry_on_conflict
+from outoforder.stages.context import StageContext
 from outoforder.stages.theta.backfill import window_frames
 from outoforder.stages.theta.spec import ThetaJob
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
-    from outoforder.config import Settings
+    pass
 
 
 def duckdb_count(frames: list[Any], job: ThetaJob) -> int:
@@ -46,10 +45,7 @@ def _sql(theta: Theta, a: str, b: str) -> str:
 
 @retry_on_conflict
 def validate_theta(
-    spark: SparkSession,
-    settings: Settings,
-    source: str,
-    job: ThetaJob,
+    ctx: StageContext,
     start_us: int,
     end_us: int,
     sample: int = 3,
@@ -62,6 +58,7 @@ def validate_theta(
     spread, they also equal DuckDB's count of the same θ-join over the same bronze rows. ``fail``
     None follows ``quality.on_violation``.
     """
+    spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(ThetaJob)
     from pyspark.sql import functions as F
 
     from outoforder.io import delta

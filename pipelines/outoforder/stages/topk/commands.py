@@ -6,19 +6,13 @@ import argparse
 
 from outoforder.stages.context import StageContext
 from outoforder.stages.options import instant, us, verdict
-from outoforder.stages.topk.spec import TopKJob
-
-
-def _job(ctx: StageContext) -> TopKJob:
-    assert isinstance(ctx.job, TopKJob)  # the CLI builds the stage's declared job
-    return ctx.job
 
 
 def topk_stream(ctx: StageContext, args: argparse.Namespace) -> int:
     """Run the top-k stream stage over [start, end) in steps of --every-s."""
     from outoforder.stages.topk.stream import TopKStream
 
-    stage = TopKStream(ctx.spark, ctx.settings, ctx.bronze_source, _job(ctx))
+    stage = TopKStream(ctx)
     stage.run(instant(args.start), instant(args.end), us(args.every_s), catch_up=args.catch_up)
     return 0
 
@@ -28,7 +22,7 @@ def validate_topk(ctx: StageContext, args: argparse.Namespace) -> int:
     from outoforder.stages.topk import validate
 
     validate.validate_topk(
-        ctx.spark, ctx.settings, ctx.bronze_source, _job(ctx), fail=verdict(args), run_name=args.run_name,
+        ctx, fail=verdict(args), run_name=args.run_name,
         until_us=instant(args.until), since_us=instant(args.since),
     )  # fmt: skip
     return 0

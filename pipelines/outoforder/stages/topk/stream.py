@@ -32,7 +32,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from outoforder.config import Settings
 from outoforder.errors import StateError
 from outoforder.io.tables import (
     BRONZE,
@@ -43,11 +42,12 @@ from outoforder.io.tables import (
     TOPK_STATE,
     TOPK_WINDOWS,
 )
+from outoforder.stages.context import StageContext
 from outoforder.stages.interval import Interval, IntervalStage, IntervalSummary, Step
 from outoforder.stages.topk.spec import TopKJob
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,6 +101,7 @@ class TopKStream(IntervalStage[TopKJob, TopKIntervalSummary]):
     """The continuous top-k over arrival-time intervals."""
 
     name = "topk-stream"
+    job_type = TopKJob
     what = "top-k"
     state_table = TOPK_STATE
     tables = (TOPK_WINDOWS, TOPK_RESULTS, TOPK_LATE, TOPK_CACHE, TOPK_SETTLED)  # the checks read them all
@@ -209,8 +210,6 @@ class TopKStream(IntervalStage[TopKJob, TopKIntervalSummary]):
         )
 
 
-def run_interval(
-    spark: SparkSession, settings: Settings, source: str, job: TopKJob, start_us: int, end_us: int
-) -> TopKIntervalSummary:
+def run_interval(ctx: StageContext, start_us: int, end_us: int) -> TopKIntervalSummary:
     """One interval of the top-k stream (see :class:`TopKStream`)."""
-    return TopKStream(spark, settings, source, job).run_interval(start_us, end_us)
+    return TopKStream(ctx).run_interval(start_us, end_us)

@@ -25,6 +25,7 @@ from outoforder.config import Settings
 from outoforder.core.topk.cache import accuracy_at, needed_cache
 from outoforder.errors import QualityError
 from outoforder.io.conflicts import retry_on_conflict
+from outoforder.stages.context import StageContext
 from outoforder.stages.state import where_job
 from outoforder.stages.topk.spec import TopKJob
 from outoforder.stages.topk.stream import topk_tuples
@@ -213,10 +214,7 @@ def window_accuracy(
 
 @retry_on_conflict
 def validate_topk(
-    spark: SparkSession,
-    settings: Settings,
-    source: str,
-    job: TopKJob,
+    ctx: StageContext,
     fail: bool | None = None,
     run_name: str | None = None,
     until_us: int | None = None,
@@ -229,6 +227,7 @@ def validate_topk(
     first emission there is nothing to check, and no accuracy verdict before the first window
     closes: both are reported, neither fails. ``fail`` None follows ``quality.on_violation``.
     """
+    spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(TopKJob)
     import pandas as pd
 
     from outoforder.quality.checkpoints import conclude, run_checkpoint
