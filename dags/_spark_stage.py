@@ -46,23 +46,26 @@ def params(declared: dict[str, tuple[Any, dict[str, Any]]], *tables: str) -> dic
     return {name: Param(given.get(name, default), **kw) for name, (default, kw) in declared.items()}
 
 
+def _job(operator: str) -> tuple[registry.Operator, type[spec.Job]]:
+    op = registry.operator(operator)
+    if op.job is None:
+        msg = f"operator {operator} has no job"
+        raise ValueError(msg)
+    return op, op.job
+
+
 def job_params(operator: str) -> dict[str, Any]:
     """The Params that define an operator's job (the same in every DAG of the job, so the job ids agree).
 
     The job's declared defaults, then the config's ``[dags]`` and ``[dags.<operator>]`` tables.
     """
-    op = registry.operator(operator)
-    if op.job is None:
-        msg = f"operator {operator} has no job"
-        raise ValueError(msg)
-    return params(spec.dag_params(op.job, extra=op.params), op.name)
+    op, job = _job(operator)
+    return params(spec.dag_params(job, extra=op.params), op.name)
 
 
 def job_args(operator: str) -> list[str]:
     """The templated stage options that pass a DAG's job Params: ``--window-s {{ params.window_s }}``."""
-    job = registry.operator(operator).job
-    assert job is not None
-    return spec.stage_args(job)
+    return spec.stage_args(_job(operator)[1])
 
 
 # Emitted when the late-tuple ledger of an aggregate job meets HPM's Γ rule; late_repair runs on it.

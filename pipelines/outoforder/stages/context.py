@@ -1,4 +1,4 @@
-"""What a stage runs with, as one object: its name, settings, lake, source, job and Spark session.
+"""What a stage runs with, as one object: its name, settings (the lake among them), source, job and session.
 
 The session opens on first use (a stage that needs none, ``landing`` or ``--help``, never starts
 Spark), with the stage's own ``[spark.stage_conf]`` when the session is its own, and is released
@@ -63,11 +63,6 @@ class StageContext:
         if self.session is None:
             self.session = open_session(self.settings, self.name)
         return self.session
-
-    @property
-    def lake(self) -> str:
-        """The lake's root (a local folder or an ``s3a://`` URI)."""
-        return self.settings.lake_root
 
     @property
     def bronze_source(self) -> str:

@@ -25,7 +25,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from outoforder.config import Settings
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from outoforder.stages.interval import IntervalStage
+    from outoforder.stages.spec import Job
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,10 @@ class MainRun:
     def source(self) -> str:
         """The replay's source id."""
         return self.ctx.bronze_source
+
+    def with_job(self, job: Job) -> StageContext:
+        """The step's context for one of its jobs (the replay, the same session)."""
+        return replace(self.ctx, job=job)
 
 
 def run(
@@ -208,11 +213,12 @@ def _catch_up(step: str, stage: IntervalStage[Any, Any], head: str) -> list[Any]
 
 def stream_join(run: MainRun) -> dict[str, Any]:
     """Step 6: the production path -- interval runs with state in Delta, adaptation, GX checks."""
-    spark, settings, source, job, run_name = run.spark, run.settings, run.source, JoinJob(), run.run_name
+    settings, source, job, run_name = run.settings, run.source, JoinJob(), run.run_name
     from outoforder.stages.join.stream import JoinStream
     from outoforder.stages.join.validate import validate_join
 
-    stage = JoinStream(StageContext.of(spark, settings, source, job), adapt_every_us=1)
+    ctx = run.with_job(job)
+    stage = JoinStream(ctx, adapt_every_us=1)
     span = stage.pending_span()
     step = _stream_step(settings)
     intervals: list[Any] = []
@@ -232,17 +238,13 @@ def stream_join(run: MainRun) -> dict[str, Any]:
         )
         intervals = stage.run(*span, every_us=step)
     # a missed target is reported here, not fatal: the demo shows the verdict; the DAG fails on it
-    suites = _verdicts(
-        lambda: validate_join(
-            StageContext.of(spark, settings, source, job), until, fail=False, run_name=run_name
-        )
-    )
+    suites = _verdicts(lambda: validate_join(ctx, until, fail=False, run_name=run_name))
     return {"intervals": intervals, "suites": suites}
 
 
 def aggregates(run: MainRun) -> dict[str, Any]:
     """Step 7: sliding-window SUMs with HPM over the same intervals, Γ-rule repairs, a final repair."""
-    spark, settings, source, run_name = run.spark, run.settings, run.source, run.run_name
+    run_name = run.run_name
     from outoforder.stages.aggregate.repair import repair
     from outoforder.stages.aggregate.spec import AggJob
     from outoforder.stages.aggregate.stream import AggregateStream
@@ -255,17 +257,12 @@ def aggregates(run: MainRun) -> dict[str, Any]:
         f"(ε, δ) = ({job.eps}, {job.delta}), K from the {job.controller} controller, "
         f"Γ {job.gamma_us / 1e6:g} s"
     )
-    intervals = _catch_up(
-        "aggregates", AggregateStream(StageContext.of(spark, settings, source, job), repair_each=True), head
-    )
+    ctx = run.with_job(job)
+    intervals = _catch_up("aggregates", AggregateStream(ctx, repair_each=True), head)
     # the stream is over: repair what is still pending, so every window is exact
-    final = repair(StageContext.of(spark, settings, source, job), force=True)
+    final = repair(ctx, force=True)
     log.info("%s", final.line())
-    suites = _verdicts(
-        lambda: validate_aggregate(
-            StageContext.of(spark, settings, source, job), fail=False, run_name=run_name
-        )
-    )
+    suites = _verdicts(lambda: validate_aggregate(ctx, fail=False, run_name=run_name))
     return {"intervals": intervals, "final_repair": final, "suites": suites}
 
 
@@ -284,17 +281,16 @@ def theta(run: MainRun) -> dict[str, Any]:
         f"θ-join backfill (DAG theta_backfill) with FastThetaJoin: ball.x within 1 cm of team_a.x "
         f"(|a - b| <= 0.01 m), {w / 1e6:g} s event-time windows, {job.partitions} partitions",
     )
-    summary = run_interval(StageContext.of(spark, settings, source, job), start, end)
+    ctx = run.with_job(job)
+    summary = run_interval(ctx, start, end)
     log.info("%s", summary.line())
-    suites = validate_theta(
-        StageContext.of(spark, settings, source, job), start, end, sample=2, run_name=run_name
-    )
+    suites = validate_theta(ctx, start, end, sample=2, run_name=run_name)
     return {"backfill": summary, "suites": suites}
 
 
 def topk(run: MainRun) -> dict[str, Any]:
     """Step 9: continuous top-k of the players' speeds with the adaptive cache duration."""
-    spark, settings, source, run_name = run.spark, run.settings, run.source, run.run_name
+    run_name = run.run_name
     from outoforder.stages.topk.stream import TopKStream
     from outoforder.stages.topk.validate import validate_topk
 
@@ -304,8 +300,7 @@ def topk(run: MainRun) -> dict[str, Any]:
         f"{job.window_us / 1e6:g} s sliding by {job.slide_us / 1e6:g} s, cache K "
         f"{job.initial_cache_us / 1e6:g} s initially, adapted for ε_min {job.eps_min} (m {job.m}, n {job.n})"
     )
-    intervals = _catch_up("topk", TopKStream(StageContext.of(spark, settings, source, job)), head)
-    suites = _verdicts(
-        lambda: validate_topk(StageContext.of(spark, settings, source, job), fail=False, run_name=run_name)
-    )
+    ctx = run.with_job(job)
+    intervals = _catch_up("topk", TopKStream(ctx), head)
+    suites = _verdicts(lambda: validate_topk(ctx, fail=False, run_name=run_name))
     return {"intervals": intervals, "suites": suites}

@@ -24,7 +24,7 @@ import functools
 import importlib
 import logging
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -101,7 +101,11 @@ class Operator:
     params: tuple[Setting, ...] = ()
     steps: tuple[Step, ...] = ()
     contract: str | None = None
-    builtin: bool = field(default=False, compare=False)
+
+    @property
+    def builtin(self) -> bool:
+        """A folder of this package (names are unique, so an installed operator never has one of theirs)."""
+        return self.name in BUILT_IN
 
     def stage(self, name: str) -> Stage:
         """One of its stages by name."""
@@ -115,19 +119,18 @@ class Operator:
 @functools.cache
 def operators() -> tuple[Operator, ...]:
     """The built-in folders' declarations, then those installed under the entry point group."""
-    out = [_declared(f"outoforder.stages.{name}.spec:OPERATOR", builtin=True) for name in BUILT_IN]
-    for ep in sorted(entry_points(group=ENTRY_POINTS), key=lambda e: e.name):
-        out.append(_declared(ep.value, builtin=False))
+    out = [_declared(f"outoforder.stages.{name}.spec:OPERATOR") for name in BUILT_IN]
+    out += [_declared(ep.value) for ep in sorted(entry_points(group=ENTRY_POINTS), key=lambda e: e.name)]
     _check(out)
     return tuple(out)
 
 
-def _declared(target: str, *, builtin: bool) -> Operator:
+def _declared(target: str) -> Operator:
     op = load(target)
     if not isinstance(op, Operator):
         msg = f"{target} is a {type(op).__name__}, not an outoforder.stages.registry.Operator"
         raise ConfigError(msg)
-    return Operator(**{**op.__dict__, "builtin": builtin})
+    return op
 
 
 def _check(ops: list[Operator]) -> None:

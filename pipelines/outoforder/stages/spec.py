@@ -289,10 +289,9 @@ class Job:
         Keys that are not options of this job are ignored (a namespace carries the stage's too),
         but an option's former name fails, naming the new one.
         """
-        for key in values:
-            renamed = cls.renamed_option(key)
-            if renamed is not None:
-                raise ConfigError(renamed)
+        said = next((r for key in values if (r := cls.renamed_option(key))), None)
+        if said is not None:
+            raise ConfigError(said)
         fields: dict[str, Any] = {}
         for o in cls.options():
             if o.name in values:
@@ -327,7 +326,16 @@ class Job:
         return f"{self.PREFIX}-{digest[:10]}"
 
 
+_OPTIONS: dict[type, tuple[Option, ...]] = {}  # a job class's options never change: read them once
+
+
 def _all_options(cls: type) -> tuple[Option, ...]:
+    if cls not in _OPTIONS:
+        _OPTIONS[cls] = _read_options(cls)
+    return _OPTIONS[cls]
+
+
+def _read_options(cls: type) -> tuple[Option, ...]:
     hints = typing.get_type_hints(cls)
     out = []
     for f in dataclasses.fields(cls):
