@@ -99,7 +99,8 @@ def ooo_case(data_dir: Path) -> Case:
     """OoO-Dataset d-2 in its real arrival order: two phone groups, co-occurrence within 250 ms."""
     import pyarrow as pa
 
-    from outoforder.sources.readers import OooReader, read_file
+    from outoforder.sources.parsing import read_file
+    from outoforder.sources.readers import OooReader
 
     path = data_dir / "ooo-dataset" / "d-2.csv.gz"
     table = pa.concat_tables([b.accepted for b in read_file(path, OooReader())])

@@ -143,7 +143,8 @@ def synthetic_case(level: str, scores: str, seconds: float, seed: int, model: An
 
 def taxi_case(data_dir: Path) -> Case:
     """DEBS 2015 taxi trips in report (drop-off) order, event time = pick-up, score = fare."""
-    from outoforder.sources.readers import Debs2015Reader, read_file
+    from outoforder.sources.parsing import read_file
+    from outoforder.sources.readers import Debs2015Reader
 
     path = data_dir / "debs2015" / "sorted_data_first10004.csv.gz"
     ts, score, arr = [], [], []

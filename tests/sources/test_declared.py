@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 from outoforder.config import load_settings
 from outoforder.errors import ConfigError, InputError
 from outoforder.sources.declaration import DEFAULT_PLAUSIBLE_US, parse_declaration
-from outoforder.sources.declared import DeclaredReader, check_fields, check_sample, header_fields, make_reader
+from outoforder.sources.declared import DeclaredReader, make_reader
+from outoforder.sources.declared_checks import check_fields, check_sample, header_fields
 from outoforder.sources.readers import Reject
 from tests.sources.test_line_parser import PerLine, parse_all
 
@@ -275,9 +276,9 @@ def json_line(draw: st.DrawFn, nested: bool) -> bytes:
 def test_the_vectorised_json_path_equals_the_per_line_definition(unit, arrival_unit, nested, batch, data):
     from unittest import mock
 
-    from outoforder.sources import declared
+    from outoforder.sources import arrow_json
     from outoforder.sources.lines import read_line_batches
-    from outoforder.sources.readers import LineParser
+    from outoforder.sources.parsing import LineParser
 
     decl = parse_declaration(
         "plant",
@@ -302,7 +303,7 @@ def test_the_vectorised_json_path_equals_the_per_line_definition(unit, arrival_u
                 counts[k] = counts.get(k, 0) + v
         return acc, rej, counts
 
-    with mock.patch.object(declared, "JSON_MIN_LINES", 2), mock.patch.object(declared, "JSON_SAMPLE", 5):
+    with mock.patch.object(arrow_json, "JSON_MIN_LINES", 2), mock.patch.object(arrow_json, "JSON_SAMPLE", 5):
         fast = parse(reader)
     slow = parse(PerLine(reader))
     assert fast[0] == slow[0]

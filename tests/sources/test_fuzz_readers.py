@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 
 from outoforder.config import load_settings
 from outoforder.sources.declared import make_reader
-from outoforder.sources.readers import read_file
+from outoforder.sources.parsing import read_file
 from tests.sources.hostile import MAX_LINE, REASONS, good_lines, hostile_file, write
 
 EXAMPLES = int(os.environ.get("OOO_FUZZ_EXAMPLES", "150"))

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from outoforder.sources.declared import make_reader
-from outoforder.sources.readers import read_file
+from outoforder.sources.parsing import read_file
 
 GOOD = "61,10634757171903878,27058,-130,-110,178392,2700132,3054,-9332,-1892,4149,-8999,1339"
 

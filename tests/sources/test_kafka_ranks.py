@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 
 from outoforder.errors import InputError
 from outoforder.sources.declaration import parse_declaration
-from outoforder.sources.declared import DeclaredReader, check_sample
+from outoforder.sources.declared import DeclaredReader
+from outoforder.sources.declared_checks import check_sample
 from outoforder.stages.ingest.tasks import RECORD_SCHEMA, RUN_SCHEMA, parse_records, record_runs, runs_before
 
 DECL = parse_declaration(

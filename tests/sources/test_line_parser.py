@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from outoforder.sources.declared import make_reader
 from outoforder.sources.lines import count_line_starts, read_line_batches
-from outoforder.sources.readers import LineParser, Reader
+from outoforder.sources.parsing import LineParser
+from outoforder.sources.readers import Reader
 from outoforder.sources.synthetic import SoccerConfig, generate_soccer
 from tests.sources.hostile import MAX_LINE, good_lines, mutated_line
 

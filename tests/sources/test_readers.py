@@ -9,7 +9,7 @@ import pytest
 from outoforder.core.disorder import disorder_stats, disorder_stats_by
 from outoforder.sources.catalog import BUILTIN
 from outoforder.sources.declared import make_reader
-from outoforder.sources.readers import read_file
+from outoforder.sources.parsing import read_file
 
 
 def read_all(path, reader_name, **kw):

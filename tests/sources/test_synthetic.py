@@ -1,7 +1,7 @@
 import numpy as np
 
 from outoforder.sources.declared import make_reader
-from outoforder.sources.readers import read_file
+from outoforder.sources.parsing import read_file
 from outoforder.sources.synthetic import (
     HALF_LENGTH_MM,
     HALF_WIDTH_MM,

@@ -4,7 +4,7 @@ Each example is two files of mutated real lines (:mod:`tests.sources.hostile`) i
 the cross-file duplicate check runs too, ingested in byte ranges of a few hundred bytes (many Spark
 tasks per file, duplicates across them). Per file: the ingest log says rows read = accepted +
 quarantined; bronze holds exactly the rows, and quarantine exactly the lines, reasons and details
-that reading the file in one place gives (:func:`~outoforder.sources.readers.read_file`), less the
+that reading the file in one place gives (:func:`~outoforder.sources.parsing.read_file`), less the
 rows an earlier file of the source delivered, which are quarantined as duplicates; bronze rows are
 valid. Few examples here (each is a few Spark jobs): a 30th of ``OOO_FUZZ_EXAMPLES`` (150 by default,
 so 5), as docs/reliability.md says.
@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 from outoforder.io import delta
 from outoforder.io.tables import BRONZE, INGEST_LOG, QUARANTINE
 from outoforder.sources.declared import make_reader
-from outoforder.sources.readers import ACROSS_FILES, read_file
+from outoforder.sources.parsing import ACROSS_FILES, read_file
 from outoforder.stages.ingest.files import ingest_file
 from tests.sources.hostile import MAX_LINE, REASONS, good_lines, hostile_file, write
 

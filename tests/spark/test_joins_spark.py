@@ -5,7 +5,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from outoforder.core.joins.adaptation import AdaptationSettings, aq_kslack_schedule
+from outoforder.core.joins.adaptation import AdaptationSettings
+from outoforder.core.joins.aq_kslack import aq_kslack_schedule
 from outoforder.core.joins.kslack import FixedK, MaxDelayK, ScheduledK, kslack_set
 from outoforder.core.joins.qjoin import qjoin_set
 from outoforder.core.joins.query import JoinQuery, exact_join

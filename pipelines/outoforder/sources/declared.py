@@ -54,6 +54,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from outoforder.errors import ConfigError, InputError
+from outoforder.sources.arrow_json import as_mask, is_text, json_fields
 from outoforder.sources.declaration import ALL_OTHERS, VALUE_COLUMNS, VALUE_FIELDS, Declaration, TimeField
 from outoforder.sources.geo import LocalProjection
 from outoforder.sources.readers import INT64_MAX, READERS, Reader, Reject, Row
@@ -74,7 +75,7 @@ def _shown(text: str) -> str:
     return repr(text[:40])
 
 
-def _bad(reason: str, column: str, what: str) -> Reject:
+def bad_field(reason: str, column: str, what: str) -> Reject:
     """A reject naming the field at fault first in its detail (``what``: what is wrong with it)."""
     return Reject(reason, f"column {column!r}{what}", column)
 
@@ -86,33 +87,33 @@ def epoch_to_us(value: Any, field: TimeField) -> int:
     (1500000, -2)
     """
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise _bad("not_numeric", field.column, f": {_shown(_text(value))}")
+        raise bad_field("not_numeric", field.column, f": {_shown(_text(value))}")
     text = value.strip() if isinstance(value, str) else repr(value)
     if not _DECIMAL.fullmatch(text):
         why = "non_finite_value" if isinstance(value, float) else "not_numeric"
-        raise _bad(why, field.column, f": {_shown(text)}")
+        raise bad_field(why, field.column, f": {_shown(text)}")
     number = Decimal(text)
     if number.adjusted() > 20:  # beyond any int64 µs; never build the huge integer
-        raise _bad("not_numeric", field.column, f": out of the 64-bit range: {_shown(text)}")
+        raise bad_field("not_numeric", field.column, f": out of the 64-bit range: {_shown(text)}")
     factor = field.to_us_factor()
     scaled = number * factor if factor > 0 else number / -factor
     us = int(scaled.to_integral_value(rounding=ROUND_FLOOR))
     if not -INT64_MAX <= us <= INT64_MAX:
-        raise _bad("not_numeric", field.column, f": out of the 64-bit range: {_shown(text)}")
+        raise bad_field("not_numeric", field.column, f": out of the 64-bit range: {_shown(text)}")
     return us
 
 
 def iso_to_us(value: Any, field: TimeField, zone: tzinfo | None) -> int:
     """An ISO 8601 date-time to µs since the epoch; without an offset, ``zone`` (or a reject)."""
     if not isinstance(value, str):
-        raise _bad("bad_timestamp", field.column, f": not an ISO 8601 string: {_shown(str(value))}")
+        raise bad_field("bad_timestamp", field.column, f": not an ISO 8601 string: {_shown(str(value))}")
     try:
         parsed = datetime.fromisoformat(value.strip())
     except ValueError as e:
-        raise _bad("bad_timestamp", field.column, f": not ISO 8601: {_shown(value)}") from e
+        raise bad_field("bad_timestamp", field.column, f": not ISO 8601: {_shown(value)}") from e
     if parsed.tzinfo is None:
         if zone is None:
-            raise _bad(
+            raise bad_field(
                 "bad_timestamp",
                 field.column,
                 f": no time zone in {_shown(value)} (declare a timezone for it)",
@@ -221,13 +222,13 @@ class DeclaredReader:
     def _string(self, get: Callable[[str], Any], column: str, reason: str) -> str:
         value = get(column)
         if self._null(value):
-            raise _bad(reason, column, " is empty")
+            raise bad_field(reason, column, " is empty")
         return value.strip() if isinstance(value, str) else _text(value)
 
     def _time(self, get: Callable[[str], Any], f: TimeField) -> int:
         value = get(f.column)
         if self._null(value):
-            raise _bad("null_timestamp", f.column, " is empty")
+            raise bad_field("null_timestamp", f.column, " is empty")
         if f.unit == "iso8601":
             return iso_to_us(value, f, self.zones[f.column])
         return epoch_to_us(value, f)
@@ -237,7 +238,7 @@ class DeclaredReader:
         if self._null(value):
             return None
         if isinstance(value, bool) or not isinstance(value, int | float | str):
-            raise _bad("not_numeric", column, f": {_shown(_text(value))}")
+            raise bad_field("not_numeric", column, f": {_shown(_text(value))}")
         if isinstance(value, str) and self.number_form is not None:
             text = value.strip()
             if not self.number_form.fullmatch(text):
@@ -246,17 +247,17 @@ class DeclaredReader:
                 except ValueError:
                     finite = True
                 if not finite:
-                    raise _bad("non_finite_value", column, f": {_shown(value)}")
+                    raise bad_field("non_finite_value", column, f": {_shown(value)}")
                 d = self.decl
                 form = f"decimal {d.decimal!r}" + (f", thousands {d.thousands!r}" if d.thousands else "")
-                raise _bad("not_numeric", column, f": {_shown(value)} (declared {form})")
+                raise bad_field("not_numeric", column, f": {_shown(value)} (declared {form})")
             value = self._plain(text)
         try:
             number = float(value)
         except (ValueError, OverflowError) as e:
-            raise _bad("not_numeric", column, f": {_shown(str(value))}") from e
+            raise bad_field("not_numeric", column, f": {_shown(str(value))}") from e
         if not math.isfinite(number):
-            raise _bad("non_finite_value", column, f": {_shown(str(value))}")
+            raise bad_field("non_finite_value", column, f": {_shown(str(value))}")
         return number
 
     def parse(self, text: str) -> Row:
@@ -267,12 +268,14 @@ class DeclaredReader:
         if d.stream_column:
             stream = self._string(get, d.stream_column, "null_stream")
             if stream not in d.streams:
-                raise _bad("unknown_stream", d.stream_column, f": {_shown(stream)} is not a declared stream")
+                raise bad_field(
+                    "unknown_stream", d.stream_column, f": {_shown(stream)} is not a declared stream"
+                )
         key = self._string(get, d.key, "null_key")
         event = self._time(get, d.event_time)
         arrival = self._time(get, d.arrival) if d.arrival else None
         if d.arrival and arrival is not None and event - arrival > d.max_clock_skew_us:
-            raise _bad(
+            raise bad_field(
                 "arrival_before_event", d.arrival.column, f": {(event - arrival) / 1e6:g} s before the "
                 f"event time, more than max_clock_skew_s = {d.max_clock_skew_s:g} (a sender's clock? a unit?)"
             )  # fmt: skip
@@ -281,7 +284,7 @@ class DeclaredReader:
             bounds = d.bounds(c)
             if number is not None and bounds is not None and not bounds[0] <= number <= bounds[1]:
                 lo, hi = bounds
-                raise _bad("out_of_range", d.values[c], f": {number:g} is outside [{lo:g}, {hi:g}]")
+                raise bad_field("out_of_range", d.values[c], f": {number:g} is outside [{lo:g}, {hi:g}]")
         if self.projection is not None:
             lat, lon = nums.pop("lat"), nums.pop("lon")
             at = None if lat is None or lon is None else self.projection.point(lat, lon)
@@ -300,7 +303,7 @@ class DeclaredReader:
         """(which lines the bulk path decides, their columns): exactly the rows :meth:`parse` gives them.
 
         CSV fields are split with Arrow kernels; JSON objects (JSON lines, Parquet rows, Kafka
-        payloads) are read by Arrow's JSON reader (:func:`_json_fields`). Either way a line is
+        payloads) are read by Arrow's JSON reader (:func:`json_fields`). Either way a line is
         decided here only when every field it uses is in a canonical form whose value both paths
         read alike; the others are left to :meth:`parse`.
         """
@@ -310,7 +313,7 @@ class DeclaredReader:
         if self.decl.format == "csv":
             ok, col = self._csv_fields(texts)
         else:
-            found = _json_fields(texts, self._json_paths())
+            found = json_fields(texts, self._json_paths())
             if found is None:
                 return np.zeros(n, dtype=bool), {}
             ok, col = found
@@ -321,7 +324,7 @@ class DeclaredReader:
         parts = pc.split_pattern(texts, d.delimiter)
         nf = pc.list_value_length(parts).to_numpy(zero_copy_only=False)
         ok = nf == len(self.fields)
-        ok &= ~_np(pc.match_substring(texts, d.quote))
+        ok &= ~as_mask(pc.match_substring(texts, d.quote))
         offs = parts.offsets.to_numpy()[:-1].astype(np.int64)
         flat = pc.list_flatten(parts)
 
@@ -353,13 +356,13 @@ class DeclaredReader:
         nulls = pa.array(list(d.null_values), pa.string())
 
         def is_null(values: pa.Array) -> npt.NDArray[np.bool_]:
-            missing = _np(values.is_null())
+            missing = as_mask(values.is_null())
             if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
-                missing |= _np(pc.fill_null(pc.is_in(pc.utf8_trim(values, " "), value_set=nulls), False))
+                missing |= as_mask(pc.fill_null(pc.is_in(pc.utf8_trim(values, " "), value_set=nulls), False))
             return missing
 
         def strict(values: pa.Array, pattern: str) -> npt.NDArray[np.bool_]:
-            return _np(pc.fill_null(pc.match_substring_regex(values, pattern), False))
+            return as_mask(pc.fill_null(pc.match_substring_regex(values, pattern), False))
 
         def text(values: pa.Array) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_], pa.Array]:
             """(where :meth:`parse` reads the field as this text, where it holds a value, the text).
@@ -367,10 +370,10 @@ class DeclaredReader:
             Strings are themselves and integers their digits; any other value is left per line.
             """
             if pa.types.is_integer(values.type):
-                present = ~_np(values.is_null())
+                present = ~as_mask(values.is_null())
                 return np.ones(n, dtype=bool), present, values.cast(pa.string())
-            if not _is_text(values.type):
-                absent = _np(values.is_null())
+            if not is_text(values.type):
+                absent = as_mask(values.is_null())
                 return absent, ~absent, pa.nulls(n, pa.string())
             return np.ones(n, dtype=bool), ~is_null(values), values
 
@@ -381,9 +384,9 @@ class DeclaredReader:
             if not name:
                 continue
             usable, present, values = text(col(name))
-            ok &= usable & present & _np(pc.fill_null(pc.equal(values, pc.utf8_trim(values, " ")), False))
+            ok &= usable & present & as_mask(pc.fill_null(pc.equal(values, pc.utf8_trim(values, " ")), False))
             if target == "stream":
-                ok &= _np(pc.fill_null(pc.is_in(values, value_set=pa.array(list(d.streams))), False))
+                ok &= as_mask(pc.fill_null(pc.is_in(values, value_set=pa.array(list(d.streams))), False))
             cols[target] = values
         for target, f in (("event_ts", d.event_time), ("arrival_ts", d.arrival)):
             if f is None:
@@ -404,7 +407,7 @@ class DeclaredReader:
             missing = is_null(values)
             if pa.types.is_floating(values.type) or pa.types.is_integer(values.type):
                 got = values.cast(pa.float64()).fill_null(0).to_numpy(zero_copy_only=False)
-            elif _is_text(values.type):
+            elif is_text(values.type):
                 if self.number_form is not None:  # declared separators: their form, then Python's
                     ok &= missing | strict(values, f"^{self.number_form.pattern}$")
                     values = self._plain_numbers(values)
@@ -451,7 +454,7 @@ class DeclaredReader:
         n = len(values)
         ok = ok & ~is_null(values)
         if f.unit == "iso8601":
-            if not _is_text(values.type):
+            if not is_text(values.type):
                 return np.zeros(n, dtype=bool), pa.nulls(n, pa.int64())
             ok &= strict(values, _FAST_ISO)
             safe = pc.if_else(pa.array(ok), values, "1970-01-01T00:00:00Z")
@@ -466,7 +469,7 @@ class DeclaredReader:
             return ok, pa.array(us)
         if pa.types.is_integer(values.type):
             raw = values.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)
-        elif _is_text(values.type):
+        elif is_text(values.type):
             ok &= strict(values, _FAST_INT)
             raw = pc.cast(pc.if_else(pa.array(ok), values, "0"), pa.int64()).to_numpy()
         else:  # a JSON float: its exact decimal is the per-line path's to find
@@ -496,165 +499,6 @@ class DeclaredReader:
         )
 
 
-def _is_text(t: pa.DataType) -> bool:
-    return bool(pa.types.is_string(t) or pa.types.is_large_string(t))
-
-
-def _json_fields(
-    texts: pa.Array, roles: Mapping[str, str]
-) -> tuple[npt.NDArray[np.bool_], Callable[[str], pa.Array]] | None:
-    """(the lines Arrow's JSON reader read as one object each, a field's values by name or dotted path).
-
-    Only lines that are one object (``{`` ... ``}``), with no escape (a backslash) and no literal key that
-    could shadow a dotted path, are read, so every line read gives exactly one row, and a row's
-    field is what :func:`_path` finds. A group of lines that Arrow refuses (bad JSON, a duplicate
-    key, a field that is a number in one line and text in another) is halved until the rest read;
-    the lines left over take the per-line path. None when no line can be read in bulk.
-    """
-    names = set(roles)
-    if any(not n.isascii() or '"' in n or "\\" in n for n in names) or any(
-        p.startswith(q + ".") for p in names for q in names
-    ):
-        return None  # a field that is both a value and an object: per line
-    n = len(texts)
-    ok = _np(pc.starts_with(texts, "{")) & _np(pc.ends_with(texts, "}"))
-    ok &= ~_np(pc.match_substring(texts, "\\"))
-    for name in names:
-        if "." in name:
-            ok &= ~_np(pc.match_substring(texts, f'"{name}"'))
-    idx = np.flatnonzero(ok)
-    if idx.size == 0:
-        return None
-    candidates = texts.take(pa.array(idx))
-    schema = _json_schema(candidates, roles)
-    tables: list[pa.Table] = []
-    read = np.zeros(idx.size, dtype=bool)
-    _read_halving(candidates, schema, 0, idx.size, read, tables)
-    if not tables:
-        return None
-    ok[:] = False
-    ok[idx[read]] = True
-    table = pa.concat_tables(tables).combine_chunks()
-    where = np.full(n, -1, dtype=np.int64)
-    where[ok] = np.arange(int(ok.sum()))
-    rows = None if ok.all() else pa.array(where, mask=where < 0)
-
-    def col(name: str) -> pa.Array:
-        head, *rest = name.split(".")
-        values: pa.Array = table.column(head).chunk(0)
-        for part in rest:
-            values = pc.struct_field(values, part)
-        return values if rows is None else values.take(rows)  # null on a line not read (not in ``ok``)
-
-    return ok, col
-
-
-JSON_BLOCK = 1 << 24  # bytes Arrow's JSON reader takes at once: far above a chunk of lines
-JSON_MIN_LINES = 64  # a group of lines Arrow refuses is halved down to this size, then left per line
-JSON_SAMPLE = 1000  # lines whose fields' kinds (integer, float, text) set the types of the rest
-
-
-def _json_read(texts: pa.Array, schema: pa.Schema | None) -> pa.Table | None:
-    """The lines as a table (one row per line), or None when Arrow refuses them."""
-    import pyarrow.json as pj
-
-    whole = pa.LargeListArray.from_arrays(
-        pa.array([0, len(texts)], pa.int64()), texts.cast(pa.large_string())
-    )
-    body = pc.binary_join(whole, pa.scalar("\n", pa.large_string()))[0].as_buffer()
-    parse = (
-        pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
-        if schema is not None
-        else pj.ParseOptions()
-    )
-    try:
-        table = pj.read_json(
-            pa.BufferReader(body),
-            read_options=pj.ReadOptions(use_threads=False, block_size=max(JSON_BLOCK, body.size + 1)),
-            parse_options=parse,
-        )
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-        return None
-    return table if table.num_rows == len(texts) else None
-
-
-def _json_schema(texts: pa.Array, roles: Mapping[str, str]) -> pa.Schema:
-    """The types the used fields are read as: what the first lines hold, else the role's default.
-
-    Values are floats (an integer too: ``float()`` of either is the same double) unless the sample
-    holds them as text; an ISO 8601 time is text (Arrow would infer a timestamp); other fields are
-    integers, floats or booleans as sampled, else text. A later line whose field has another kind
-    fails its group's read and takes the per-line path.
-    """
-    tables: list[pa.Table] = []
-    sample = texts.slice(0, JSON_SAMPLE)
-    _read_halving(sample, None, 0, len(sample), np.zeros(len(sample), dtype=bool), tables)
-    tree: dict[str, Any] = {}
-    for name, role in roles.items():
-        found = next((t for t in (_field_type(s, name) for s in tables) if t is not None), None)
-        kind: pa.DataType = {"value": pa.float64(), "epoch": pa.int64()}.get(role, pa.string())
-        if found is not None and role != "iso":
-            if pa.types.is_integer(found):
-                kind = pa.float64() if role == "value" else pa.int64()
-            elif pa.types.is_floating(found):
-                kind = pa.float64()
-            elif pa.types.is_boolean(found):
-                kind = pa.bool_()
-            elif _is_text(found) or pa.types.is_timestamp(found) or pa.types.is_date(found):
-                kind = pa.string()
-        *parents, leaf = name.split(".")
-        node = tree
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = kind
-
-    def fields(node: dict[str, Any]) -> list[pa.Field]:
-        return [pa.field(k, pa.struct(fields(v)) if isinstance(v, dict) else v) for k, v in node.items()]
-
-    return pa.schema(fields(tree))
-
-
-def _field_type(table: pa.Table, name: str) -> pa.DataType | None:
-    """The type Arrow inferred for a field (a dotted path into structs), or None when absent or all null."""
-    head, *rest = name.split(".")
-    if head not in table.column_names:
-        return None
-    t: pa.DataType = table.schema.field(head).type
-    for part in rest:
-        if not pa.types.is_struct(t) or t.get_field_index(part) < 0:
-            return None
-        t = t.field(part).type
-    return None if pa.types.is_null(t) else t
-
-
-def _read_halving(
-    texts: pa.Array,
-    schema: pa.Schema | None,
-    lo: int,
-    hi: int,
-    read: npt.NDArray[np.bool_],
-    out: list[pa.Table],
-) -> None:
-    """Read lines [lo, hi) into ``out`` in order, halving a group Arrow refuses; mark the lines read."""
-    if hi <= lo:
-        return
-    table = _json_read(texts.slice(lo, hi - lo), schema)
-    if table is not None:
-        out.append(table)
-        read[lo:hi] = True
-        return
-    if hi - lo <= JSON_MIN_LINES:
-        return
-    mid = (lo + hi) // 2
-    _read_halving(texts, schema, lo, mid, read, out)
-    _read_halving(texts, schema, mid, hi, read, out)
-
-
-def _np(values: pa.Array | pa.ChunkedArray) -> npt.NDArray[np.bool_]:
-    out: npt.NDArray[np.bool_] = np.asarray(values.to_numpy(zero_copy_only=False), dtype=bool)
-    return out
-
-
 def _path(obj: Mapping[str, Any], name: str) -> Any:
     """A JSON object's field, by name or, failing that, by a dotted path (``payload.temp``)."""
     if name in obj:
@@ -670,78 +514,6 @@ def _path(obj: Mapping[str, Any], name: str) -> Any:
 def _text(value: Any) -> str:
     """A JSON value as the string bronze keeps (strings as they are, the rest as JSON)."""
     return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
-
-
-def header_fields(decl: Declaration, first_line: str) -> tuple[str, ...]:
-    """A file's column names: a CSV's header (or the declaration's ``columns``), a Parquet row's fields.
-
-    A Parquet file's first row, as JSON, holds every column, in the schema's order; JSON lines
-    have no fixed columns (none returned).
-    """
-    if decl.format == "parquet":
-        try:
-            row = json.loads(first_line)
-        except ValueError:
-            return ()  # not readable: the ingest quarantines it as corrupt_file
-        return tuple(row) if isinstance(row, dict) else ()
-    if decl.format != "csv":
-        return ()
-    if not decl.header:
-        return decl.columns
-    try:
-        names = next(
-            csv.reader([first_line.lstrip("\ufeff")], delimiter=decl.delimiter, quotechar=decl.quote)
-        )
-    except (csv.Error, StopIteration) as e:
-        msg = f"source {decl.name!r}: the header line cannot be read as CSV: {e}"
-        raise InputError(msg) from e
-    return tuple(n.strip() for n in names)
-
-
-def check_fields(decl: Declaration, fields: Sequence[str], where: str) -> None:
-    """Fail, naming them, when fields the declaration uses are not among a file's (before any write)."""
-    if decl.format == "jsonl":
-        return
-    # a Parquet struct's field is named by a dotted path from its column
-    missing = [c for c in decl.columns_used() if c not in fields and c.split(".")[0] not in fields]
-    if missing:
-        msg = (
-            f"source {decl.name!r}: {where} has no column {', '.join(map(repr, missing))} "
-            f"(its columns: {', '.join(fields) or 'none'}); fix the declaration [sources.{decl.name}]"
-        )
-        raise InputError(msg)
-
-
-def check_sample(reader: DeclaredReader, lines: Sequence[str], where: str) -> None:
-    """Fail when no line of a non-empty sample parses and they all fail on one declared field.
-
-    One bad value is the data's fault and is quarantined; every value of a field failing means the
-    declaration describes that field wrongly (a unit, a name, a format), so nothing is written.
-    """
-    failures: list[Reject] = []
-    lo, hi = reader.decl.plausible_event_us
-    for text in lines:
-        if not text.strip():
-            continue
-        try:
-            row = reader.parse(text)
-            if not lo <= row.event_us <= hi:
-                f = reader.decl.event_time
-                why = f": {row.event_us} µs is outside [{lo}, {hi}] (is the unit {f.unit!r} right?)"
-                raise _bad("implausible_timestamp", f.column, why)
-        except Reject as reject:
-            failures.append(reject)
-        else:
-            return
-    if not failures:
-        return
-    if len({(r.reason, r.column) for r in failures}) == 1 and failures[0].column:
-        r = failures[0]
-        msg = (
-            f"source {reader.name!r}: {where}: none of the first {len(failures)} records fits the "
-            f"declaration: {r.reason}, {r.detail}; fix the declaration [sources.{reader.name}]"
-        )
-        raise InputError(msg)
 
 
 def make_reader(name: str) -> Reader:

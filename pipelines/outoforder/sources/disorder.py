@@ -363,7 +363,8 @@ def ooo_trace_delays(data_dir: Path, files: Sequence[str] = ("d-1", "d-2", "d-3"
     Real phones over public UMTS (Weiss et al., IoTBDS 2017): median ~0.1 s, p99 ~0.3 s, maximum
     5.5 s. Negative differences (clock offsets of a few ms left after NTP) count as 0.
     """
-    from outoforder.sources.readers import OooReader, read_file
+    from outoforder.sources.parsing import read_file
+    from outoforder.sources.readers import OooReader
 
     delays: list[IntArray] = []
     for name in files:

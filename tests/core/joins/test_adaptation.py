@@ -9,22 +9,23 @@ from outoforder.core.joins.adaptation import (
     ESTIMATORS,
     MEASURED_PERIODS,
     AdaptationSettings,
-    aq_kslack_schedule,
-    choose_retention,
-    confident_target,
     decide,
     earlier_needs,
-    interval_target,
-    regime_start,
     remembered_need,
     run_adaptive_qjoin,
-    run_aq_kslack,
 )
+from outoforder.core.joins.aq_kslack import aq_kslack_schedule, run_aq_kslack
 from outoforder.core.joins.kslack import MaxDelayK, kslack_set
 from outoforder.core.joins.metrics import period_costs, period_recall, summarize
 from outoforder.core.joins.progress import NEG, joint_progress
 from outoforder.core.joins.qjoin import qjoin_set
 from outoforder.core.joins.query import JoinInput, JoinQuery, exact_join
+from outoforder.core.joins.requirements import (
+    choose_retention,
+    confident_target,
+    interval_target,
+    regime_start,
+)
 from outoforder.errors import ConfigError
 from outoforder.sources.disorder import inject
 

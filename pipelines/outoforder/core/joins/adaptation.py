@@ -49,9 +49,8 @@ for the next L (docs/operators.md, QJoin):
      A period that needs more than any before it (a record) no controller reading the past
      meets: :mod:`outoforder.core.joins.feasibility` says which periods those were.
 
-AQ-K-slack (Ji et al.) needs both tuples of a pair on time, so it keeps
-``P[D_R <= K_R]·P[D_S <= K_S] >= Q_user`` with the fewest buffered tuples, from the delays of the
-last L.
+The estimates themselves are in :mod:`outoforder.core.joins.requirements`; the baseline AQ-K-slack
+in :mod:`outoforder.core.joins.aq_kslack`.
 """
 
 from __future__ import annotations
@@ -64,10 +63,20 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from outoforder.core.joins.kslack import ScheduledK, arrival_delays, kslack_set
+from outoforder.core.joins.kslack import arrival_delays
 from outoforder.core.joins.progress import NEG, joint_progress, running_max
 from outoforder.core.joins.qjoin import JoinRun, qjoin_set
 from outoforder.core.joins.query import JoinInput, JoinQuery, PairArray, R, S, exact_join
+from outoforder.core.joins.requirements import (
+    RegimeView,
+    choose_retention,
+    confident_target,
+    interval_target,
+    lateness_requirements,
+    modelled_requirements,
+    reachable_recall,
+    regime_start,
+)
 from outoforder.errors import ConfigError
 
 IntArray = npt.NDArray[np.int64]
@@ -159,253 +168,6 @@ class Adaptation:
         return asdict(self)
 
 
-def interval_target(
-    q_user: float, n_true_p_minus_l: float, n_prod_p_minus_l: int, n_l: float, n_pending: float = 0.0
-) -> float:
-    """Q_L from eq. 3 (clipped to [0, 1]).
-
-    ``n_pending`` of the ``n_true_p_minus_l`` pairs of the history are not known yet (their later
-    tuple is still to come): the next retention decides them as well as the next L's ``n_l``, so
-    they share the target instead of counting as lost.
-
-    >>> interval_target(0.9, 900, 800, 100.0)   # 800 of 900 made; 100 expected next: need all
-    1.0
-    >>> interval_target(0.9, 900, 900, 100.0)
-    0.0
-    >>> round(interval_target(0.9, 1000, 850, 100.0, n_pending=100), 3)   # 100 of 1,000 to come
-    0.7
-    """
-    if n_l + n_pending <= 0:
-        return q_user
-    q = (q_user * (n_true_p_minus_l + n_l) - n_prod_p_minus_l) / (n_l + n_pending)
-    return float(min(1.0, max(0.0, q)))
-
-
-def confident_target(q: float, n_samples: float, confidence: float) -> float:
-    """The share of a sample to cover so that its population's ``q`` is covered with ``confidence``.
-
-    With n sampled requirements, the retention covering j of them covers the population's
-    q-quantile unless fewer than j samples lie below it: P[Binomial(n, q) <= j - 1]. The result
-    is j / n for the smallest j reaching ``confidence`` (1.0 when even the largest sample is not
-    enough, so few pairs aim at the largest requirement seen). A distribution-free upper
-    confidence bound on a quantile; it tends to ``q`` as the sample grows.
-
-    >>> confident_target(0.9, 20, 0.9)   # 20 pairs: cover them all
-    1.0
-    >>> round(confident_target(0.9, 2_000, 0.9), 3)
-    0.909
-    >>> confident_target(0.9, 0, 0.9)
-    0.9
-    """
-    n = round(n_samples)
-    if n <= 0 or q <= 0.0:
-        return q
-    if q >= 1.0:
-        return 1.0
-    k = np.arange(n, dtype=np.float64)  # log P[X = k + 1] - log P[X = k] for k = 0 .. n - 1
-    log_pmf = np.concatenate([[0.0], np.cumsum(np.log((n - k) / (k + 1)) + np.log(q / (1.0 - q)))])
-    cdf = np.cumsum(np.exp(log_pmf - log_pmf.max()))
-    below = int(np.searchsorted(cdf / cdf[-1], confidence - 1e-12, side="left"))  # ppf
-    return min(1.0, (below + 1) / n)
-
-
-def reachable_recall(
-    req_r: FloatArray, req_s: FloatArray, weight_r: FloatArray, weight_s: FloatArray, bound_us: int
-) -> float:
-    """The sampled pairs' (weighted) share a retention of ``bound_us`` on both sides would find.
-
-    >>> import numpy as np
-    >>> one = np.ones(2)
-    >>> reachable_recall(np.array([10.0, 50.0]), np.array([5.0, 500.0]), one, one, 100)
-    0.75
-    """
-    total = float(weight_r.sum() + weight_s.sum())
-    if total <= 0:
-        return 1.0
-    found = float(weight_r[req_r <= bound_us].sum() + weight_s[req_s <= bound_us].sum())
-    return found / total
-
-
-def choose_retention(
-    req_r: FloatArray,
-    req_s: FloatArray,
-    q_l: float,
-    grid_us: int,
-    max_r: int,
-    max_s: int,
-    rate_r: float,
-    rate_s: float,
-    window_us: int,
-    weight_r: FloatArray | None = None,
-    weight_s: FloatArray | None = None,
-) -> tuple[int, int, float]:
-    """Algorithm 1 on the separable recall model: the cheapest (d_R, d_S) with Q >= q_l.
-
-    ``req_X`` are required retentions of the pairs whose earlier tuple is on X (all pairs
-    together are the denominator), optionally weighted. Returns (d_R, d_S, estimated Q).
-    """
-    w_r = np.ones(req_r.size) if weight_r is None else weight_r
-    w_s = np.ones(req_s.size) if weight_s is None else weight_s
-    total = float(w_r.sum() + w_s.sum())
-    if total <= 0:
-        return 0, 0, 1.0
-    grid_r = np.arange(0, max(max_r, 0) + grid_us, grid_us, dtype=np.int64)
-    grid_s = np.arange(0, max(max_s, 0) + grid_us, grid_us, dtype=np.int64)
-
-    def covered(req: FloatArray, w: FloatArray, grid: IntArray) -> FloatArray:
-        order = np.argsort(req, kind="stable")
-        cum = np.concatenate([[0.0], np.cumsum(w[order])])
-        return cum[np.searchsorted(req[order], grid, side="right")] / total
-
-    a_r = covered(req_r, w_r, grid_r)
-    a_s = covered(req_s, w_s, grid_s)
-    need_s = q_l - a_r - 1e-12
-    j = np.searchsorted(a_s, need_s, side="left")  # a_s is non-decreasing
-    feasible = j < grid_s.size
-    if not feasible.any():
-        return int(grid_r[-1]), int(grid_s[-1]), float(a_r[-1] + a_s[-1])
-    i_ok = np.flatnonzero(feasible)
-    cost = (grid_r[i_ok] + window_us) * rate_r + (grid_s[j[i_ok]] + window_us) * rate_s
-    best = i_ok[int(np.argmin(cost))]
-    return int(grid_r[best]), int(grid_s[j[best]]), float(a_r[best] + a_s[j[best]])
-
-
-def _coarse(delays: IntArray, g: int) -> IntArray:
-    """Delays rounded up to the granularity g (the paper's D buckets)."""
-    return (np.ceil(delays / g) * g).astype(np.int64) if delays.size else delays
-
-
-def modelled_requirements(
-    delays_r: IntArray,
-    delays_s: IntArray,
-    rate_r: float,
-    rate_s: float,
-    query: JoinQuery,
-    settings: AdaptationSettings,
-    draws: int = 20_000,
-) -> tuple[FloatArray, FloatArray]:
-    """The paper estimator's required retentions, drawn from f_D and the basic windows."""
-    rng = np.random.default_rng(settings.seed)
-    if delays_r.size == 0 or delays_s.size == 0:
-        return np.zeros(0), np.zeros(0)
-    b = settings.basic_window_us
-    n_bw = max(1, 2 * query.window_us // b + 1)
-    offset = (rng.integers(0, n_bw, draws) * b - query.window_us).astype(np.float64)  # s.ts - r.ts
-    d_r = rng.choice(_coarse(delays_r, settings.granularity_us), draws).astype(np.float64)
-    d_s = rng.choice(_coarse(delays_s, settings.granularity_us), draws).astype(np.float64)
-    arrive_r = d_r  # relative to r.ts
-    arrive_s = offset + d_s
-    r_first = arrive_r <= arrive_s
-    # progress at the later arrival ≈ later.ts + its delay; required d = T - w - earlier.ts
-    req_when_r_first = (offset + d_s) - query.window_us  # earlier = r (ts 0)
-    req_when_s_first = (0.0 + d_r) - offset - query.window_us  # earlier = s (ts offset)
-    weight = np.where(r_first, rate_s, rate_r)  # the later side's rate drives how often it probes
-    keep = rng.random(draws) < weight / max(rate_r, rate_s, 1e-12)
-    return (
-        np.maximum(req_when_r_first[r_first & keep], 0.0),
-        np.maximum(req_when_s_first[~r_first & keep], 0.0),
-    )
-
-
-@dataclass(frozen=True)
-class RegimeView:
-    """Where the current delay regime began, and since when arrivals have been scarce."""
-
-    start_us: int  # the regime's intervals hold the arrivals with progress above this
-    held_since_us: int | None  # progress where arrivals fell below 1 / factor of before
-
-
-def regime_start(
-    t: IntArray,
-    delays: IntArray,
-    at: int,
-    interval_us: int,
-    period_us: int,
-    q: float,
-    grid_us: int,
-    factor: float = 2.0,
-) -> RegimeView:
-    """The current regime: the newest intervals L (of the last P) that resemble the newest one.
-
-    An interval is described by its arrivals' count and the ``q``-quantile of their lateness
-    (:func:`~outoforder.core.joins.kslack.arrival_delays`). Walking back from the newest, an
-    interval stays in the regime while neither differs from the newest one's by more than
-    ``factor`` (lateness with a slack of two grid steps, so that calm intervals of a few ms are
-    alike). Arrivals are *scarce* when the newest intervals hold fewer than 1 / ``factor`` of the
-    median interval of the period before them.
-
-    >>> t = np.repeat(np.arange(10) * 10, 10)  # 10 intervals of 10 µs, 10 arrivals each
-    >>> late = np.where(np.arange(100) >= 70, 50, 0)  # the last 3 intervals: lateness 50
-    >>> regime_start(t, late, 100, 10, 100, 0.9, 1)
-    RegimeView(start_us=60, held_since_us=None)
-    """
-    now = int(t[at - 1])
-    k = max(1, min(period_us // interval_us, (now - int(t[0])) // interval_us + 1))
-    edges = now - interval_us * np.arange(k, -1, -1)  # (edges[i], edges[i+1]] is interval i
-    idx = np.searchsorted(t[:at], edges, side="right")
-    counts = np.diff(idx)
-    lat = np.array(
-        [float(np.quantile(delays[a:b], q)) if b > a else 0.0 for a, b in pairwise(idx)], dtype=np.float64
-    )
-
-    def alike(i: int, j: int) -> bool:
-        lo_l, hi_l = sorted((lat[i], lat[j]))
-        lo_n, hi_n = sorted((counts[i], counts[j]))
-        return bool(hi_l <= factor * lo_l + 2 * grid_us and hi_n <= factor * lo_n + 1)
-
-    first = k - 1
-    while first > 0 and alike(first - 1, k - 1):
-        first -= 1
-    held = None
-    before = counts[:first]
-    if before.size and counts[k - 1] * factor < float(np.median(before)):
-        held = int(edges[first])
-    return RegimeView(int(edges[first]), held)
-
-
-@dataclass(frozen=True)
-class _Weighted:
-    values: FloatArray
-    weights: FloatArray
-    observed: int  # the independent observations behind the values
-
-    @property
-    def size(self) -> int:
-        return int(self.values.size)
-
-
-def _lateness_model(
-    inp: JoinInput,
-    t: IntArray,
-    at: int,
-    since_us: int,
-    pairs_r: float,
-    pairs_s: float,
-    offsets: tuple[FloatArray, FloatArray],
-) -> tuple[_Weighted, _Weighted]:
-    """Requirements of R-earlier and S-earlier pairs modelled from the arrivals since ``since_us``.
-
-    A pair whose earlier tuple is on R needs ``T(s) - w - r.ts = lateness(s) + (s.ts - r.ts) - w``,
-    where ``lateness(s) = T(s) - s.ts`` when its S partner arrives: every recent S arrival's
-    lateness is combined with every offset ``s.ts - r.ts - w`` of the sampled pairs (50 quantiles;
-    ``offsets``), or taken alone, an upper bound, when the side has no sampled pair. Each side is
-    weighted to the share of its pairs (half each without pairs).
-    """
-    recent = np.arange(at) >= np.searchsorted(t[:at], since_us, side="right")
-    valid = recent & (t[:at] > NEG)
-    late = np.maximum(t[:at] - inp.ts[:at], 0).astype(np.float64)
-    share_r = pairs_r / (pairs_r + pairs_s) if pairs_r + pairs_s > 0 else 0.5
-    out = []
-    for k, (partner, share) in enumerate(((S, share_r), (R, 1.0 - share_r))):
-        v = late[valid & (inp.side[:at] == partner)]
-        n = v.size
-        if offsets[k].size:
-            o = np.quantile(offsets[k], np.linspace(0, 1, min(offsets[k].size, 50)))
-            v = np.maximum((v[:, None] + o[None, :]).ravel(), 0.0)
-        out.append(_Weighted(v, np.full(v.size, share / max(v.size, 1)), n))
-    return out[0], out[1]
-
-
 MEASURED_PERIODS = 2  # robust: the trailing periods a decision measures itself; older ones it remembers
 
 
@@ -457,7 +219,7 @@ def remembered_need(
     return max([*needs, *older]), needs[0], needs[1], complete
 
 
-def _adaptation_points(progress: IntArray, interval_us: int) -> list[int]:
+def adaptation_points(progress: IntArray, interval_us: int) -> list[int]:
     """Arrival indices at which T first reaches each multiple of L after the first T."""
     valid = np.flatnonzero(progress > NEG)
     if valid.size == 0:
@@ -488,7 +250,7 @@ def run_adaptive_qjoin(
     decided = np.zeros(pairs.shape[0], dtype=bool)  # produced or not, for pairs decided so far
     produced = np.zeros(pairs.shape[0], dtype=bool)
     steps: list[Adaptation] = []
-    bounds = [0, *_adaptation_points(t, settings.interval_us), n]
+    bounds = [0, *adaptation_points(t, settings.interval_us), n]
     by_later = np.argsort(later, kind="stable")  # a segment's pairs: a slice of this order
     later_sorted = later[by_later]
     for seg_start, seg_end in pairwise(bounds):
@@ -648,7 +410,9 @@ def _decide(
         w_r, w_s = weight[sample & (e_side == R)], weight[sample & (e_side == S)]
     else:
         dl = [delays[:at][(inp.side[:at] == s) & recent[:at]] for s in (R, S)]
-        req_r, req_s = modelled_requirements(dl[0], dl[1], rates[0], rates[1], query, st)
+        req_r, req_s = modelled_requirements(
+            dl[0], dl[1], rates[0], rates[1], query, st.granularity_us, st.basic_window_us, st.seed
+        )
         w_r, w_s = np.ones(req_r.size), np.ones(req_s.size)
     d_r, d_s, est = choose_retention(
         req_r,
@@ -671,7 +435,7 @@ def _decide(
         # the next late partner needs. Every arrival of the other side bounds what its pairs
         # need (T(later) - w - earlier.ts <= T(later) - later.ts), and arrivals are plentiful.
         off = (inp.ts[later] - inp.ts[earlier] - query.window_us).astype(np.float64)
-        m_r, m_s = _lateness_model(
+        m_r, m_s = lateness_requirements(
             inp, t, at, now - st.period_us, float(w_r.sum()), float(w_s.sum()),
             (off[sample & (e_side == R)], off[sample & (e_side == S)]),
         )  # fmt: skip
@@ -725,45 +489,3 @@ def _decide(
         stats["regime_start_us"] = regime.start_us
         stats["held_for_us"] = 0 if regime.held_since_us is None else now - regime.held_since_us
     return Adaptation(at, now, q_l, d_r, d_s, est, stats)
-
-
-def aq_kslack_schedule(inp: JoinInput, query: JoinQuery, settings: AdaptationSettings) -> ScheduledK:
-    """AQ-K-slack's K per stream and interval.
-
-    The cheapest (K_R, K_S) with P[D_R <= K_R]·P[D_S <= K_S] >= Q_user over the last L's delays.
-    """
-    n = len(inp)
-    t = joint_progress(inp)
-    delays = arrival_delays(inp)
-    k_r = np.full(n, settings.initial_us, dtype=np.int64)
-    k_s = np.full(n, settings.initial_us, dtype=np.int64)
-    g = settings.granularity_us
-    for at in _adaptation_points(t, settings.interval_us):
-        now = int(t[at - 1])
-        recent = np.arange(at) >= np.searchsorted(t[:at], now - settings.interval_us, side="right")
-        per = [np.sort(delays[:at][(inp.side[:at] == s) & recent]) for s in (R, S)]
-        if per[0].size == 0 or per[1].size == 0:
-            continue
-        grid = [np.arange(0, int(p[-1]) + g + 1, g, dtype=np.int64) for p in per]
-        cdf = [np.searchsorted(p, gr, side="right") / p.size for p, gr in zip(per, grid, strict=True)]
-        rate = [p.size for p in per]
-        need = settings.q_user / np.maximum(cdf[0], 1e-12)
-        j = np.searchsorted(cdf[1], need - 1e-12, side="left")
-        ok = np.flatnonzero(j < grid[1].size)
-        if ok.size == 0:
-            kr, ks = int(grid[0][-1]), int(grid[1][-1])
-        else:
-            cost = grid[0][ok] * rate[0] + grid[1][j[ok]] * rate[1]
-            best = ok[int(np.argmin(cost))]
-            kr, ks = int(grid[0][best]), int(grid[1][j[best]])
-        k_r[at:] = kr
-        k_s[at:] = ks
-    return ScheduledK(k_r, k_s)
-
-
-def run_aq_kslack(
-    inp: JoinInput, query: JoinQuery, settings: AdaptationSettings, truth: PairArray | None = None
-) -> tuple[JoinRun, ScheduledK]:
-    """AQ-K-slack: the K-slack join under the adapted slack schedule."""
-    sched = aq_kslack_schedule(inp, query, settings)
-    return kslack_set(inp, query, sched, truth=truth), sched

@@ -17,7 +17,7 @@ The driver plans; Spark tasks read, hash and parse (functions in
    source with one part and no history skips it: its task drops its own repeated lines (the
    rule of 6).
 5. **one pass**, when no row needs a decision across parts (no suspects): a job per file, the
-   files side by side, reads, parses (:class:`~outoforder.sources.readers.LineParser`) and
+   files side by side, reads, parses (:class:`~outoforder.sources.parsing.LineParser`) and
    appends the file's accepted rows to bronze with Delta's writer and the transaction id
    (``ingest_id``, 0), its counts observed in that write; a file with rejected lines is parsed
    again for them, and they go to quarantine likewise. Nothing is staged.
@@ -60,8 +60,10 @@ from outoforder.io.conflicts import retry_on_conflict
 from outoforder.io.files import remove_stale_staging, remove_tree, staging_name, staging_uri
 from outoforder.io.tables import BRONZE, INGEST_LOG, QUARANTINE, SEQ_PER_FILE
 from outoforder.sources.declaration import Declaration
-from outoforder.sources.declared import DeclaredReader, check_fields, check_sample, header_fields
-from outoforder.sources.readers import ACROSS_FILES, READERS, WITHIN_FILE
+from outoforder.sources.declared import DeclaredReader
+from outoforder.sources.declared_checks import check_fields, check_sample, header_fields
+from outoforder.sources.parsing import ACROSS_FILES, WITHIN_FILE
+from outoforder.sources.readers import READERS
 from outoforder.spark.estimates import parallelism
 from outoforder.stages.ingest import tasks
 

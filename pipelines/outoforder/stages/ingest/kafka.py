@@ -54,7 +54,8 @@ from outoforder.io.conflicts import retry_on_conflict
 from outoforder.io.kafka import LOG_APPEND_TIME, TopicState, topic_state
 from outoforder.io.tables import BRONZE, INGEST_LOG, KAFKA_OFFSETS, QUARANTINE, SEQ_PER_FILE
 from outoforder.sources.declaration import Declaration
-from outoforder.sources.declared import DeclaredReader, check_sample
+from outoforder.sources.declared import DeclaredReader
+from outoforder.sources.declared_checks import check_sample
 from outoforder.stages.ingest import tasks
 from outoforder.stages.ingest.files import (
     QUARANTINE_ROW_COLUMNS,

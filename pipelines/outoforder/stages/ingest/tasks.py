@@ -8,7 +8,7 @@ A *part* is one byte range of a plain file, or a whole gzip file (see
 - :func:`hash_pass`: a part's line count and the hashes of its lines that could be accepted, as
   sorted blobs per hash bucket; :func:`bronze_buckets` the same of bronze's earlier rows, and
   :func:`find_suspects` (a task per bucket) the hashes seen twice, or seen before in bronze;
-- :func:`parse_pass`: a part parsed (:class:`~outoforder.sources.readers.LineParser`) into
+- :func:`parse_pass`: a part parsed (:class:`~outoforder.sources.parsing.LineParser`) into
   tagged rows: its accepted rows (bronze's columns), its counts, its quarantined lines and the
   accepted rows whose hash is a *suspect* (decided over the whole source afterwards). Delta's own
   writer then appends the rows of each file to bronze and quarantine;
@@ -35,7 +35,7 @@ from outoforder.sources.lines import (
     read_line_batches,
     read_parquet_batches,
 )
-from outoforder.sources.readers import REJECT_SCHEMA, STAGED_SCHEMA, LineParser, line_hashes
+from outoforder.sources.parsing import REJECT_SCHEMA, STAGED_SCHEMA, LineParser, line_hashes
 
 # one input row per part (see plan_parts in files.py)
 PART_FIELDS = [
@@ -384,7 +384,7 @@ def parse_records(
 ) -> Iterator[pa.RecordBatch]:
     """One Spark partition of Kafka records, in the order read (a topic partition's, in offset order).
 
-    Each payload is one line for the source's :class:`~outoforder.sources.readers.LineParser`
+    Each payload is one line for the source's :class:`~outoforder.sources.parsing.LineParser`
     (an empty or null payload counts as blank). Accepted rows get the record's log-append time as
     ``arrival_ts``; a reject's detail names the record's partition and offset. Every row and
     reject carries its run and place in it (RECORD_SCHEMA), which the runs' ranks

@@ -8,7 +8,7 @@ join, per period P:
 
 - ``qjoin-learned`` / ``qjoin-paper``: QJoin adapted every L with either of the seed's estimators;
 - ``qjoin-reactive``: the learned estimator on the current delay regime only, for abrupt changes
-  (:func:`~outoforder.core.joins.adaptation.regime_start`);
+  (:func:`~outoforder.core.joins.requirements.regime_start`);
 - ``qjoin-robust``: the reactive estimator, and no interval aims below Q_user plus the job's
   headroom (a period ahead of its target is no promise about the next interval);
 - ``qjoin-hindsight``: the smallest constant retention that meets Q_user in every period, found
@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from outoforder.config import Settings
-from outoforder.core.joins.adaptation import run_adaptive_qjoin, run_aq_kslack
+from outoforder.core.joins.adaptation import run_adaptive_qjoin
+from outoforder.core.joins.aq_kslack import run_aq_kslack
 from outoforder.core.joins.feasibility import least_constant, requirements
 from outoforder.core.joins.kslack import FixedK, MaxDelayK, kslack_set, slack_requirements
 from outoforder.core.joins.metrics import period_of, summarize
