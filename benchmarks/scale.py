@@ -397,7 +397,8 @@ def _run_part(part: str, work: Path) -> int:
     extra: dict[str, Any] = {}
     try:
         if part == "ingest":
-            from outoforder.stages.ingest.files import FileSpec, ingest_files
+            from outoforder.stages.ingest.files import ingest_files
+            from outoforder.stages.ingest.plan import FileSpec
 
             manifest = json.loads((work / "landing" / "replay.json").read_text())
             specs = [

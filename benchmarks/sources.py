@@ -136,7 +136,8 @@ def _lake(spark: SparkSession, settings: Settings, work: Path, name: str) -> Set
 
 def _files(spark: SparkSession, reader: str, paths: list[Path], into: Settings) -> int:
     """Ingest ``paths`` with ``reader`` (source named after it); the rows accepted."""
-    from outoforder.stages.ingest.files import FileSpec, ingest_files
+    from outoforder.stages.ingest.files import ingest_files
+    from outoforder.stages.ingest.plan import FileSpec
 
     out = ingest_files(spark, into, [FileSpec(str(p), reader, reader) for p in paths])
     return sum(s.accepted for s in out)

@@ -24,7 +24,8 @@ from outoforder.io import delta
 from outoforder.io.tables import AGG_RESULTS, BRONZE, INGEST_LOG, JOIN_RESULTS, QUARANTINE
 from outoforder.sources.geo import LocalProjection
 from outoforder.stages.cli import main
-from outoforder.stages.ingest.files import FileSpec, ingest_files
+from outoforder.stages.ingest.files import ingest_files
+from outoforder.stages.ingest.plan import FileSpec
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta]
 README_FLOW = pytest.mark.integration  # the README example through the join and the aggregates (about 45 s)

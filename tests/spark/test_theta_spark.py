@@ -188,12 +188,12 @@ def test_a_small_inequality_is_a_nested_loop_with_the_same_rows(spark, r, s, op)
 
 def test_the_partition_column_assigns_like_the_plan(spark):
     from outoforder.core.theta.plan import Cuts
-    from outoforder.spark.theta import _partition_of
+    from outoforder.spark.theta.fast import partition_of
 
     cuts = Cuts((-1.0, 0.0, 2.0, 2.0, 2.0, 2.0, 7.5, 1e308), "quantile")
     vals = [-math.inf, -5.0, -1.0, -0.0, 0.0, 1.0, 2.0, 2.0, 2.0, 2.0, 2.0, 3.0, 7.5, 1e308, math.inf]
     df = spark.createDataFrame([(i, v) for i, v in enumerate(vals)], "id long, v double")
-    got = df.select("id", "v", _partition_of(F.col("v"), cuts, lambda: F.col("id")).alias("p")).collect()
+    got = df.select("id", "v", partition_of(F.col("v"), cuts, lambda: F.col("id")).alias("p")).collect()
     for row in got:
         assert cuts.assign(np.array([row.v]), np.array([row.id]))[0] == row.p
     assert {row.p for row in got if row.v == 2.0} == {3, 4, 5, 6}  # the heavy value, spread

@@ -112,7 +112,8 @@ def ingest(run: MainRun) -> list[Any]:
     """Step 1: the real datasets of the shared data folder into bronze."""
     spark, settings = run.spark, run.settings
     from outoforder.sources import catalog
-    from outoforder.stages.ingest.files import FileSpec, ingest_files
+    from outoforder.stages.ingest.files import ingest_files
+    from outoforder.stages.ingest.plan import FileSpec
 
     missing = [
         str(d.path(settings.data_dir)) for d in catalog.BUILTIN if not d.path(settings.data_dir).exists()

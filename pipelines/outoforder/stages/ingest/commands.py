@@ -37,7 +37,8 @@ def expand_files(paths: list[str]) -> list[Path]:
 def ingest(ctx: StageContext, args: argparse.Namespace) -> int:
     """Ingest built-in datasets and/or one user file, or the landing bucket."""
     from outoforder.sources import catalog
-    from outoforder.stages.ingest.files import FileSpec, ingest_files
+    from outoforder.stages.ingest.files import ingest_files
+    from outoforder.stages.ingest.plan import FileSpec
 
     settings = ctx.settings
     if args.landing:
@@ -115,7 +116,8 @@ def produce(ctx: StageContext, args: argparse.Namespace) -> int:
 
 def replay(ctx: StageContext, args: argparse.Namespace) -> int:
     """Generate, inject and ingest one replay (in one file, or in parts of ``--part-s`` seconds)."""
-    from outoforder.stages.ingest.files import FileSpec, ingest_file, ingest_files
+    from outoforder.stages.ingest.files import ingest_file, ingest_files
+    from outoforder.stages.ingest.plan import FileSpec
     from outoforder.stages.ingest.replay import format_report, make_replay, write_replay_parts
 
     settings = ctx.settings

@@ -42,30 +42,35 @@ quarantine agree (checked by the bronze suite, :mod:`outoforder.quality.bronze`)
 from __future__ import annotations
 
 import logging
-import math
 import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from outoforder.config import Settings
-from outoforder.errors import ConfigError, InputError
 from outoforder.io import delta
 from outoforder.io.conflicts import retry_on_conflict
 from outoforder.io.files import remove_stale_staging, remove_tree, staging_name, staging_uri
-from outoforder.io.tables import BRONZE, INGEST_LOG, QUARANTINE, SEQ_PER_FILE
-from outoforder.sources.declaration import Declaration
-from outoforder.sources.declared import DeclaredReader
-from outoforder.sources.declared_checks import check_fields, check_sample, header_fields
-from outoforder.sources.parsing import ACROSS_FILES, WITHIN_FILE
-from outoforder.sources.readers import READERS
+from outoforder.io.tables import BRONZE, INGEST_LOG, QUARANTINE
 from outoforder.spark.estimates import parallelism
 from outoforder.stages.ingest import tasks
+from outoforder.stages.ingest.duplicates import decide_duplicates, sources_with_history, suspects_of
+from outoforder.stages.ingest.plan import (
+    FileSpec,
+    PlannedFile,
+    arrow_df,
+    check_reader,
+    claim_ordinals,
+    file_uri,
+    identify,
+    part_rows,
+    spark_schema,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -105,304 +110,6 @@ class IngestSummary:
         )
 
 
-@dataclass(frozen=True)
-class FileSpec:
-    """One file to ingest: where it is (a local path or an s3a:// URI), its reader and source."""
-
-    path: str
-    reader: str
-    source: str
-    origin: str | None = None  # what the ingest log records as its path (a landing object's URI)
-
-
-@dataclass
-class PlannedFile:
-    """A file (or a Kafka batch) an ingest writes: what it is, and what the plan decided for it."""
-
-    idx: int  # among the files this ingest writes (what the tasks' rows carry)
-    spec: FileSpec
-    uri: str
-    size: int = 0
-    sha256: str = ""
-    gz: bool = False
-    ordinal: int = -1
-    parts: list[int] = field(default_factory=list)
-    reader: str = ""  # what the tasks build their reader from: a built-in's name or a declared reader's spec
-    parquet: bool = False  # read as one part, its rows as JSON lines
-    key: str = ""  # what identifies the content when it is not a file's hash (a Kafka batch's ranges)
-
-    @property
-    def ingest_id(self) -> str:
-        """The idempotence key: the source and the content's identity."""
-        return f"{self.spec.source}@{self.key or self.sha256[:20]}"
-
-    @property
-    def shown(self) -> str:
-        """What the ingest log records as its path."""
-        return self.spec.origin or self.uri
-
-
-def check_reader(settings: Settings, name: str) -> None:
-    """Fail, listing the known ones, unless ``name`` is a built-in reader or a declared source."""
-    if name not in READERS and name not in settings.sources:
-        declared = ", ".join(sorted(settings.sources)) or "none (add a [sources.<name>] table to your config)"
-        msg = f"unknown reader {name!r}; built-in: {', '.join(sorted(READERS))}; declared: {declared}"
-        raise ConfigError(msg)
-
-
-def _uri(path: str, settings: Settings) -> str:
-    """A local path made absolute, or a URI; the file must exist (a missing one fails before any work)."""
-    from outoforder.io.files import file_size
-
-    uri = path if "://" in path else str(Path(path).resolve())
-    file_size(uri, settings.storage)  # raises InputError naming the file
-    return uri
-
-
-def _arrow_df(spark: SparkSession, rows: list[dict[str, Any]], fields: list[tuple[str, Any]]) -> DataFrame:
-    """A DataFrame of ``rows`` with one row per partition (each becomes its own task).
-
-    The rows are numbered and range-partitioned on their number into as many partitions as rows:
-    every number is then a partition bound, so each partition holds exactly one row.
-    """
-    import pyarrow as pa
-    from pyspark.sql.pandas.types import from_arrow_schema
-    from pyspark.sql.types import LongType, StructField, StructType
-
-    schema = from_arrow_schema(pa.schema(fields))
-    numbered = StructType([StructField("_task", LongType(), False), *schema.fields])
-    names = [name for name, _ in fields]
-    data = [(i, *(r[n] for n in names)) for i, r in enumerate(rows)]
-    return spark.createDataFrame(data, numbered).repartitionByRange(max(len(rows), 1), "_task").drop("_task")
-
-
-def _spark_schema(schema: Any) -> Any:
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    return from_arrow_schema(schema)
-
-
-def _identify(
-    spark: SparkSession, settings: Settings, files: list[PlannedFile], misfits: dict[str, str] | None = None
-) -> None:
-    """Each file's size, hash and gzip flag; a declared source's file is checked against its declaration.
-
-    The check reads the file's first lines (from the same task), so a declaration that does not fit
-    the data fails here, before any claim or write; with ``misfits``, such a file's reason is put
-    there (by its path) instead, and the other files go on.
-    """
-    storage = settings.storage
-    declared = settings.sources
-    rows = [
-        {
-            "file_idx": f.idx,
-            "uri": f.uri,
-            "format": declared[f.spec.reader].format if f.spec.reader in declared else "",
-        }
-        for f in files
-    ]
-    fields = [("file_idx", _pa().int64()), ("uri", _pa().string()), ("format", _pa().string())]
-    got = (
-        _arrow_df(spark, rows, fields)
-        .mapInArrow(lambda it: tasks.identify(it, storage), _spark_schema(tasks.IDENTITY_SCHEMA))
-        .collect()
-    )
-    for r in got:
-        f = files[r["file_idx"]]
-        f.size, f.sha256, f.gz = int(r["size"]), str(r["sha256"]), bool(r["gz"])
-        if r["head"] is not None:
-            decl = declared[f.spec.reader]
-            f.parquet = decl.format == "parquet"
-            try:
-                f.reader = _declared_reader(decl, list(r["head"]), f.shown).spec()
-            except InputError as e:
-                if misfits is None:
-                    raise
-                misfits[f.spec.path] = str(e)
-
-
-def _declared_reader(decl: Declaration, head: list[str], where: str) -> DeclaredReader:
-    """The reader of one file of a declared source, checked on the file's first lines (or rows)."""
-    data = head[1:] if decl.format == "csv" and decl.header else head
-    fields = (header_fields(decl, head[0]) if head else ()) or decl.columns or decl.columns_used()
-    check_fields(decl, fields, where)
-    reader = DeclaredReader(decl, fields)
-    check_sample(reader, data, where)
-    return reader
-
-
-def _pa() -> Any:
-    import pyarrow as pa
-
-    return pa
-
-
-def claim_ordinals(spark: SparkSession, settings: Settings, files: list[PlannedFile], now: int) -> None:
-    """Each file's ordinal: the one a crashed attempt claimed, else the next free one (claimed now).
-
-    The claims are committed to the ingest log before any data, so two files never share sequence
-    numbers however attempts interleave: a claim is a MERGE keyed on the ordinal, so of two ingests
-    that picked the same free ordinal one inserts and the other inserts nothing (and tries the next
-    ones); two MERGEs committing at once conflict in Delta (one retries).
-    """
-    from pyspark.sql import functions as F
-
-    todo = {f.ingest_id: f for f in files}
-    while True:
-        started = delta.read(spark, INGEST_LOG, settings.lake_root).where(F.col("status") == "started")
-        mine = (
-            started.where(F.col("ingest_id").isin(list(todo))).select("ingest_id", "file_ordinal").collect()
-        )
-        for r in mine:
-            todo.pop(r["ingest_id"]).ordinal = int(r["file_ordinal"])
-        if not todo:
-            return
-        top = started.agg(F.max("file_ordinal")).first()
-        first = 0 if top is None or top[0] is None else int(top[0]) + 1
-        claims = [
-            (f.ingest_id, "started", first + i, f.spec.source, f.shown, f.sha256, f.size, f.spec.reader,
-             0, 0, 0, 0, 0, 0, None, None, now)
-            for i, f in enumerate(todo.values())
-        ]  # fmt: skip
-        delta.merge_new(
-            spark.createDataFrame(claims, INGEST_LOG.schema),
-            INGEST_LOG,
-            settings.lake_root,
-            ("status", "file_ordinal"),
-        )
-
-
-def _part_rows(settings: Settings, files: list[PlannedFile]) -> list[dict[str, Any]]:
-    ing = settings.ingest
-    rows: list[dict[str, Any]] = []
-    for f in files:
-        lo, hi = ing.plausible_range(f.spec.reader)
-        bounds = [(0, -1)]
-        if not f.gz and not f.parquet and f.size > ing.part_bytes:
-            n = math.ceil(f.size / ing.part_bytes)
-            bounds = [(i * ing.part_bytes, min((i + 1) * ing.part_bytes, f.size)) for i in range(n)]
-        for start, end in bounds:
-            f.parts.append(len(rows))
-            rows.append(
-                {
-                    "part": len(rows), "file_idx": f.idx, "uri": f.uri, "gz": f.gz, "start": start,
-                    "end": end,
-                    "first_line": 1, "reader": f.reader or f.spec.reader, "lo": lo, "hi": hi,
-                    "max_line_bytes": ing.max_line_bytes, "batch_lines": ing.batch_rows,
-                    "ingest_id": f.ingest_id, "source": f.spec.source,
-                    "shown": f.shown,
-                    "base": f.ordinal * SEQ_PER_FILE, "local": False,
-                    "parquet": f.parquet, "suspects": None,
-                }
-            )  # fmt: skip
-    return rows
-
-
-def _sources_with_history(spark: SparkSession, settings: Settings, files: list[PlannedFile]) -> set[str]:
-    """Sources for which an earlier ingest (a file not among ``files``) claimed an ordinal."""
-    from pyspark.sql import functions as F
-
-    ids = [f.ingest_id for f in files]
-    sources = sorted({f.spec.source for f in files})
-    rows = (
-        delta.read(spark, INGEST_LOG, settings.lake_root)
-        .where(F.col("source").isin(sources) & ~F.col("ingest_id").isin(ids))
-        .select("source")
-        .distinct()
-        .collect()
-    )
-    return {r["source"] for r in rows}
-
-
-def _suspects(
-    spark: SparkSession,
-    settings: Settings,
-    files: list[PlannedFile],
-    rows: list[dict[str, Any]],
-    history: set[str],
-) -> DataFrame | None:
-    """The hash pass over the sources that need it; sets every part's ``first_line`` and ``local``.
-
-    Returns the suspects (``source``, ``row_hash``, ``in_bronze``): hashes of lines that could be
-    accepted which this ingest holds twice, or which bronze holds from an earlier ingest; None
-    when no source needs the pass. Only hash blobs and suspects cross the network.
-    """
-    from pyspark.sql import functions as F
-
-    by_source: dict[str, list[PlannedFile]] = defaultdict(list)
-    for f in files:
-        by_source[f.spec.source].append(f)
-    needs = {s for s, fs in by_source.items() if len(fs) > 1 or len(fs[0].parts) > 1 or s in history}
-    for f in files:
-        for p in f.parts:
-            rows[p]["local"] = f.spec.source not in needs
-    scan = [r for r in rows if not r["local"]]
-    if not scan:
-        return None
-    storage = settings.storage
-    t0 = time.monotonic()
-    hashed = (
-        _arrow_df(spark, scan, tasks.PART_FIELDS)
-        .mapInArrow(lambda it: tasks.hash_pass(it, storage), _spark_schema(tasks.HASH_SCHEMA))
-        .localCheckpoint()
-    )
-    lines = {
-        int(r["part"]): int(r["lines"]) for r in hashed.where("bucket < 0").select("part", "lines").collect()
-    }
-    for f in files:
-        first = 1
-        for p in f.parts:
-            rows[p]["first_line"] = first
-            first += lines.get(p, 0)
-    source_of = spark.createDataFrame([(r["part"], r["source"]) for r in scan], "part long, source string")
-    blobs = (
-        hashed.where("bucket >= 0")
-        .join(F.broadcast(source_of), "part")
-        .select("source", "bucket", "hashes", F.lit("new").alias("origin"))
-    )
-    earlier = sorted(history & needs)
-    if earlier:
-        ids = [f.ingest_id for f in files]
-        bronze = (
-            delta.read(spark, BRONZE, settings.lake_root)
-            .where(F.col("source").isin(earlier) & ~F.col("ingest_id").isin(ids))
-            .select("source", "row_hash")
-            .mapInArrow(tasks.bronze_buckets, "source string, bucket long, hashes binary")
-        )
-        blobs = blobs.unionByName(bronze.withColumn("origin", F.lit("bronze")))
-    suspects = (
-        blobs.repartition("source", "bucket")
-        .mapInArrow(tasks.find_suspects, _spark_schema(tasks.SUSPECT_SCHEMA))
-        .localCheckpoint()
-    )
-    log.info("[ingest] hash pass over %d parts: %s lines, %.1f s", len(scan), f"{sum(lines.values()):,}",
-             time.monotonic() - t0)  # fmt: skip
-    return suspects
-
-
-def _decide(rows: DataFrame, suspects: DataFrame, ordinal_of: DataFrame) -> DataFrame:
-    """Suspect rows with ``keep`` and, for the others, the duplicate's detail and quarantined raw line."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    s = rows.join(F.broadcast(ordinal_of), "file_idx").join(suspects, ["source", "row_hash"], "left")
-    same = Window.partitionBy("source", "row_hash", "file_idx")
-    everywhere = Window.partitionBy("source", "row_hash")
-    s = s.withColumn("earlier_line", F.col("arrival_seq") > F.min("arrival_seq").over(same))
-    s = s.withColumn(
-        "earlier_file",
-        F.coalesce(F.col("in_bronze"), F.lit(False)) | (F.col("ordinal") > F.min("ordinal").over(everywhere)),
-    )
-    return s.select(
-        "*",
-        (~F.col("earlier_line") & ~F.col("earlier_file")).alias("keep"),
-        F.when(F.col("earlier_line"), F.lit(WITHIN_FILE)).otherwise(F.lit(ACROSS_FILES)).alias("dup_detail"),
-        F.when(F.col("earlier_line"), F.substring("raw_line", 1, 4096))
-        .otherwise(F.col("raw_line"))
-        .alias("dup_raw"),
-    )
-
-
 @retry_on_conflict
 def ingest_files(
     spark: SparkSession,
@@ -422,13 +129,13 @@ def ingest_files(
     t0 = time.monotonic()
     for s in specs:
         check_reader(settings, s.reader)  # an unknown reader fails before anything is read
-    files = [PlannedFile(i, s, _uri(s.path, settings)) for i, s in enumerate(specs)]
+    files = [PlannedFile(i, s, file_uri(s.path, settings)) for i, s in enumerate(specs)]
     if not files:
         return []
     lake = settings.lake_root
     for table in (BRONZE, QUARANTINE, INGEST_LOG):
         delta.ensure(spark, table, lake)
-    _identify(spark, settings, files, misfits)
+    identify(spark, settings, files, misfits)
     if misfits:
         files = [f for f in files if f.spec.path not in misfits]
         for i, f in enumerate(files):
@@ -477,10 +184,10 @@ def _ingest(
     from pyspark.sql import functions as F
 
     lake, storage = settings.lake_root, settings.storage
-    rows = _part_rows(settings, files)
+    rows = part_rows(settings, files)
     megabytes = sum(f.size for f in files) / 1e6
     log.info("[ingest] %d files (%.1f MB) in %d parts", len(files), megabytes, len(rows))
-    suspects = _suspects(spark, settings, files, rows, _sources_with_history(spark, settings, files))
+    suspects = suspects_of(spark, settings, files, rows, sources_with_history(spark, settings, files))
 
     started = time.time()
     gone = remove_stale_staging(lake, storage, "ingest", STALE_STAGING_S, started)
@@ -491,7 +198,7 @@ def _ingest(
         return _one_pass(spark, settings, files, rows, now, t0, t1)
     per_source = suspects.groupBy("source").agg(F.collect_list("row_hash").alias("suspects"))
     parts = (
-        _arrow_df(spark, [{**r, "suspects": None} for r in rows], tasks.PART_FIELDS)
+        arrow_df(spark, [{**r, "suspects": None} for r in rows], tasks.PART_FIELDS)
         .drop("suspects")
         .join(F.broadcast(per_source), "source", "left")
         .select(*[name for name, _ in tasks.PART_FIELDS])
@@ -501,7 +208,7 @@ def _ingest(
     # for every file), and no heap holds the batch (a large ingest cached in memory ran the Spark
     # Connect server out of heap, and it died).
     staging = staging_uri(lake, staging_name("ingest", started))
-    schema = _spark_schema(tasks.PARSE_SCHEMA)
+    schema = spark_schema(tasks.PARSE_SCHEMA)
     try:
         parsed = parts.mapInArrow(lambda it: tasks.parse_pass(it, storage), schema)
         parsed.write.partitionBy("file_idx").parquet(staging)
@@ -549,7 +256,9 @@ def _commit(
         held = out.where(F.col("kind") == "suspect").join(
             F.broadcast(meta.select("file_idx", "source")), "file_idx"
         )
-        decided = _decide(held, suspects, meta.select("file_idx", "ordinal")).persist(StorageLevel.DISK_ONLY)
+        decided = decide_duplicates(held, suspects, meta.select("file_idx", "ordinal")).persist(
+            StorageLevel.DISK_ONLY
+        )
         accepted = accepted.unionByName(decided.where("keep").select(*bronze_cols))
         dup_rows = decided.where(~F.col("keep")).select(
             "file_idx", "line_no", F.col("dup_raw").alias("raw_line"), F.lit("duplicate_row").alias("reason"),
@@ -678,8 +387,8 @@ def _parse_and_append(
     from pyspark.sql import functions as F
 
     storage = settings.storage
-    parsed = _arrow_df(spark, parts, tasks.PART_FIELDS).mapInArrow(
-        lambda it: tasks.parse_pass(it, storage), _spark_schema(tasks.PARSE_SCHEMA)
+    parsed = arrow_df(spark, parts, tasks.PART_FIELDS).mapInArrow(
+        lambda it: tasks.parse_pass(it, storage), spark_schema(tasks.PARSE_SCHEMA)
     )
     row = F.col("kind") == "row"
     tallies = [

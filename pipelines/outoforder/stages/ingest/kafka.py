@@ -59,13 +59,11 @@ from outoforder.sources.declared_checks import check_sample
 from outoforder.stages.ingest import tasks
 from outoforder.stages.ingest.files import (
     QUARANTINE_ROW_COLUMNS,
-    FileSpec,
-    PlannedFile,
     bronze_options,
-    claim_ordinals,
     identity_columns,
     quarantine,
 )
+from outoforder.stages.ingest.plan import FileSpec, PlannedFile, claim_ordinals
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

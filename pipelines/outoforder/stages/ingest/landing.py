@@ -23,7 +23,8 @@ from typing import Any
 from outoforder.config import Settings
 from outoforder.errors import ConfigError, InputError
 from outoforder.io import objectstore
-from outoforder.stages.ingest.files import FileSpec, IngestSummary, check_reader, ingest_files
+from outoforder.stages.ingest.files import IngestSummary, ingest_files
+from outoforder.stages.ingest.plan import FileSpec, check_reader
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,8 @@ def demo(ctx: StageContext, args: argparse.Namespace) -> int:
 
 def report(ctx: StageContext, args: argparse.Namespace) -> int:
     """The data-quality report: the cumulative page, and a run's page given --run-name."""
-    from outoforder.quality.report import LakeTables, build_reports, headline_text, pages_due
+    from outoforder.quality.panels import LakeTables
+    from outoforder.quality.report import build_reports, headline_text, pages_due
 
     settings = ctx.settings
     start, end = instant(args.start), instant(args.end)
