@@ -335,7 +335,7 @@ def spark_twin(spark: SparkSession, case: Case, limit: int) -> dict[str, Any]:
 
     Also checked identical to the reference run with control points at the batch ends.
     """
-    from outoforder.spark.windows import WindowState, apply_observations, buffered_batch
+    from outoforder.spark.buffered import WindowState, apply_observations, buffered_batch
 
     sub = Case(
         case.name,

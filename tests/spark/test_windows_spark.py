@@ -11,7 +11,7 @@ from outoforder.core.windows.assign import Windows
 from outoforder.core.windows.buffered import WindowQuery
 from outoforder.core.windows.hpm import buffered_reference
 from outoforder.core.windows.slack import FixedSlack, HPMSlack, LatenessSlack, MaxDelaySlack
-from outoforder.spark.windows import WindowState, apply_observations, buffered_batch, foreseen
+from outoforder.spark.buffered import WindowState, apply_observations, buffered_batch, foreseen
 from tests.core.windows.test_buffered import MODELS, make_stream
 from tests.core.windows.test_lateness import ms_stream
 

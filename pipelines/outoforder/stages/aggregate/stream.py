@@ -2,14 +2,14 @@
 
 ``aggregate-stream`` (:class:`AggregateStream`, on the skeleton of :mod:`outoforder.stages.interval`)
 processes the bronze arrivals of ``[start, end)`` (by ``arrival_ts``) with the Spark twin of HPM's
-stream module (:func:`outoforder.spark.windows.buffered_batch`):
+stream module (:func:`outoforder.spark.buffered.buffered_batch`):
 
 1. the operator state as of ``start`` (t_max, largest delay, close frontier, α, the received
    tuples of open windows, closed windows awaiting their coverage) comes from ``silver/agg_state``,
    ``silver/agg_buffer`` and ``silver/agg_watch``;
 2. the buffer's rule is fixed during the interval: the lateness controller's K (the default:
    fixed after it has seen what the windows closed before the interval need with the interval's
-   late members counted, :func:`outoforder.spark.windows.foreseen`), or HPM's α
+   late members counted, :func:`outoforder.spark.buffered.foreseen`), or HPM's α
    (``--controller paper``: ``K = round(α·k)`` per arrival); the windows the frontier
    passes are emitted and appended to ``gold/agg_results`` as version 1 (once per interval: a
    rerun writes nothing, see :mod:`outoforder.stages.interval`);
@@ -138,7 +138,7 @@ class AggregateStream(IntervalStage[AggJob, AggIntervalSummary]):
         """The buffered window operator over the interval, its rule fixed; then the controller."""
         from pyspark.sql import functions as F
 
-        from outoforder.spark.windows import (
+        from outoforder.spark.buffered import (
             MEMBER_SCHEMA,
             WATCH_SCHEMA,
             WindowState,
@@ -290,7 +290,7 @@ def _columns(df: DataFrame, names: Sequence[str]) -> DataFrame:
     """``df``'s columns ``names``; one missing (a state written before it existed) as nulls."""
     from pyspark.sql import functions as F
 
-    from outoforder.spark.windows import MEMBER_SCHEMA, WATCH_SCHEMA
+    from outoforder.spark.buffered import MEMBER_SCHEMA, WATCH_SCHEMA
 
     types = {f.name: f.dataType for f in (*MEMBER_SCHEMA.fields, *WATCH_SCHEMA.fields)}
     return df.select(*(F.col(c) if c in df.columns else F.lit(None).cast(types[c]).alias(c) for c in names))
