@@ -5,7 +5,8 @@ For each stage (a CLI command, as an Airflow task runs it) the run
 1. prepares the lake the stage starts from once (a replay in bronze; for the repairs, the stream
    stage done first);
 2. runs the stage to completion on a copy, as a process, watching the Delta commits land (every
-   ``_delta_log/NNN.json`` of the lake): that gives the reference tables and the commit times;
+   ``_delta_log/NNN.json`` of the lake): that gives the reference tables and the commit times
+   (the tests run this, the preparation and the reruns in their own process: :func:`run_here`);
 3. per trial, on a fresh copy, starts the stage and kills its whole process group (Python driver,
    JVM, Python workers) with SIGKILL at a random point of its writes: after the k-th commit
    (k uniform over the reference's commits) plus a uniform share of the gap to the next one, so
@@ -21,14 +22,17 @@ For each stage (a CLI command, as an Airflow task runs it) the run
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import shutil
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Callable, Mapping
-from contextlib import ExitStack
+import traceback
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -179,6 +183,79 @@ def _reap(pgid: int) -> None:
     os.killpg(pgid, signal.SIGKILL)
 
 
+def run_here(stage: Stage, lake: Path, env: Mapping[str, str], config: Path) -> Run:
+    """Run ``stage`` on ``lake`` to completion in this process, on its active Spark session.
+
+    What :func:`run_stage` does without a process of its own (no JVM to start): the same command
+    line through the CLI's entry point, with ``env``'s settings, its output in the same log file,
+    the commits watched from a thread. For the runs that are not killed (the reference, the
+    preparation, the rerun) where the session is warm already: the tests'.
+    """
+    from outoforder.stages.cli import main
+
+    log_path = lake.parent / f"{lake.name}.log"
+    before = commits(lake)
+    times: list[float] = []
+    done = threading.Event()
+    t0 = time.monotonic()
+
+    def watch() -> None:
+        while not done.wait(POLL_S):
+            seen = commits(lake) - before
+            times.extend([time.monotonic() - t0] * (seen - len(times)))
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    with (
+        log_path.open("w") as out,
+        redirect_stdout(out),
+        redirect_stderr(out),
+        _environment({**env, "OOO_LAKE_ROOT": str(lake)}),
+        _logging_kept(),
+    ):
+        try:
+            rc = main(["--config", str(config), *stage.args])
+        except SystemExit as e:  # argparse's errors
+            rc = e.code if isinstance(e.code, int) else 2
+        except Exception:  # a bug: as the process would, exit 1 with its traceback
+            traceback.print_exc()
+            rc = 1
+        finally:
+            done.set()
+            watcher.join()
+    seconds = time.monotonic() - t0
+    times.extend([seconds] * (commits(lake) - before - len(times)))
+    return Run(rc, seconds, times, None, log_path.read_text()[-3000:])
+
+
+@contextmanager
+def _environment(env: Mapping[str, str]) -> Iterator[None]:
+    """``env``'s values that differ from this process's environment, for the block (settings read them)."""
+    changed = {k: os.environ.get(k) for k, v in env.items() if os.environ.get(k) != v}
+    os.environ.update({k: env[k] for k in changed})
+    try:
+        yield
+    finally:
+        for k, v in changed.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextmanager
+def _logging_kept() -> Iterator[None]:
+    """The package logger's handlers, level and propagation as they were (the CLI sets its own)."""
+    logger = logging.getLogger("outoforder")
+    handlers, level, propagate = list(logger.handlers), logger.level, logger.propagate
+    try:
+        yield
+    finally:
+        logger.handlers[:] = handlers
+        logger.setLevel(level)
+        logger.propagate = propagate
+
+
 def kill_plan(reference: list[float], rng: random.Random) -> tuple[int, float, Callable[[int, float], bool]]:
     """A random kill point within the reference's writes: after commit k, u of the way to commit k + 1."""
     n = len(reference)
@@ -221,10 +298,22 @@ class Prepared:
     env: dict[str, str]
     lakes: dict[str, Path]
     stages: list[Stage]
+    in_process: bool = False  # the runs not killed run in this process (:func:`run_here`)
+
+    def complete(self, stage: Stage, lake: Path) -> Run:
+        """An uninterrupted run of ``stage`` on ``lake``, where the runs not killed run."""
+        run = run_here if self.in_process else run_stage
+        return run(stage, lake, self.env, self.config)
 
 
-def _cli(env: dict[str, str], config: Path, lake: Path, *args: str) -> None:
-    run_command(stage_command(config, *args), {**env, "OOO_LAKE_ROOT": str(lake)}, " ".join(args))
+def _cli(env: dict[str, str], config: Path, lake: Path, *args: str, in_process: bool = False) -> None:
+    if not in_process:
+        run_command(stage_command(config, *args), {**env, "OOO_LAKE_ROOT": str(lake)}, " ".join(args))
+        return
+    done = run_here(Stage(args[0], "", args), lake, env, config)
+    if done.rc != 0:
+        msg = f"{' '.join(args)} failed ({done.rc}): {done.tail}"
+        raise StateError(msg)
 
 
 def prepare(
@@ -234,12 +323,15 @@ def prepare(
     seconds: float = SECONDS,
     kafka_bootstrap: str | None = None,
     spark_conf: Mapping[str, str] | None = None,
+    in_process: bool = False,
 ) -> Prepared:
     """Ingest the replay into a base lake, and the stream stages' outputs the repairs start from.
 
     With ``ingest-kafka`` among ``names``, the replay is also produced into a topic of the broker at
     ``kafka_bootstrap`` (the ``produce`` command), and the config declares the source reading it.
     ``spark_conf`` goes into the config's ``[spark.conf]`` (every stage process's SQL settings).
+    ``in_process``: the preparation, and later every run that is not killed, runs in this process
+    on its session (:func:`run_here`), which must have those SQL settings already.
     """
     from pyspark.sql import functions as F
 
@@ -260,7 +352,7 @@ def prepare(
     env = {**os.environ, "OOO_WORK_DIR": str(work), "OOO_REPORTS_DIR": str(work / "reports")}
     bronze = work / "base-bronze"
     log("reliability", f"ingesting a {seconds:g} s replay ({PRESET}) into {bronze}")
-    _cli(env, config, bronze, "demo", "--steps", "replay")
+    _cli(env, config, bronze, "demo", "--steps", "replay", in_process=in_process)
     source = replay_source(PRESET, seconds, 7)
     # a second replay for the ingest stage's trials (generating it takes a while: only when needed)
     extra = make_replay(work / "extra", PRESET, seconds, 8).path if "ingest" in names else work / "none"
@@ -305,8 +397,8 @@ def prepare(
             lakes[base] = work / f"base-{base}"
             shutil.copytree(bronze, lakes[base])
             log("reliability", f"preparing the {base} lake ({before})")
-            _cli(env, config, lakes[base], *by_name[before].args, *more)
-    return Prepared(work, config, env, lakes, chosen)
+            _cli(env, config, lakes[base], *by_name[before].args, *more, in_process=in_process)
+    return Prepared(work, config, env, lakes, chosen, in_process)
 
 
 def crash_trials(
@@ -316,7 +408,7 @@ def crash_trials(
     rng = random.Random(f"{stage.name}-{seed}")
     ref_lake = prep.work / f"{stage.name}-reference"
     shutil.copytree(prep.lakes[stage.base], ref_lake)
-    ref = run_stage(stage, ref_lake, prep.env, prep.config)
+    ref = prep.complete(stage, ref_lake)
     if ref.rc != 0:
         msg = f"the reference run of {stage.name} failed ({ref.rc}): {ref.tail}"
         raise StateError(msg)
@@ -333,7 +425,7 @@ def crash_trials(
         k, u, kill = kill_plan(ref.commit_times, rng)
         crashed = run_stage(stage, lake, prep.env, prep.config, kill)
         at_kill = len(crashed.commit_times)
-        rerun = run_stage(stage, lake, prep.env, prep.config)
+        rerun = prep.complete(stage, lake)
         got = digests(spark, lake) if rerun.rc == 0 else {}
         differ = sorted(t for t in expected if got.get(t) != expected[t])
         rec = {

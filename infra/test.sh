@@ -71,7 +71,7 @@ doctests=(pipelines/outoforder/__init__.py pipelines/outoforder/core pipelines/o
   pipelines/outoforder/io/files.py pipelines/outoforder/quality/docs_assets.py
   pipelines/outoforder/stages/ingest/produce.py
   pipelines/outoforder/stages/spec.py pipelines/outoforder/stages/interval.py
-  pipelines/outoforder/checks.py pipelines/outoforder/stages/registry.py pipelines/outoforder/stages/options.py
+  pipelines/outoforder/checks pipelines/outoforder/stages/registry.py pipelines/outoforder/stages/options.py
   pipelines/outoforder/stages/context.py pipelines/outoforder/stages/state.py
   pipelines/outoforder/stages/join/spec.py pipelines/outoforder/stages/aggregate/spec.py
   pipelines/outoforder/stages/topk/spec.py pipelines/outoforder/stages/theta/spec.py docs/operators.md)

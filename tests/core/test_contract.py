@@ -16,55 +16,25 @@ they run over every built-in operator with its own definition of late, on many s
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from outoforder import (
-    HPM,
-    AQSlack,
-    Arrival,
-    CacheSettings,
-    FixedSlack,
-    HPMSlack,
-    JoinQuery,
-    KSlackJoin,
-    Late,
-    LatenessSettings,
-    MaxDelaySlack,
-    Output,
-    PDController,
-    QJoin,
-    TopK,
-    TopKQuery,
-    WindowQuery,
-    Windows,
-)
+from outoforder import HPM, Arrival, FixedSlack, HPMSlack, PDController, TopK
 from outoforder.checks import (
-    Case,
     check_bad_snapshot_refused,
     check_batch_invariance,
     check_late_items,
     check_operator,
     check_snapshot_round_trip,
+    installed_cases,
     run,
     split,
 )
-from outoforder.core.joins.kslack import FixedK, MaxDelayK, kslack_set
-from outoforder.core.joins.qjoin import horizons
-from outoforder.core.joins.query import JoinInput
-from outoforder.core.topk.naive import RecomputeTopK
-from outoforder.core.topk.reference import emission_index
-from outoforder.core.topk.sma import SkybandTopK
-from outoforder.core.windows.buffered import buffered_set
-from outoforder.core.windows.slack import LatenessSlack, RecentHPMSlack
-
-QUERY = JoinQuery(window_us=40_000, theta=4.0)
-WINDOWS = WindowQuery(Windows(200_000, 50_000), "sum", coverage_horizon_us=100_000)
-TOPK = TopKQuery(Windows(200_000, 50_000), k=3, horizon_us=100_000)
+from outoforder.checks.topk import TOPK
+from outoforder.checks.windows import WINDOWS
 
 
 def stream(seed: int, n: int = 240, nan_share: float = 0.0) -> list[Arrival]:
@@ -82,106 +52,8 @@ def stream(seed: int, n: int = 240, nan_share: float = 0.0) -> list[Arrival]:
     ]
 
 
-def join_input(arrivals: list[Arrival]) -> JoinInput:
-    return JoinInput.from_rows([(a.side, a.ts, a.x, a.y, a.key) for a in arrivals])
-
-
-def qjoin_late(arrivals: list[Arrival], out: Output[object]) -> list[Late]:
-    """The paper's rule: an arrival behind its own stream's horizon at its arrival is not kept."""
-    inp = join_input(arrivals)
-    h = horizons(inp, QUERY, np.full(len(inp), 20_000), np.full(len(inp), 10_000))
-    return [Late(a.id, a.ts) for i, a in enumerate(arrivals) if a.ts < h[a.side, i]]
-
-
-def kslack_late(policy: FixedK | MaxDelayK) -> Callable[[list[Arrival], Output[object]], list[Late]]:
-    def late(arrivals: list[Arrival], out: Output[object]) -> list[Late]:
-        run = kslack_set(join_input(arrivals), QUERY, policy)
-        return [Late(a.id, a.ts) for a, is_late in zip(arrivals, run.late.tolist(), strict=True) if is_late]
-
-    return late
-
-
-def windows_late(arrivals: list[Arrival], out: Output[object]) -> list[Late]:
-    """The set form's late memberships under the K the operator was in force with, per arrival."""
-    ts = np.array([a.ts for a in arrivals], dtype=np.int64)
-    run = buffered_set(ts, np.array([a.value for a in arrivals]), WINDOWS, np.array(out.slack))  # type: ignore[attr-defined]
-    return [
-        Late(arrivals[i].id, arrivals[i].ts, w)
-        for i, w in zip(run.late_arrival, run.late_window, strict=True)
-    ]
-
-
-def topk_fixed_late(arrivals: list[Arrival], out: Output[object]) -> list[Late]:
-    """A fixed cache emits window w when the progress reaches end(w) + K: members arriving then are late."""
-    scored = [a for a in arrivals if not math.isnan(a.value)]
-    ts = np.array([a.ts for a in scored], dtype=np.int64)
-    idx, wid = TOPK.windows.explode(ts)
-    due = emission_index(ts, TOPK.windows, wid, 30_000)
-    late = (idx >= due) & (due < len(scored))
-    return [Late(scored[i].id, scored[i].ts, int(w)) for i, w in zip(idx[late], wid[late], strict=True)]
-
-
-def topk_consistent_late(arrivals: list[Arrival], out: Output[object]) -> list[Late]:
-    """Adaptive cache: a membership is late iff its window was emitted at or before the tuple's arrival."""
-    scored = [a for a in arrivals if not math.isnan(a.value)]
-    emitted_at = {e.window_id: e.at_index for e in out.emitted}  # type: ignore[attr-defined]
-    reported = {(x.id, x.window) for x in out.late}
-    expected = []
-    for i, a in enumerate(scored):
-        for w in TOPK.windows.ids_of(a.ts).tolist():
-            if (w in emitted_at and emitted_at[w] <= i) or (a.id, w) in reported:
-                expected.append(Late(a.id, a.ts, w))
-    assert all(
-        w not in emitted_at or emitted_at[w] <= i
-        for i, a in enumerate(scored)
-        for (j, w) in reported
-        if j == a.id
-    )
-    return expected
-
-
-def pd(thr: float) -> PDController:
-    return PDController(lambda_thr=thr, alpha_initial=0.5)
-
-
-CASES = [
-    Case("qjoin", lambda: QJoin(QUERY, (20_000, 10_000)), qjoin_late),
-    Case("kslack-join", lambda: KSlackJoin(QUERY, (30_000, 30_000)), kslack_late(FixedK(30_000, 30_000))),
-    Case("mp-kslack-join", lambda: KSlackJoin(QUERY, max_delay=True), kslack_late(MaxDelayK())),
-    Case("hpm", lambda: HPM(WINDOWS, HPMSlack(pd(0.9))), windows_late),
-    Case(
-        "hpm-batch-control",
-        lambda: HPM(WINDOWS, HPMSlack(pd(0.9)), "batch"),
-        windows_late,
-        batch_invariant=False,
-    ),
-    Case("hpm-recent", lambda: HPM(WINDOWS, RecentHPMSlack(pd(0.9), memory=40)), windows_late),
-    Case(
-        "hpm-lateness",
-        lambda: HPM(WINDOWS, LatenessSlack(windows=20, bound_us=60_000, initial_us=10_000)),
-        windows_late,
-    ),
-    Case("kslack-windows", lambda: HPM(WINDOWS, FixedSlack(40_000)), windows_late),
-    Case("mp-kslack-windows", lambda: HPM(WINDOWS, MaxDelaySlack()), windows_late),
-    Case("aq-kslack-windows", lambda: HPM(WINDOWS, AQSlack(history=50)), windows_late),
-    Case("topk-fixed", lambda: TopK(TOPK, cache=30_000), topk_fixed_late, nan_share=0.05),
-    Case("topk-sma", lambda: SkybandTopK(TOPK.windows, TOPK.k, 30_000), topk_fixed_late, nan_share=0.05),
-    Case(
-        "topk-recompute", lambda: RecomputeTopK(TOPK.windows, TOPK.k, 30_000), topk_fixed_late, nan_share=0.05
-    ),
-    Case(
-        "topk-adaptive",
-        lambda: TopK(TOPK, CacheSettings(initial_us=30_000, m=4, n=3, eps_min=0.9, min_step_us=1_000)),
-        topk_consistent_late,
-        nan_share=0.05,
-    ),
-    Case(
-        "topk-lateness",
-        lambda: TopK(TOPK, LatenessSettings(initial_us=30_000, n=3, eps_min=0.9, bound_us=80_000)),
-        topk_consistent_late,
-        nan_share=0.05,
-    ),
-]
+# the built-in operators' cases, each beside its operator's declaration (outoforder.checks.*)
+CASES = installed_cases()
 IDS = [c.name for c in CASES]
 
 
@@ -218,7 +90,10 @@ def test_every_late_item_is_returned_and_nothing_is_emitted_twice(case, seed, cu
 def test_windows_account_for_every_membership():
     # every (tuple, window) membership is either in an emitted window's count or returned late
     arrivals = stream(5)
-    for make in (lambda: HPM(WINDOWS, HPMSlack(pd(0.9))), lambda: HPM(WINDOWS, FixedSlack(0))):
+    for make in (
+        lambda: HPM(WINDOWS, HPMSlack(PDController(lambda_thr=0.9, alpha_initial=0.5))),
+        lambda: HPM(WINDOWS, FixedSlack(0)),
+    ):
         out = run(make(), [arrivals])
         members = sum(len(WINDOWS.windows.ids_of(a.ts)) for a in arrivals)
         assert sum(e.received for e in out.emitted) + len(out.late) == members
@@ -239,3 +114,23 @@ def test_a_snapshot_that_is_not_one_fails_clearly(case):
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_the_shipped_check_passes_every_operator(case):
     check_operator(case, seeds=range(2))
+
+
+def test_every_built_in_operator_has_its_cases_beside_its_declaration():
+    assert IDS == [
+        "qjoin", "kslack-join", "mp-kslack-join",
+        "hpm", "hpm-batch-control", "hpm-recent", "hpm-lateness", "kslack-windows", "mp-kslack-windows",
+        "aq-kslack-windows",
+        "topk-fixed", "topk-sma", "topk-recompute", "topk-adaptive", "topk-lateness",
+    ]  # fmt: skip
+
+
+def test_the_command_checks_the_installed_cases_and_refuses_an_unknown_one(capsys):
+    from outoforder.checks.__main__ import main
+
+    assert main(["qjoin", "topk-sma", "--seeds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "ok     qjoin" in out and "ok     topk-sma" in out and "hpm" not in out
+    with pytest.raises(SystemExit) as refused:
+        main(["qjoin", "q-join"])
+    assert refused.value.code == 2 and "no case q-join" in capsys.readouterr().err

@@ -2,9 +2,12 @@
 
 One trial of every stage here, each at a kill point drawn from a fixed seed (so a failure
 reproduces): the stage runs uninterrupted once (the reference), then again on a copy of the lake
-it started from, killed after some of its commits, then to completion; every table must equal the
-reference's. The reliability run (``bash infra/bench.sh reliability``) runs 20 per stage at kill
-points of many seeds. See :mod:`benchmarks.reliability`.
+it started from, as a process of its own killed after some of its commits, then to completion;
+every table must equal the reference's. The runs that are not killed (the preparation, the
+reference, the rerun) run the same command lines in this process, on the tests' session: only the
+killed run needs a process (and a JVM) of its own. The reliability run
+(``bash infra/bench.sh reliability``) runs 20 per stage at kill points of many seeds, every run a
+process. See :mod:`benchmarks.reliability`.
 """
 
 import pytest
@@ -32,7 +35,7 @@ def prepared(spark, tmp_path_factory):
     # the stage processes with the tests' Spark settings (the reliability run keeps the production ones)
     conf = sparkconf.TEST_SPARK_CONF if sparkconf.tiny() else None
     work = tmp_path_factory.mktemp("crash") / "work"
-    return reliability.prepare(spark, work, STAGES, seconds=1.0, spark_conf=conf)
+    return reliability.prepare(spark, work, STAGES, seconds=1.0, spark_conf=conf, in_process=True)
 
 
 @pytest.mark.timeout(1200)

@@ -193,4 +193,5 @@ OPERATOR = Operator(
         ),
     ),
     steps=(Step("aggregates", "outoforder.stages.demo:aggregates"),),
+    contract="outoforder.checks.windows:cases",
 )

@@ -209,4 +209,5 @@ OPERATOR = Operator(
         Step("join", "outoforder.stages.demo:join"),
         Step("stream-join", "outoforder.stages.demo:stream_join"),
     ),
+    contract="outoforder.checks.joins:cases",
 )

@@ -165,4 +165,5 @@ OPERATOR = Operator(
         ),
     ),
     steps=(Step("topk", "outoforder.stages.demo:topk"),),
+    contract="outoforder.checks.topk:cases",
 )

@@ -15,6 +15,12 @@ your choosing (the project's tests drive them with Hypothesis over many seeds an
 
 A check that fails raises :class:`ContractViolation` naming the case and what broke.
 
+The built-in operators' cases live beside this module (:mod:`outoforder.checks.joins`,
+:mod:`~outoforder.checks.windows`, :mod:`~outoforder.checks.topk`), each named by its operator's
+declaration (``contract``); :func:`installed_cases` gathers them and those of any operator installed
+under the ``outoforder.operators`` entry point group, and ``python -m outoforder.checks`` checks
+them all.
+
 >>> from outoforder import TopK, TopKQuery, Windows
 >>> check_operator(Case("topk", lambda: TopK(TopKQuery(Windows(200_000, 50_000), k=3), cache=30_000)))
 """
@@ -157,6 +163,13 @@ def check_bad_snapshot_refused(case: Case, arrivals: Sequence[Arrival]) -> None:
         except Exception as e:  # anything else is a half-restored operator's way of failing
             raise _fail(case, f"restoring {bad!r} raised {type(e).__name__}, not StateError") from e
         raise _fail(case, f"restoring {bad!r} succeeded")
+
+
+def installed_cases() -> list[Case]:
+    """The cases of every operator the registry finds: the built-in ones', then those installed."""
+    from outoforder.stages import registry
+
+    return [c for op in registry.operators() if op.contract for c in registry.load(op.contract)()]
 
 
 def check_operator(case: Case, seeds: Sequence[int] = range(5)) -> None:
