@@ -164,10 +164,10 @@ def _interval_loop(
     from outoforder.stages.aggregate import validate as agg_check
     from outoforder.stages.aggregate.spec import AggJob
     from outoforder.stages.aggregate.stream import AggregateStream
-    from outoforder.stages.interval import split_span
     from outoforder.stages.join import validate as join_check
     from outoforder.stages.join.spec import JoinJob
     from outoforder.stages.join.stream import JoinStream
+    from outoforder.stages.spans import split_span
     from outoforder.stages.topk import validate as topk_check
     from outoforder.stages.topk.spec import TopKJob
     from outoforder.stages.topk.stream import TopKStream

@@ -51,11 +51,12 @@ from outoforder.core.topk.cache import (
     CacheDurationController,
     CacheSettings,
     Decision,
+    FixedCache,
     LatenessController,
     LatenessSettings,
 )
 from outoforder.core.topk.naive import RecomputeTopK
-from outoforder.core.topk.operator import ContinuousTopK, FixedCache, Settled, TopKQuery
+from outoforder.core.topk.operator import ContinuousTopK, Settled, TopKQuery
 from outoforder.core.topk.reference import (
     TopK,
     exact_topk,

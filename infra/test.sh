@@ -67,10 +67,10 @@ spark_py="$OOO_SPARK_VENV/bin/python"
 airflow_py="$OOO_AIRFLOW_VENV/bin/python"
 # the modules whose doctests run (pure ones: the rest need a Spark session to import)
 doctests=(pipelines/outoforder/__init__.py pipelines/outoforder/core pipelines/outoforder/sources
-  pipelines/outoforder/config.py pipelines/outoforder/io/objectstore.py pipelines/outoforder/io/conflicts.py
+  pipelines/outoforder/config pipelines/outoforder/io/objectstore.py pipelines/outoforder/io/conflicts.py
   pipelines/outoforder/io/files.py pipelines/outoforder/quality/docs_assets.py
   pipelines/outoforder/stages/ingest/produce.py
-  pipelines/outoforder/stages/spec.py pipelines/outoforder/stages/interval.py
+  pipelines/outoforder/stages/spec.py pipelines/outoforder/stages/interval.py pipelines/outoforder/stages/spans.py
   pipelines/outoforder/checks pipelines/outoforder/stages/registry.py pipelines/outoforder/stages/options.py
   pipelines/outoforder/stages/context.py pipelines/outoforder/stages/state.py
   pipelines/outoforder/stages/join/spec.py pipelines/outoforder/stages/aggregate/spec.py

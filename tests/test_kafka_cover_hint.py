@@ -12,7 +12,7 @@ import pytest
 
 from outoforder.config import load_settings
 from outoforder.errors import InputError
-from outoforder.stages.ingest import kafka as stage
+from outoforder.stages.ingest import kafka_batches as stage
 
 
 @pytest.fixture
@@ -42,7 +42,7 @@ def test_a_hint_short_of_the_interval_saves_the_looks_and_the_wait_still_ends_in
 ):
     calls = looks(monkeypatch, lambda: 100)
     stage.write_cover_hint(settings, "yard/a", 100)
-    assert stage._cover_hint(settings, "yard/a") == 100
+    assert stage.read_cover_hint(settings, "yard/a") == 100
     with pytest.raises(InputError, match="the Kafka ingest covers arrivals before 100"):
         stage.check_covered(None, settings, "yard/a", 500)
     # ~30 polls in 0.3 s: the first look, then one every HINT_POLLS polls (not one per poll)
@@ -57,7 +57,7 @@ def test_without_a_hint_or_with_another_lakes_every_poll_looks(settings, monkeyp
     assert unhinted > 1 + 30 // stage.HINT_POLLS + 1
     other = dataclasses.replace(settings, lake_root=settings.lake_root + "-other")
     stage.write_cover_hint(other, "yard", 100)  # same work dir, another lake: not this lake's hint
-    assert stage._cover_hint(settings, "yard") is None
+    assert stage.read_cover_hint(settings, "yard") is None
 
 
 def test_the_wait_ends_at_the_look_after_the_hint_covers_the_interval(settings, monkeypatch):

@@ -3,18 +3,8 @@ import math
 import numpy as np
 import pytest
 
-from outoforder.core.delay_models import (
-    BodyTail,
-    Bursty,
-    Empirical,
-    Exponential,
-    LogNormal,
-    Pareto,
-    Regime,
-    RegimeShift,
-    SenderSkew,
-    draw,
-)
+from outoforder.core.delay_models import BodyTail, Bursty, Empirical, Exponential, LogNormal, Pareto
+from outoforder.core.delay_regimes import Regime, RegimeShift, SenderSkew, draw
 from outoforder.errors import ConfigError
 
 MODELS = [
@@ -84,7 +74,7 @@ def test_trace_driven_model_resamples_the_trace_and_refuses_bad_ones():
 
 
 def test_regime_schedules_keep_their_durations_never_repeat_and_share_time_as_stated():
-    from outoforder.core.delay_models import Regime, RegimeShift
+    from outoforder.core.delay_regimes import Regime, RegimeShift
 
     a = Regime("a", Exponential(0.01, 0.0), 10, 30, weight=1.0)
     b = Regime("b", Exponential(1.0, 1.0), 1, 3, weight=1.0)
@@ -109,7 +99,7 @@ def test_regime_schedules_keep_their_durations_never_repeat_and_share_time_as_st
 
 
 def test_regime_shifts_refuse_bad_regimes():
-    from outoforder.core.delay_models import Regime, RegimeShift
+    from outoforder.core.delay_regimes import Regime, RegimeShift
 
     with pytest.raises(ConfigError, match="min_s"):
         Regime("x", Exponential(0.1), 5, 1)

@@ -70,7 +70,7 @@ def test_ooo_trace_holds_every_real_delay_of_the_five_sessions(data_dir, tmp_pat
 
 
 def test_regime_shift_presets_switch_between_calm_congested_and_outage_in_event_time():
-    from outoforder.core.delay_models import RegimeShift
+    from outoforder.core.delay_regimes import RegimeShift
 
     ts = stream(1_800 * 1_000, 1_000, seed=4)  # half an hour at 1,000 tuples/s
     model = PRESETS["regime_shift"].model

@@ -29,6 +29,7 @@ from outoforder.io import kafka as kafka_io
 from outoforder.io.tables import BRONZE, INGEST_LOG, JOIN_RESULTS, KAFKA_OFFSETS, QUARANTINE
 from outoforder.stages.cli import main
 from outoforder.stages.ingest import kafka as stage
+from outoforder.stages.ingest import kafka_batches as batches
 from tests import services
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta]
@@ -95,14 +96,16 @@ def test_a_disordered_topic_is_ingested_in_batches_exactly_once_and_joined(spark
     kafka_io.produce(broker, topic, records(400, seed=2, first_id=600))
     s2 = stage.ingest_topic(spark, mine, "yard")
     assert (s2.batch, s2.records, s2.accepted, s2.quarantined) == (1, 400, 400, 0)
-    covered = stage.covered_until(spark, mine, "yard")
+    covered = batches.covered_until(spark, mine, "yard")
     nothing = stage.ingest_topic(spark, mine, "yard")  # nothing new
     assert nothing.records == 0 and nothing.line() == f"[ingest-kafka] yard <- {topic}: no new records"
     # ... adds no empty batch, and moves the coverage on to its own listing time
     offsets = table(spark, settings, KAFKA_OFFSETS).select("batch").distinct().collect()
     assert sorted(r["batch"] for r in offsets) == [0, 1]
-    assert stage.covered_until(spark, mine, "yard") > covered
-    assert stage._cover_hint(mine, "yard") == stage.covered_until(spark, mine, "yard")  # the hint follows
+    assert batches.covered_until(spark, mine, "yard") > covered
+    assert batches.read_cover_hint(mine, "yard") == batches.covered_until(
+        spark, mine, "yard"
+    )  # the hint follows
 
     bronze = table(spark, settings, BRONZE)
     ids = [int(r["id"]) for r in bronze.select(F.col("attrs")["id"].alias("id")).collect()]
@@ -126,7 +129,7 @@ def test_a_disordered_topic_is_ingested_in_batches_exactly_once_and_joined(spark
     out = run(cfg, "join-stream", *join, "--every-s", 3600)
     assert "[join-stream]" in out
     assert delta.read(spark, JOIN_RESULTS, settings.lake_root).count() > 0
-    covered = stage.covered_until(spark, mine, "yard")
+    covered = batches.covered_until(spark, mine, "yard")
     out = run(cfg, "validate-join", *join, "--until", covered)
     assert "recall" in out
     far = covered + 3_600_000_000

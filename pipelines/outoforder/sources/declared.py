@@ -16,9 +16,8 @@ canonical form, giving exactly what :meth:`parse` gives them: CSV fields split b
 JSON objects read by Arrow's JSON reader. Every other line takes the per-line path
 (``tests/sources/test_declared.py`` holds the two together).
 
-Times: epoch values are exact decimals (``1700000000.25`` s is 1 700 000 000 250 000 µs), floored
-to the microsecond; ISO 8601 values need an offset (``Z``, ``+02:00``) unless the declaration gives
-a ``timezone``.
+Times are read as :mod:`outoforder.sources.fields` says: exact decimals since the epoch, or ISO
+8601 with an offset (or the declaration's ``timezone``).
 
 >>> from outoforder.sources.declaration import parse_declaration
 >>> d = parse_declaration("plant", {
@@ -41,9 +40,7 @@ import csv
 import json
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta, tzinfo
-from decimal import ROUND_FLOOR, Decimal
+from collections.abc import Callable, Sequence
 from functools import cached_property
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -56,12 +53,10 @@ import pyarrow.compute as pc
 from outoforder.errors import ConfigError, InputError
 from outoforder.sources.arrow_json import as_mask, is_text, json_fields
 from outoforder.sources.declaration import ALL_OTHERS, VALUE_COLUMNS, VALUE_FIELDS, Declaration, TimeField
+from outoforder.sources.fields import bad_field, epoch_to_us, iso_to_us, json_path, json_text, shown
 from outoforder.sources.geo import LocalProjection
 from outoforder.sources.readers import INT64_MAX, READERS, Reader, Reject, Row
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_ONE_US = timedelta(microseconds=1)
-_DECIMAL = re.compile(r"[-+]?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?", re.ASCII)
 # the fast path's canonical forms: what Arrow's casts and Python's parsers read as the same value
 _FAST_INT = r"^(0|-?[1-9][0-9]{0,17})$"
 _FAST_FLOAT = r"^-?(0|[1-9][0-9]{0,17})(\.[0-9]{1,17})?([eE][-+]?[0-9]{1,3})?$"
@@ -69,57 +64,6 @@ _FAST_ISO = (
     r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?"
     r"(Z|[-+]([01][0-9]|2[0-3]):[0-5][0-9])$"
 )
-
-
-def _shown(text: str) -> str:
-    return repr(text[:40])
-
-
-def bad_field(reason: str, column: str, what: str) -> Reject:
-    """A reject naming the field at fault first in its detail (``what``: what is wrong with it)."""
-    return Reject(reason, f"column {column!r}{what}", column)
-
-
-def epoch_to_us(value: Any, field: TimeField) -> int:
-    """An epoch value (a decimal string or a JSON number) in ``field.unit`` to µs, floored.
-
-    >>> epoch_to_us("1.5", TimeField("t", "s")), epoch_to_us(-1501, TimeField("t", "ns"))
-    (1500000, -2)
-    """
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise bad_field("not_numeric", field.column, f": {_shown(_text(value))}")
-    text = value.strip() if isinstance(value, str) else repr(value)
-    if not _DECIMAL.fullmatch(text):
-        why = "non_finite_value" if isinstance(value, float) else "not_numeric"
-        raise bad_field(why, field.column, f": {_shown(text)}")
-    number = Decimal(text)
-    if number.adjusted() > 20:  # beyond any int64 µs; never build the huge integer
-        raise bad_field("not_numeric", field.column, f": out of the 64-bit range: {_shown(text)}")
-    factor = field.to_us_factor()
-    scaled = number * factor if factor > 0 else number / -factor
-    us = int(scaled.to_integral_value(rounding=ROUND_FLOOR))
-    if not -INT64_MAX <= us <= INT64_MAX:
-        raise bad_field("not_numeric", field.column, f": out of the 64-bit range: {_shown(text)}")
-    return us
-
-
-def iso_to_us(value: Any, field: TimeField, zone: tzinfo | None) -> int:
-    """An ISO 8601 date-time to µs since the epoch; without an offset, ``zone`` (or a reject)."""
-    if not isinstance(value, str):
-        raise bad_field("bad_timestamp", field.column, f": not an ISO 8601 string: {_shown(str(value))}")
-    try:
-        parsed = datetime.fromisoformat(value.strip())
-    except ValueError as e:
-        raise bad_field("bad_timestamp", field.column, f": not ISO 8601: {_shown(value)}") from e
-    if parsed.tzinfo is None:
-        if zone is None:
-            raise bad_field(
-                "bad_timestamp",
-                field.column,
-                f": no time zone in {_shown(value)} (declare a timezone for it)",
-            )
-        parsed = parsed.replace(tzinfo=zone)
-    return (parsed - _EPOCH) // _ONE_US
 
 
 class DeclaredReader:
@@ -214,7 +158,7 @@ class DeclaredReader:
             raise Reject("not_json", str(e)[:120]) from e
         if not isinstance(obj, dict):
             raise Reject("not_json", f"a JSON {type(obj).__name__}, not an object")
-        return lambda name: _path(obj, name)
+        return lambda name: json_path(obj, name)
 
     def _null(self, value: Any) -> bool:
         return value is None or (isinstance(value, str) and value.strip() in self.decl.null_values)
@@ -223,7 +167,7 @@ class DeclaredReader:
         value = get(column)
         if self._null(value):
             raise bad_field(reason, column, " is empty")
-        return value.strip() if isinstance(value, str) else _text(value)
+        return value.strip() if isinstance(value, str) else json_text(value)
 
     def _time(self, get: Callable[[str], Any], f: TimeField) -> int:
         value = get(f.column)
@@ -238,7 +182,7 @@ class DeclaredReader:
         if self._null(value):
             return None
         if isinstance(value, bool) or not isinstance(value, int | float | str):
-            raise bad_field("not_numeric", column, f": {_shown(_text(value))}")
+            raise bad_field("not_numeric", column, f": {shown(json_text(value))}")
         if isinstance(value, str) and self.number_form is not None:
             text = value.strip()
             if not self.number_form.fullmatch(text):
@@ -247,17 +191,17 @@ class DeclaredReader:
                 except ValueError:
                     finite = True
                 if not finite:
-                    raise bad_field("non_finite_value", column, f": {_shown(value)}")
+                    raise bad_field("non_finite_value", column, f": {shown(value)}")
                 d = self.decl
                 form = f"decimal {d.decimal!r}" + (f", thousands {d.thousands!r}" if d.thousands else "")
-                raise bad_field("not_numeric", column, f": {_shown(value)} (declared {form})")
+                raise bad_field("not_numeric", column, f": {shown(value)} (declared {form})")
             value = self._plain(text)
         try:
             number = float(value)
         except (ValueError, OverflowError) as e:
-            raise bad_field("not_numeric", column, f": {_shown(str(value))}") from e
+            raise bad_field("not_numeric", column, f": {shown(str(value))}") from e
         if not math.isfinite(number):
-            raise bad_field("non_finite_value", column, f": {_shown(str(value))}")
+            raise bad_field("non_finite_value", column, f": {shown(str(value))}")
         return number
 
     def parse(self, text: str) -> Row:
@@ -269,7 +213,7 @@ class DeclaredReader:
             stream = self._string(get, d.stream_column, "null_stream")
             if stream not in d.streams:
                 raise bad_field(
-                    "unknown_stream", d.stream_column, f": {_shown(stream)} is not a declared stream"
+                    "unknown_stream", d.stream_column, f": {shown(stream)} is not a declared stream"
                 )
         key = self._string(get, d.key, "null_key")
         event = self._time(get, d.event_time)
@@ -294,7 +238,7 @@ class DeclaredReader:
         for name in self.attr_columns:
             value = get(name)
             if not self._null(value):
-                attrs[name] = value if isinstance(value, str) else _text(value)
+                attrs[name] = value if isinstance(value, str) else json_text(value)
         return Row(stream, key, event, arrival, nums["x"], nums["y"], nums["z"], nums["value"], attrs)
 
     # --- vectorised path ----------------------------------------------------------------------
@@ -497,23 +441,6 @@ class DeclaredReader:
         return pa.MapArray.from_arrays(
             pa.array(offsets), pa.array(keys, pa.string()), interleaved.take(pa.array(order, pa.int64()))
         )
-
-
-def _path(obj: Mapping[str, Any], name: str) -> Any:
-    """A JSON object's field, by name or, failing that, by a dotted path (``payload.temp``)."""
-    if name in obj:
-        return obj[name]
-    node: Any = obj
-    for part in name.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
-def _text(value: Any) -> str:
-    """A JSON value as the string bronze keeps (strings as they are, the rest as JSON)."""
-    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
 
 
 def make_reader(name: str) -> Reader:

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 from outoforder.errors import InputError
 from outoforder.sources.declaration import Declaration
-from outoforder.sources.declared import DeclaredReader, bad_field
+from outoforder.sources.declared import DeclaredReader
+from outoforder.sources.fields import bad_field
 from outoforder.sources.readers import Reject
 
 

@@ -40,19 +40,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from outoforder.core.delay_models import (
-    AnyDelayModel,
-    BodyTail,
-    Bursty,
-    Empirical,
-    Exponential,
-    LogNormal,
-    Pareto,
-    Regime,
-    RegimeShift,
-    SenderSkew,
-    draw,
-)
+from outoforder.core.delay_models import BodyTail, Bursty, Empirical, Exponential, LogNormal, Pareto
+from outoforder.core.delay_regimes import AnyDelayModel, Regime, RegimeShift, SenderSkew, draw
 from outoforder.core.disorder import DisorderStats, disorder_stats
 from outoforder.core.time import US_PER_SECOND
 from outoforder.errors import ConfigError
@@ -323,7 +312,7 @@ def inject(
 
     ``event_us`` need not be sorted; ties in arrival time keep the input order, so the result is
     a pure function of (input, model, seed). ``senders`` (ids >= 0) matter to a model whose
-    delays depend on the sender (:class:`~outoforder.core.delay_models.SenderSkew`).
+    delays depend on the sender (:class:`~outoforder.core.delay_regimes.SenderSkew`).
     """
     ts = np.asarray(event_us, dtype=np.int64)
     preset = PRESETS.get(model) if isinstance(model, str) else None

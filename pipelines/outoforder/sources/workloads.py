@@ -33,16 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from outoforder.core.delay_models import (
-    AnyDelayModel,
-    BodyTail,
-    Exponential,
-    LogNormal,
-    Pareto,
-    Regime,
-    RegimeShift,
-    SenderSkew,
-)
+from outoforder.core.delay_models import BodyTail, Exponential, LogNormal, Pareto
+from outoforder.core.delay_regimes import AnyDelayModel, Regime, RegimeShift, SenderSkew
 from outoforder.core.joins.query import JoinInput, JoinQuery, R, S
 from outoforder.core.time import US_PER_SECOND
 from outoforder.errors import ConfigError

@@ -30,9 +30,8 @@ results twice, so :meth:`~IntervalStage.run_interval` refuses it (naming the two
 instead) and :meth:`~IntervalStage.run` splits such a span itself.
 
 :meth:`IntervalStage.run` is the loop the CLI and the main job use: from where the job stopped
-(or a given start) to the newest arrival (or a given end), in steps of a given length. Over a
-long span it steps only where bronze has arrivals: each stretch without any is one interval
-(:func:`quiet_collapsed`), so a year with nothing in it costs one interval, not half a million.
+(or a given start) to the newest arrival (or a given end), in steps of a given length; over a
+long span, only where bronze has arrivals (:mod:`outoforder.stages.spans`).
 """
 
 from __future__ import annotations
@@ -40,14 +39,15 @@ from __future__ import annotations
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
-from outoforder.errors import ConfigError, InputError, SchemaError
+from outoforder.errors import InputError, SchemaError
 from outoforder.io.conflicts import retrying
 from outoforder.stages.context import StageContext
+from outoforder.stages.spans import CATCH_UP_STEPS, quiet_collapsed, split_span
 from outoforder.stages.spec import Job
 from outoforder.stages.state import (
     Resume,
@@ -69,49 +69,6 @@ log = logging.getLogger(__name__)
 J = TypeVar("J", bound=Job)
 PRUNE_SLACK = 16  # snapshots beyond keep_snapshots before a prune deletes them
 APPENDS_AT_ONCE = 4  # an interval's appends committed side by side
-
-
-# a run over more steps than this cuts only the stretches with arrivals into steps: each stretch where
-# nothing arrived (a replay's 1970 clock to now, a sender offline for a year) is one step, not millions
-CATCH_UP_STEPS = 120
-
-
-def split_span(start: int, end: int, step: int) -> list[tuple[int, int]]:
-    """[start, end) cut into intervals of ``step`` µs (the last one may be shorter).
-
-    >>> split_span(0, 10, 4)
-    [(0, 4), (4, 8), (8, 10)]
-    """
-    if step <= 0 or end <= start:
-        msg = f"need start < end and a positive interval (got [{start}, {end}), step {step} µs)"
-        raise ConfigError(msg)
-    return [(lo, min(lo + step, end)) for lo in range(start, end, step)]
-
-
-def quiet_collapsed(start: int, end: int, step: int, busy: Iterable[int]) -> list[tuple[int, int]]:
-    """[start, end) in steps of ``step``, except that each stretch of steps without arrivals is one step.
-
-    ``busy``: the indices of the steps (from ``start``) that hold an arrival. The steps stay on the
-    grid, so a later run continues them.
-
-    >>> quiet_collapsed(0, 18, 4, {0, 4})
-    [(0, 4), (4, 16), (16, 18)]
-    >>> quiet_collapsed(0, 10, 4, [])
-    [(0, 10)]
-    """
-    out: list[tuple[int, int]] = []
-    pos = start
-    for i in sorted(set(busy)):
-        lo = start + i * step
-        if lo < pos or lo >= end:
-            continue
-        if lo > pos:
-            out.append((pos, lo))
-        pos = min(lo + step, end)
-        out.append((lo, pos))
-    if pos < end:
-        out.append((pos, end))
-    return out
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -280,7 +237,7 @@ class IntervalStage(ABC, Generic[J, S]):
         ``end_us`` in bronze), else the run fails and is retried: a stream stage never runs ahead.
         """
         if self._kafka:
-            from outoforder.stages.ingest.kafka import check_covered
+            from outoforder.stages.ingest.kafka_batches import check_covered
 
             check_covered(self.spark, self.settings, self.source, end_us)
         return retrying(f"{self.name}.run_interval", lambda: self._run_interval(start_us, end_us))
@@ -542,7 +499,7 @@ class IntervalStage(ABC, Generic[J, S]):
                 return []
             start_us = span[0] if start_us is None else start_us
             if end_us is None and self._kafka:  # up to what the Kafka ingest covers (run_interval)
-                from outoforder.stages.ingest.kafka import covered_until
+                from outoforder.stages.ingest.kafka_batches import covered_until
 
                 end_us = min(span[1], covered_until(self.spark, self.settings, self.source) or start_us)
                 if end_us <= start_us:

@@ -165,7 +165,8 @@ def test_per_period_memory_and_latency_add_up_to_the_run_figures():
 
 def shifting(seed=0, n=16_000, span_us=8_000_000, switch_s=2.0):
     """soccer_like data whose delays switch from calm (3 ms) to congested (80 ms) every 2 s."""
-    from outoforder.core.delay_models import Exponential, Regime, RegimeShift
+    from outoforder.core.delay_models import Exponential
+    from outoforder.core.delay_regimes import Regime, RegimeShift
 
     rng = np.random.default_rng(seed)
     ts = np.sort(rng.integers(0, span_us, n)).astype(np.int64)

@@ -9,8 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from outoforder.core.topk.cache import LatenessController, LatenessSettings, accuracy_at, needed_cache
-from outoforder.core.topk.operator import ContinuousTopK, FixedCache, TopKQuery
+from outoforder.core.topk.cache import (
+    FixedCache,
+    LatenessController,
+    LatenessSettings,
+    accuracy_at,
+    needed_cache,
+)
+from outoforder.core.topk.operator import ContinuousTopK, TopKQuery
 from outoforder.core.topk.reference import exact_topk, hit_rate, topk_at_cache
 from outoforder.core.windows.assign import Windows
 from outoforder.errors import ConfigError

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from outoforder.core.topk.cache import CacheDurationController, CacheSettings
+from outoforder.core.topk.cache import CacheDurationController, CacheSettings, FixedCache
 from outoforder.core.topk.naive import RecomputeTopK
-from outoforder.core.topk.operator import ContinuousTopK, FixedCache, TopKQuery
+from outoforder.core.topk.operator import ContinuousTopK, TopKQuery
 from outoforder.core.topk.reference import (
     exact_topk,
     hindsight_cache,

@@ -34,7 +34,7 @@ import math
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from outoforder.errors import ConfigError, StateError
 
@@ -325,3 +325,48 @@ class LatenessController:
         except (KeyError, TypeError, ValueError) as e:
             msg = f"not a lateness-controller snapshot: {snap!r}"
             raise StateError(msg) from e
+
+
+class CachePolicy(Protocol):
+    """Where the cache duration comes from."""
+
+    @property
+    def k_min_us(self) -> float:
+        """The cache duration in force."""
+        ...
+
+    def candidates(self) -> list[float]:
+        """The durations to record lists for (ascending, the last one ``k_min_us``)."""
+        ...
+
+    def observe(self, hits: list[float], lateness: list[float]) -> Decision | None:
+        """A settled window: its hit rate per candidate, and its true top-k members' lateness."""
+        ...
+
+    def provisional(self, profiles: list[list[float]]) -> Decision | None:
+        """The lateness profiles of the windows emitted and not yet settled, as known so far."""
+        ...
+
+
+@dataclass
+class FixedCache:
+    """A constant cache duration (no candidates to score)."""
+
+    cache_us: float
+
+    @property
+    def k_min_us(self) -> float:
+        """The duration in force."""
+        return self.cache_us
+
+    def candidates(self) -> list[float]:
+        """No candidates: nothing is recorded for a controller."""
+        return []
+
+    def observe(self, hits: list[float], lateness: list[float]) -> Decision | None:
+        """Nothing to adapt."""
+        return None
+
+    def provisional(self, profiles: list[list[float]]) -> Decision | None:
+        """Nothing to adapt."""
+        return None

@@ -9,8 +9,8 @@ State (the modified MinTopk of the seed, after Yang et al., EDBT 2011):
   minimum is one lookup (the seed's per-window minimum pointer). A new tuple enters a window only
   if it beats that minimum, which then loses the window and leaves ``C`` once it has none;
 - windows are emitted in order once the stream's progress passes ``end + K`` (K: the cache
-  duration in force, from a :class:`~outoforder.core.topk.cache.CacheDurationController` or
-  :class:`FixedCache`);
+  duration in force, from a :class:`~outoforder.core.topk.cache.CachePolicy`: the adaptive
+  :class:`~outoforder.core.topk.cache.CacheDurationController` or a ``FixedCache``);
   emission expires the window: its members lose it.
 
 For the cache controller, the operator also records, for every window, the top-k it held when the
@@ -43,64 +43,21 @@ import bisect
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from outoforder.core.protocol import Arrival, Late, Output
 from outoforder.core.topk.cache import (
     CacheDurationController,
+    CachePolicy,
     CacheSettings,
     Decision,
+    FixedCache,
     LatenessController,
     LatenessSettings,
 )
 from outoforder.core.topk.reference import hit_rate
 from outoforder.core.windows.assign import Windows
 from outoforder.errors import ConfigError, StateError
-
-
-class CachePolicy(Protocol):
-    """Where the cache duration comes from."""
-
-    @property
-    def k_min_us(self) -> float:
-        """The cache duration in force."""
-        ...
-
-    def candidates(self) -> list[float]:
-        """The durations to record lists for (ascending, the last one ``k_min_us``)."""
-        ...
-
-    def observe(self, hits: list[float], lateness: list[float]) -> Decision | None:
-        """A settled window: its hit rate per candidate, and its true top-k members' lateness."""
-        ...
-
-    def provisional(self, profiles: list[list[float]]) -> Decision | None:
-        """The lateness profiles of the windows emitted and not yet settled, as known so far."""
-        ...
-
-
-@dataclass
-class FixedCache:
-    """A constant cache duration (no candidates to score)."""
-
-    cache_us: float
-
-    @property
-    def k_min_us(self) -> float:
-        """The duration in force."""
-        return self.cache_us
-
-    def candidates(self) -> list[float]:
-        """No candidates: nothing is recorded for a controller."""
-        return []
-
-    def observe(self, hits: list[float], lateness: list[float]) -> Decision | None:
-        """Nothing to adapt."""
-        return None
-
-    def provisional(self, profiles: list[list[float]]) -> Decision | None:
-        """Nothing to adapt."""
-        return None
 
 
 @dataclass(frozen=True)

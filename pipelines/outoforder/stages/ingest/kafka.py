@@ -35,7 +35,6 @@ A record's identity is its (partition, offset): two records with the same payloa
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
@@ -43,15 +42,13 @@ import uuid
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from itertools import pairwise
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from outoforder.config import Settings
 from outoforder.errors import ConfigError, InputError, StateError
 from outoforder.io import delta
-from outoforder.io import status as status_files
 from outoforder.io.conflicts import retry_on_conflict
-from outoforder.io.kafka import LOG_APPEND_TIME, TopicState, topic_state
+from outoforder.io.kafka import topic_state
 from outoforder.io.tables import BRONZE, INGEST_LOG, KAFKA_OFFSETS, QUARANTINE, SEQ_PER_FILE
 from outoforder.sources.declaration import Declaration
 from outoforder.sources.declared import DeclaredReader
@@ -63,6 +60,15 @@ from outoforder.stages.ingest.files import (
     identity_columns,
     quarantine,
 )
+from outoforder.stages.ingest.kafka_batches import (
+    Batch,
+    batch_done,
+    check_readable,
+    offset_rows,
+    plan_batch,
+    stored_batch,
+    write_cover_hint,
+)
 from outoforder.stages.ingest.plan import FileSpec, PlannedFile, claim_ordinals
 
 if TYPE_CHECKING:
@@ -72,44 +78,6 @@ log = logging.getLogger(__name__)
 SAMPLE = 50  # records checked against the declaration before anything is written
 # a batch reads a backlog: fewer, larger fetches than the consumer's defaults (500 records, 1 MB)
 CONSUMER = {"max.poll.records": 20_000, "max.partition.fetch.bytes": 16 << 20, "fetch.max.bytes": 64 << 20}
-HINT_POLLS = 10  # a stream stage waiting on the coverage hint still looks at bronze every so many polls
-
-
-@dataclass(frozen=True)
-class Batch:
-    """One batch of a topic: ``ranges[p] = (start, end)``, the offsets it reads per partition."""
-
-    source: str
-    number: int
-    topic: str
-    topic_id: str
-    ranges: dict[int, tuple[int, int]]
-    listed_at_us: int
-
-    @property
-    def records(self) -> int:
-        """How many records the ranges hold."""
-        return sum(e - s for s, e in self.ranges.values())
-
-    @property
-    def key(self) -> str:
-        """What identifies the batch's content, as a file's hash does a file's: its number and ranges."""
-        text = json.dumps([self.topic, self.topic_id, sorted(self.ranges.items())])
-        return f"kafka-{self.number}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
-
-    @property
-    def ingest_id(self) -> str:
-        """The idempotence key of the batch's commits."""
-        return f"{self.source}@{self.key}"
-
-    @property
-    def shown(self) -> str:
-        """What the ingest log and quarantine record as the batch's "file"."""
-        return f"kafka:{self.topic}#batch={self.number}"
-
-    def offsets_json(self, which: int) -> str:
-        """Spark's ``startingOffsets`` (0) or ``endingOffsets`` (1) for the batch."""
-        return json.dumps({self.topic: {str(p): r[which] for p, r in sorted(self.ranges.items())}})
 
 
 @dataclass(frozen=True)
@@ -150,117 +118,6 @@ def kafka_declaration(settings: Settings, source: str) -> Declaration:
     return decl
 
 
-def _batch(spark: SparkSession, settings: Settings, source: str, number: int | None = None) -> Batch | None:
-    """Batch ``number`` of the source (default: its newest), or None; reads that batch's rows only."""
-    from pyspark.sql import functions as F
-
-    if not delta.exists(spark, KAFKA_OFFSETS, settings.lake_root):
-        return None  # no ingest has run yet
-    rows = delta.read(spark, KAFKA_OFFSETS, settings.lake_root).where(F.col("source") == source)
-    if number is None:
-        top = rows.agg(F.max("batch")).first()
-        if top is None or top[0] is None:
-            return None
-        number = int(top[0])
-    got = rows.where(F.col("batch") == number).collect()  # one row per partition
-    if not got:
-        return None
-    ranges = {int(r["partition"]): (int(r["start_offset"]), int(r["end_offset"])) for r in got}
-    first = got[0]
-    return Batch(source, number, first["topic"], first["topic_id"], ranges, int(first["listed_at_us"]))
-
-
-def _done(spark: SparkSession, settings: Settings, ingest_id: str) -> bool:
-    from pyspark.sql import functions as F
-
-    log_rows = delta.read(spark, INGEST_LOG, settings.lake_root)
-    return bool(
-        log_rows.where((F.col("ingest_id") == ingest_id) & (F.col("status") == "done")).limit(1).count()
-    )
-
-
-def check_readable(batch: Batch, state: TopicState) -> None:
-    """Fail, naming partitions and offsets, unless the broker still holds every offset ``batch`` reads.
-
-    Also fails when the topic is not the one the batch was planned on (deleted and created again).
-    """
-    where = f"source {batch.source!r}, topic {batch.topic!r}"
-    if state.topic_id != batch.topic_id:
-        msg = (
-            f"{where}: the topic was deleted and created again (topic id {batch.topic_id} -> "
-            f"{state.topic_id}); batch {batch.number} read up to "
-            + ", ".join(f"partition {p} offset {e}" for p, (_, e) in sorted(batch.ranges.items()))
-            + ". Records of the old topic that were not ingested are gone; to ingest the new topic, "
-            "declare it as a new source (bronze keeps one arrival order per source)"
-        )
-        raise StateError(msg)
-    gone = sorted(set(batch.ranges) - set(state.offsets))
-    if gone:
-        msg = f"{where}: partitions {gone} no longer exist (the topic has {len(state.offsets)})"
-        raise StateError(msg)
-    expired = [
-        f"partition {p}: [{s}, {min(state.offsets[p][0], e)}) (the log starts at {state.offsets[p][0]})"
-        for p, (s, e) in sorted(batch.ranges.items())
-        if s < e and state.offsets[p][0] > s
-    ]
-    if expired:
-        msg = (
-            f"{where}: records expired before they were ingested (retention, or deleted records): "
-            + "; ".join(expired)
-            + ". They cannot be read any more; nothing was written for them"
-        )
-        raise StateError(msg)
-    behind = [
-        f"partition {p}: needs offset {e}, the log ends at {state.offsets[p][1]}"
-        for p, (_, e) in sorted(batch.ranges.items())
-        if state.offsets[p][1] < e
-    ]
-    if behind:
-        msg = (
-            f"{where}: the log is shorter than what was already read ({'; '.join(behind)}): the topic "
-            "was recreated or truncated"
-        )
-        raise StateError(msg)
-
-
-def plan_batch(previous: Batch | None, source: str, state: TopicState, listed_at_us: int) -> Batch:
-    """The next batch: from where ``previous`` ended (or the earliest offsets) to the log end."""
-    if state.timestamp_type != LOG_APPEND_TIME:
-        msg = (
-            f"topic {state.topic!r} stamps records with the producer's time ({state.timestamp_type}); the "
-            f"arrival order needs the broker's: set the topic's message.timestamp.type={LOG_APPEND_TIME}"
-        )
-        raise ConfigError(msg)
-    starts: dict[int, int] = {}
-    if previous is not None:
-        check_readable(previous, state)
-        starts = {p: e for p, (_, e) in previous.ranges.items()}
-    ranges = {p: (starts.get(p, low), high) for p, (low, high) in state.offsets.items()}
-    number = 0 if previous is None else previous.number + 1
-    batch = Batch(source, number, state.topic, state.topic_id, ranges, listed_at_us)
-    check_readable(batch, state)
-    return batch
-
-
-def _rows(spark: SparkSession, batch: Batch) -> DataFrame:
-    """The batch as rows of bronze/kafka_offsets, one per partition."""
-    rows = [
-        (
-            batch.source,
-            batch.number,
-            batch.topic,
-            batch.topic_id,
-            p,
-            s,
-            e,
-            batch.listed_at_us,
-            batch.ingest_id,
-        )
-        for p, (s, e) in sorted(batch.ranges.items())
-    ]
-    return spark.createDataFrame(rows, KAFKA_OFFSETS.schema)
-
-
 def _cover(spark: SparkSession, settings: Settings, newest: Batch, listed_at_us: int) -> None:
     """Nothing new since ``newest``: move its listing time on, so that coverage follows the clock.
 
@@ -270,7 +127,7 @@ def _cover(spark: SparkSession, settings: Settings, newest: Batch, listed_at_us:
     """
     moved = replace(newest, listed_at_us=listed_at_us)
     delta.upsert(
-        _rows(spark, moved),
+        offset_rows(spark, moved),
         KAFKA_OFFSETS,
         settings.lake_root,
         ("batch", "partition"),
@@ -283,13 +140,13 @@ def _cover(spark: SparkSession, settings: Settings, newest: Batch, listed_at_us:
 def _claim(spark: SparkSession, settings: Settings, batch: Batch) -> Batch:
     """Record the batch's ranges (a MERGE keyed by source, batch and partition); the batch stored."""
     delta.merge_new(
-        _rows(spark, batch),
+        offset_rows(spark, batch),
         KAFKA_OFFSETS,
         settings.lake_root,
         ("source", "batch", "partition"),
     )
     # of two runs that planned the same batch number, the first one's ranges stand
-    stored = _batch(spark, settings, batch.source, batch.number)
+    stored = stored_batch(spark, settings, batch.source, batch.number)
     if stored is None:
         msg = f"{batch.shown}: its offsets were claimed but cannot be read back from {KAFKA_OFFSETS.name}"
         raise StateError(msg)
@@ -387,8 +244,8 @@ def ingest_topic(
     lake = settings.lake_root
     for table in (BRONZE, QUARANTINE, INGEST_LOG, KAFKA_OFFSETS):
         delta.ensure(spark, table, lake)
-    newest = _batch(spark, settings, source)
-    resumed = newest is not None and newest.records > 0 and not _done(spark, settings, newest.ingest_id)
+    newest = stored_batch(spark, settings, source)
+    resumed = newest is not None and newest.records > 0 and not batch_done(spark, settings, newest.ingest_id)
     listed_at = int(datetime.now(UTC).timestamp() * 1_000_000)
     state = topic_state(settings.kafka.bootstrap, decl.topic)
     if resumed and newest is not None:
@@ -510,83 +367,3 @@ def _ingest(
         batch.source, batch.topic, batch.number, resumed, batch.records, accepted, quarantined, reasons,
         time.monotonic() - t0,
     )  # fmt: skip
-
-
-def covered_until(spark: SparkSession, settings: Settings, source: str) -> int | None:
-    """Arrival time up to which bronze holds every record of a Kafka source (None before its first batch).
-
-    A record appended before a batch listed the log's ends is in that batch or an earlier one; the
-    newest batch that is committed (or empty) therefore covers up to its listing time, which a run
-    that finds nothing new moves on (:func:`_cover`).
-    """
-    newest = _batch(spark, settings, source)
-    if newest is None:
-        return None
-    if not newest.records or _done(spark, settings, newest.ingest_id):
-        return newest.listed_at_us
-    # a batch is planned only once the one before it is committed (or empty)
-    before = _batch(spark, settings, source, newest.number - 1) if newest.number else None
-    return before.listed_at_us if before is not None else None
-
-
-def cover_hint_path(settings: Settings, source: str) -> Path:
-    """Where the ingest leaves how far it covers ``source`` for the stream stages (a small JSON file)."""
-    return status_files.status_path(settings, "kafka", source)
-
-
-def write_cover_hint(settings: Settings, source: str, covered_until_us: int) -> None:
-    """After a commit: the new coverage, for :func:`check_covered` to wait on without asking Spark.
-
-    A hint only: bronze's tables stay the truth (the stream stage looks there before it runs), and
-    a process that cannot see the file (another machine's work dir) looks there every poll instead.
-    """
-    path = cover_hint_path(settings, source)
-    try:
-        status_files.write_status(
-            path, {"lake": str(settings.lake_root), "covered_until_us": covered_until_us}
-        )
-    except OSError as e:  # the ingest has committed; a missing hint only costs the stream stages looks
-        log.warning("[kafka] %s: could not leave the coverage hint at %s: %s", source, path, e)
-
-
-def _cover_hint(settings: Settings, source: str) -> int | None:
-    """The coverage the ingest left for this lake (None: no hint, or another lake's)."""
-    try:
-        hint = status_files.read_status(cover_hint_path(settings, source))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(hint, dict) or hint.get("lake") != str(settings.lake_root):
-        return None
-    value = hint.get("covered_until_us")
-    return value if isinstance(value, int) else None
-
-
-def check_covered(spark: SparkSession, settings: Settings, source: str, end_us: int) -> None:
-    """Wait until the Kafka ingest of ``source`` covers arrivals up to ``end_us`` (stream stages' guard).
-
-    A stream run and the ingest run of the same minute start together; the stream run waits for the
-    ingest's commit (up to ``kafka.cover_wait_s``, every ``kafka.cover_poll_s``) rather than
-    failing and waiting for a retry. After that it fails (the task's retry waits longer). While the
-    ingest's hint (:func:`write_cover_hint`) says the interval is not covered yet, a poll reads the
-    hint, not bronze's tables (three Delta reads); every :data:`HINT_POLLS` polls it looks anyway.
-    """
-    deadline = time.monotonic() + settings.kafka.cover_wait_s
-    covered = covered_until(spark, settings, source)
-    waited, polls = False, 0
-    while (covered is None or covered < end_us) and time.monotonic() < deadline:
-        if not waited:
-            log.info("[kafka] %s: waiting for the ingest to cover the interval's end %d µs", source, end_us)
-            waited = True
-        time.sleep(settings.kafka.cover_poll_s)
-        polls += 1
-        hint = _cover_hint(settings, source)
-        if hint is not None and hint < end_us and polls % HINT_POLLS:
-            continue
-        covered = covered_until(spark, settings, source)
-    if covered is None or covered < end_us:
-        shown = "nothing yet" if covered is None else f"arrivals before {covered} µs"
-        msg = (
-            f"source {source!r}: the Kafka ingest covers {shown}; the interval ends at {end_us} µs. "
-            "Run `ingest-kafka` first (DAG ingest_kafka; a retried task waits for it)"
-        )
-        raise InputError(msg)
