@@ -247,7 +247,8 @@ class DeclaredReader:
         """(which lines the bulk path decides, their columns): exactly the rows :meth:`parse` gives them.
 
         CSV fields are split with Arrow kernels; JSON objects (JSON lines, Parquet rows, Kafka
-        payloads) are read by Arrow's JSON reader (:func:`json_fields`). Either way a line is
+        payloads) are read by Arrow's JSON reader
+        (:func:`~outoforder.sources.arrow_json.json_fields`). Either way a line is
         decided here only when every field it uses is in a canonical form whose value both paths
         read alike; the others are left to :meth:`parse`.
         """

@@ -8,7 +8,8 @@ The driver plans and commits; Spark reads, ranks and parses. In this order:
    id and every partition's earliest and latest offset. The previous batch's ends (table
    ``bronze/kafka_offsets``) are the new starts. Offsets that expired before they were read, a
    topic deleted and created again (its id changed, or its offsets went back), or partitions that
-   disappeared stop the run here with the partitions and offsets named: nothing is skipped.
+   disappeared stop the run here with the partitions and offsets named: nothing is skipped
+   (the batches: :mod:`outoforder.stages.ingest.kafka_batches`).
 2. **claim**: the batch's ranges go into ``bronze/kafka_offsets`` (one row per partition) and the
    batch claims the next ordinal in the ingest log, both before any record is read. A batch that
    was claimed but never finished (a crash) is the next run's batch again, with the same ranges.

@@ -188,8 +188,8 @@ def covered_until(spark: SparkSession, settings: Settings, source: str) -> int |
     """Arrival time up to which bronze holds every record of a Kafka source (None before its first batch).
 
     A record appended before a batch listed the log's ends is in that batch or an earlier one; the
-    newest batch that is committed (or empty) therefore covers up to its listing time, which a run
-    that finds nothing new moves on (:func:`_cover`).
+    newest batch that is committed (or empty) therefore covers up to its listing time, which an
+    ingest run that finds nothing new moves on (:mod:`outoforder.stages.ingest.kafka`).
     """
     newest = stored_batch(spark, settings, source)
     if newest is None:
