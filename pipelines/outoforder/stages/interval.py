@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 from outoforder.errors import InputError, SchemaError
 from outoforder.io.conflicts import retrying
 from outoforder.stages.context import StageContext
-from outoforder.stages.spans import CATCH_UP_STEPS, quiet_collapsed, split_span
+from outoforder.stages.spans import interval_steps, scheduled_span
 from outoforder.stages.spec import Job
 from outoforder.stages.state import (
     Resume,
@@ -465,33 +465,13 @@ class IntervalStage(ABC, Generic[J, S]):
         if done is None:  # the job's first run: a misspelt source or stream would run green on nothing
             check_input(self.spark, self.settings, self.source, self.streams(), self.what)
         if catch_up and start_us is not None and end_us is not None:
-            if done is not None and done < end_us and done != start_us:
-                log.info(
-                    "[%s] %s: the job stopped at %d, the run's interval starts at %d: catching up from %d",
-                    self.name, self.source, done, start_us, done,
-                )  # fmt: skip
-                start_us = done
-            clamped = False
-            if not self._kafka:  # a topic's coverage is waited for per interval (run_interval)
-                covered = self.ingested_until(start_us, end_us)
-                if covered < end_us:  # the file ingest has not delivered the interval's end yet
-                    log.info(
-                        "[%s] %s: bronze has arrivals up to %d: the run stops there, the rest waits for "
-                        "the ingest", self.name, self.source, covered - 1,
-                    )  # fmt: skip
-                    end_us, clamped = covered, True
+            # a topic's coverage is waited for per interval (run_interval), a file source's here
+            covered = None if self._kafka else self.ingested_until
+            start_us, end_us, notes = scheduled_span(start_us, end_us, every_us, done, covered)
+            for note in notes:
+                log.info("[%s] %s: %s", self.name, self.source, note)
             if end_us <= start_us:
-                log.info("[%s] %s: nothing ingested to process yet", self.name, self.source)
                 return []
-            if every_us and ((done is not None and start_us == done) or clamped):
-                # whole steps from where the job stopped: a run whose times drifted off the job's
-                # grid, or that the ingest has not covered, leaves the rest to the next run instead
-                # of adding an interval of a few ms
-                whole = start_us + (end_us - start_us) // every_us * every_us
-                if whole <= start_us:
-                    log.info("[%s] %s: no whole interval to process yet", self.name, self.source)
-                    return []
-                end_us = whole
         if start_us is None or end_us is None:
             span = pending_span(self.spark, self.settings, self.source, done)
             if span is None:
@@ -507,17 +487,7 @@ class IntervalStage(ABC, Generic[J, S]):
                     return []
             end_us = span[1] if end_us is None else end_us
         summaries = []
-        step = every_us or end_us - start_us
-        if -(-(end_us - start_us) // step) > CATCH_UP_STEPS:  # long: iterate only where arrivals are
-            steps = quiet_collapsed(start_us, end_us, step, self._busy_steps(start_us, end_us, step))
-        else:
-            steps = split_span(start_us, end_us, step)
-        if done is not None:  # never an interval across the newest processed end (module docstring)
-            steps = [
-                part
-                for lo, hi in steps
-                for part in ([(lo, done), (done, hi)] if lo < done < hi else [(lo, hi)])
-            ]
+        steps = interval_steps(start_us, end_us, every_us or end_us - start_us, done, self._busy_steps)
         for lo, hi in steps:
             self.before_interval(lo)
             summary = self.run_interval(lo, hi)
