@@ -72,9 +72,8 @@ def test_intervals_equal_the_reference_then_repair_makes_every_window_exact(
     n = len(frame)
     cuts = [0, 500, 900, n]
     bounds = [T0 + c * STEP for c in cuts]
-    summaries = [
-        run_interval(StageContext.of(spark, settings, SOURCE, job), lo, hi) for lo, hi in pairwise(bounds)
-    ]
+    ctx = StageContext.of(spark, settings, SOURCE, job)
+    summaries = [run_interval(ctx, lo, hi) for lo, hi in pairwise(bounds)]
     assert sum(s.arrivals for s in summaries) == n
 
     ref = buffered_reference(
@@ -107,17 +106,17 @@ def test_intervals_equal_the_reference_then_repair_makes_every_window_exact(
 
     # re-running an interval changes nothing; skipping one fails clearly
     before = snapshot(spark, settings)
-    run_interval(StageContext.of(spark, settings, SOURCE, job), bounds[1], bounds[2])
+    run_interval(ctx, bounds[1], bounds[2])
     after = snapshot(spark, settings)
     for name in before:
         pd.testing.assert_frame_equal(before[name], after[name])
 
     # a check over a data interval judges the windows closed in it, as a check of everything then would
-    then = window_quality(spark, settings, SOURCE, job, bounds[1])
+    then = window_quality(ctx, bounds[1])
     done = set(then["wid"])
     for since, until in pairwise(bounds[1:]):
-        part = window_quality(spark, settings, SOURCE, job, until, since)
-        then = window_quality(spark, settings, SOURCE, job, until)
+        part = window_quality(ctx, until, since)
+        then = window_quality(ctx, until)
         pd.testing.assert_frame_equal(part, then[~then["wid"].isin(done)].reset_index(drop=True))
         assert len(part) > 3
         done |= set(then["wid"])
@@ -136,22 +135,22 @@ def test_intervals_equal_the_reference_then_repair_makes_every_window_exact(
             raise RuntimeError("killed")
         return replace_rows(spark, table, *args, **kwargs)
 
-    assert repaired_windows(spark, settings, SOURCE, job) == (0, -1)  # no repair yet: nothing to judge
+    assert repaired_windows(ctx) == (0, -1)  # no repair yet: nothing to judge
     monkeypatch.setattr(delta, "replace_rows", killed_before_the_log)
     with pytest.raises(RuntimeError, match="killed"):
-        repair(StageContext.of(spark, settings, SOURCE, job), force=True)
+        repair(ctx, force=True)
     monkeypatch.setattr(delta, "replace_rows", replace_rows)
     (row,) = intended
-    first = repair(StageContext.of(spark, settings, SOURCE, job), force=True)
+    first = repair(ctx, force=True)
     assert first.ran and first.changed > 0
     assert (first.changed, first.added) == (row["windows_changed"], row["windows_added"])
     assert first.rows_read == first.affected_rows
     logged = delta.read(spark, AGG_REPAIRS, settings.lake_root).drop(*volatile).collect()
     assert [r.asDict() for r in logged] == [row]
-    again = repair(StageContext.of(spark, settings, SOURCE, job), force=True)
+    again = repair(ctx, force=True)
     assert not again.ran  # nothing pending any more
     fixed = results(spark, settings, job)
-    quality = window_quality(spark, settings, SOURCE, job)
+    quality = window_quality(ctx)
     assert quality["exact_now"].all() and (quality["pending"] == 0).all()
     rewritten = fixed[fixed["version"] > 1]
     assert len(rewritten) == first.changed  # rewritten once, not twice
@@ -159,16 +158,16 @@ def test_intervals_equal_the_reference_then_repair_makes_every_window_exact(
     assert (rewritten["produced_by"] == "repair").all() and rewritten["final"].all()
     assert rewritten["previous_value"].notna().all() and rewritten["caused_by"].map(len).min() >= 1
     assert fixed["window_id"].is_unique
-    validate_aggregate(StageContext.of(spark, settings, SOURCE, job), fail=False)
+    validate_aggregate(ctx, fail=False)
 
     # late_repair's check judges the windows the repair recomputed, as a check of everything would
     late = (int(ledger["window_id"].min()), int(ledger["window_id"].max()))
-    assert (row["first_window"], row["last_window"]) == late == repaired_windows(spark, settings, SOURCE, job)
-    part = window_quality(spark, settings, SOURCE, job, windows=late)
+    assert (row["first_window"], row["last_window"]) == late == repaired_windows(ctx)
+    part = window_quality(ctx, windows=late)
     inside = quality[quality["wid"].between(*late)].reset_index(drop=True)
     pd.testing.assert_frame_equal(part, inside)
     assert 0 < len(part) <= len(quality)
-    suites = validate_aggregate(StageContext.of(spark, settings, SOURCE, job), fail=True, repaired=True)
+    suites = validate_aggregate(ctx, fail=True, repaired=True)
     # exactness and presence; (ε, δ) at emission is judged as windows close, not on the late ones
     assert {s.suite for s in suites} == {"agg_results", "agg_quality"}
 
@@ -188,13 +187,13 @@ def test_gamma_rule_waits_until_the_late_tuples_span_more_than_gamma(spark, sett
         T0 + 400 * STEP, T0 + 600 * STEP
     )
     status = read_status(settings, SOURCE, waiting)
-    assert status == ledger_status(spark, settings, SOURCE, waiting)
+    assert status == ledger_status(StageContext.of(spark, settings, SOURCE, waiting))
     assert status["pending_late_tuples"] > 0 and not status["repair_due"]
     AggregateStream(StageContext.of(spark, settings, SOURCE, JOB), repair_each=True).run(
         T0 + 600 * STEP, T0 + 800 * STEP
     )
     status = read_status(settings, SOURCE, JOB)
-    assert status == ledger_status(spark, settings, SOURCE, JOB)
+    assert status == ledger_status(StageContext.of(spark, settings, SOURCE, JOB))
     assert status["pending_late_tuples"] == 0
 
 
@@ -213,9 +212,10 @@ def test_validate_fails_on_a_target_the_stream_cannot_meet(spark, settings, load
             "k_d": 0.0,
         }
     )
-    run_interval(StageContext.of(spark, settings, SOURCE, strict), T0, T0 + 600 * STEP)
+    ctx = StageContext.of(spark, settings, SOURCE, strict)
+    run_interval(ctx, T0, T0 + 600 * STEP)
     with pytest.raises(QualityError, match="agg_error"):  # reachable under the bound: a shortfall
-        validate_aggregate(StageContext.of(spark, settings, SOURCE, strict), fail=True)
+        validate_aggregate(ctx, fail=True)
 
 
 def test_a_bound_that_forbids_the_target_is_a_warning_naming_the_bound_it_needs(
@@ -224,14 +224,13 @@ def test_a_bound_that_forbids_the_target_is_a_warning_naming_the_bound_it_needs(
     frame = arrivals(n=600, seed=5)
     load_bronze(frame, SOURCE, 0)
     tight = AggJob(**{**JOB.__dict__, "eps": 0.01, "latency_bound_us": 500})  # delays of ms, K at most 0.5 ms
-    summary = run_interval(StageContext.of(spark, settings, SOURCE, tight), T0, T0 + 600 * STEP)
+    ctx = StageContext.of(spark, settings, SOURCE, tight)
+    summary = run_interval(ctx, T0, T0 + 600 * STEP)
     assert summary.slack_next_us is not None and summary.slack_next_us <= 500
     assert summary.reachable is not None and summary.reachable < 0.95
     assert "out of reach under the bound of 0.0005 s" in summary.figures()
     with caplog.at_level("WARNING"):
-        suites = validate_aggregate(
-            StageContext.of(spark, settings, SOURCE, tight), fail=True
-        )  # no failure: a configuration matter
+        suites = validate_aggregate(ctx, fail=True)  # no failure: a configuration matter
     verdicts = {r.suite: r.success for r in suites}
     assert verdicts["agg_feasibility"] is False and verdicts["agg_error"] is False
     assert verdicts["agg_quality"] and verdicts["agg_results"]

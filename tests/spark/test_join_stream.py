@@ -53,11 +53,12 @@ def test_intervals_with_adaptation_equal_the_set_form_and_reruns_change_nothing(
     load_bronze(frame, SOURCE, 1)
     n = len(frame)
     bounds = [T0, T0 + 400 * STEP, T0 + 900 * STEP, T0 + 1_200 * STEP, T0 + n * STEP]
-    run_interval(StageContext.of(spark, settings, SOURCE, JOB), bounds[0], bounds[1])
-    run_interval(StageContext.of(spark, settings, SOURCE, JOB), bounds[1], bounds[2])
-    params = adapt(StageContext.of(spark, settings, SOURCE, JOB), bounds[2])
+    ctx = StageContext.of(spark, settings, SOURCE, JOB)
+    run_interval(ctx, bounds[0], bounds[1])
+    run_interval(ctx, bounds[1], bounds[2])
+    params = adapt(ctx, bounds[2])
     for lo, hi in pairwise(bounds[2:]):
-        run_interval(StageContext.of(spark, settings, SOURCE, JOB), lo, hi)
+        run_interval(ctx, lo, hi)
 
     # the set form under the same retention schedule: before the adaptation each interval keeps
     # its whole length (nothing dropped without evidence), then the adaptation's choice
@@ -81,8 +82,8 @@ def test_intervals_with_adaptation_equal_the_set_form_and_reruns_change_nothing(
 
     # re-running an interval already processed (and the adaptation) leaves every table as it was
     before = got.sort_values(["r_seq", "s_seq"]).reset_index(drop=True)
-    adapt(StageContext.of(spark, settings, SOURCE, JOB), bounds[2])
-    s = run_interval(StageContext.of(spark, settings, SOURCE, JOB), bounds[1], bounds[2])
+    adapt(ctx, bounds[2])
+    s = run_interval(ctx, bounds[1], bounds[2])
     assert s.new_pairs == 0
     after = result_pairs(spark, settings).sort_values(["r_seq", "s_seq"]).reset_index(drop=True)
     pd.testing.assert_frame_equal(before, after)
@@ -98,8 +99,9 @@ def test_each_adaptation_remembers_what_its_earlier_decisions_measured(spark, se
     # older periods
     load_bronze(arrivals(), SOURCE, 1)
     job = JoinJob(**{**JOB.__dict__, "period_us": 200_000, "interval_us": 100_000, "memory_periods": 4})
-    run_interval(StageContext.of(spark, settings, SOURCE, job), T0, T0 + 1_500 * STEP)
-    rows = [adapt(StageContext.of(spark, settings, SOURCE, job), T0 + k * 150 * STEP) for k in range(2, 10)]
+    ctx = StageContext.of(spark, settings, SOURCE, job)
+    run_interval(ctx, T0, T0 + 1_500 * STEP)
+    rows = [adapt(ctx, T0 + k * 150 * STEP) for k in range(2, 10)]
     stats = [json.loads(r["stats_json"]) for r in rows]
     older = 0
     for i, (row, st) in enumerate(zip(rows, stats, strict=True)):
@@ -120,11 +122,12 @@ def test_each_adaptation_remembers_what_its_earlier_decisions_measured(spark, se
 
 def test_an_interval_cannot_skip_unprocessed_arrivals(spark, settings, load_bronze):
     load_bronze(arrivals(n=300), SOURCE, 1)
-    run_interval(StageContext.of(spark, settings, SOURCE, JOB), T0, T0 + 100 * STEP)
+    ctx = StageContext.of(spark, settings, SOURCE, JOB)
+    run_interval(ctx, T0, T0 + 100 * STEP)
     with pytest.raises(StateError, match="run \\["):
-        run_interval(StageContext.of(spark, settings, SOURCE, JOB), T0 + 200 * STEP, T0 + 300 * STEP)
+        run_interval(ctx, T0 + 200 * STEP, T0 + 300 * STEP)
     with pytest.raises(StateError, match="starts at"):
-        run_interval(StageContext.of(spark, settings, SOURCE, JOB), T0 - 100 * STEP, T0)
+        run_interval(ctx, T0 - 100 * STEP, T0)
 
 
 def test_recall_check_fails_or_warns_and_finds_no_duplicates(spark, settings, capsys, load_bronze):
@@ -142,13 +145,14 @@ def test_recall_check_fails_or_warns_and_finds_no_duplicates(spark, settings, ca
         }
     )
     cuts = [T0, T0 + 500 * STEP, T0 + 1_000 * STEP, end]
+    ctx = StageContext.of(spark, settings, SOURCE, strict)
     for lo, hi in pairwise(cuts):
-        run_interval(StageContext.of(spark, settings, SOURCE, strict), lo, hi)
+        run_interval(ctx, lo, hi)
     with pytest.raises(QualityError, match="stream join"):
-        validate_join(StageContext.of(spark, settings, SOURCE, strict), end)
-    suites = validate_join(StageContext.of(spark, settings, SOURCE, strict), end, fail=False)
+        validate_join(ctx, end)
+    suites = validate_join(ctx, end, fail=False)
     assert [s.success for s in suites] == [True, False]  # no duplicates; recall below target
-    judged = period_quality(spark, settings, SOURCE, strict, end)
+    judged = period_quality(ctx, end)
     n_stored = delta.read(spark, JOIN_RESULTS, settings.lake_root).count()
     assert judged.stored["stored_rows"].sum() == judged.stored["distinct_pairs"].sum() == n_stored
     metrics = delta.read(spark, JOIN_METRICS, settings.lake_root).toPandas()
@@ -162,37 +166,35 @@ def test_recall_check_fails_or_warns_and_finds_no_duplicates(spark, settings, ca
     periods = period_recall(inp, exact_join(inp, strict.query()), produced, strict.period_us, strict.q_user)
     t_end = int(joint_progress(inp)[-1])
     want = [(p.period, p.true_pairs, p.produced_pairs) for p in periods if p.start_us + 2 * 300_000 <= t_end]
-    full = period_quality(spark, settings, SOURCE, strict, end).frame
+    full = period_quality(ctx, end).frame
     assert [tuple(r) for r in full[["period", "true_pairs", "produced_pairs"]].to_numpy().tolist()] == want
     # a run over a data interval judges the periods closed in it, as a check of everything then would
-    then = period_quality(spark, settings, SOURCE, strict, cuts[1]).frame
+    then = period_quality(ctx, cuts[1]).frame
     judged, closed_before = then["period"].tolist(), set(then["period"])
     for since, until in pairwise(cuts[1:]):
-        part = period_quality(spark, settings, SOURCE, strict, until, since).frame
-        then = full if until == end else period_quality(spark, settings, SOURCE, strict, until).frame
+        part = period_quality(ctx, until, since).frame
+        then = full if until == end else period_quality(ctx, until).frame
         fresh = then[~then["period"].isin(closed_before)]
         assert part.to_dict("records") == fresh.to_dict("records")
         judged += part["period"].tolist()
         closed_before |= set(then["period"])
     assert judged == full["period"].tolist()
     # the repair adds exactly the missing true pairs: recall becomes exact, and a re-run adds none
-    fixed = repair(StageContext.of(spark, settings, SOURCE, strict), end)
+    fixed = repair(ctx, end)
     assert fixed.added == fixed.missing > 0
-    assert repair(StageContext.of(spark, settings, SOURCE, strict), end).added == 0
-    assert all(s.success for s in validate_join(StageContext.of(spark, settings, SOURCE, strict), end))
+    assert repair(ctx, end).added == 0
+    assert all(s.success for s in validate_join(ctx, end))
     res = delta.read(spark, JOIN_RESULTS, settings.lake_root).where(F.col("produced_by") == "repair")
     assert res.count() == fixed.added
     # a pair stored twice fails the duplicate check, of a full run and of a run over the interval judging it
-    seqs = period_quality(spark, settings, SOURCE, strict, end, cuts[2]).seqs
+    seqs = period_quality(ctx, end, cuts[2]).seqs
     assert seqs is not None
     twice = delta.read(spark, JOIN_RESULTS, settings.lake_root).where(
         F.col("r_seq").between(*seqs) & F.col("s_seq").between(*seqs)
     )
     twice.limit(1).write.format("delta").mode("append").save(JOIN_RESULTS.path(settings.lake_root))
     for since in (None, cuts[2]):
-        suites = validate_join(
-            StageContext.of(spark, settings, SOURCE, strict), end, fail=False, since_us=since
-        )
+        suites = validate_join(ctx, end, fail=False, since_us=since)
         assert [s.success for s in suites] == [False, True]
 
 

@@ -52,9 +52,8 @@ def test_intervals_equal_one_run_rerun_changes_nothing_and_gx_passes(spark, sett
     load_bronze(frame, SOURCE)
     n = len(frame)
     bounds = [T0 + c * STEP for c in (0, 700, 1_300, n)]
-    summaries = [
-        run_interval(StageContext.of(spark, settings, SOURCE, JOB), lo, hi) for lo, hi in pairwise(bounds)
-    ]
+    ctx = StageContext.of(spark, settings, SOURCE, JOB)
+    summaries = [run_interval(ctx, lo, hi) for lo, hi in pairwise(bounds)]
     assert sum(s.arrivals for s in summaries) == n
     assert sum(s.unscored for s in summaries) == int(frame["value"].isna().sum())
 
@@ -74,13 +73,11 @@ def test_intervals_equal_one_run_rerun_changes_nothing_and_gx_passes(spark, sett
     assert trace["k_min_us"].tolist() == [d.k_min_us for d in op.decisions]
 
     before = {t.name: table(spark, settings, t) for t in (TOPK_RESULTS, TOPK_WINDOWS, TOPK_LATE, TOPK_CACHE)}
-    run_interval(
-        StageContext.of(spark, settings, SOURCE, JOB), bounds[1], bounds[2]
-    )  # a re-run of the middle interval
+    run_interval(ctx, bounds[1], bounds[2])  # a re-run of the middle interval
     for t in (TOPK_RESULTS, TOPK_WINDOWS, TOPK_LATE, TOPK_CACHE):
         pd.testing.assert_frame_equal(table(spark, settings, t), before[t.name])
 
-    judged = window_accuracy(spark, settings, SOURCE, JOB).toPandas()
+    judged = window_accuracy(ctx).toPandas()
     assert judged["accounted"].all() and (judged["emissions"] <= 1).all()
     # "all late" by its definition: every scored member of the window has a late row for it
     late = table(spark, settings, TOPK_LATE).groupby("window_id")["seq"].agg(set).to_dict()
@@ -97,13 +94,11 @@ def test_intervals_equal_one_run_rerun_changes_nothing_and_gx_passes(spark, sett
     closed = judged[judged["closed"]]
     assert len(closed) > 10 and closed["hit_rate"].mean() >= JOB.eps_min
     # a check over a data interval judges the windows emitted or closed in it, as a full check then would
-    then = window_accuracy(spark, settings, SOURCE, JOB, bounds[1]).toPandas()
+    then = window_accuracy(ctx, bounds[1]).toPandas()
     seen = {col: set(then.loc[then[col], "window_id"]) for col in ("complete", "closed")}
     for since, until in pairwise(bounds[1:]):
-        part = window_accuracy(spark, settings, SOURCE, JOB, until, since).toPandas()
-        then = (
-            judged if until == bounds[-1] else window_accuracy(spark, settings, SOURCE, JOB, until).toPandas()
-        )
+        part = window_accuracy(ctx, until, since).toPandas()
+        then = judged if until == bounds[-1] else window_accuracy(ctx, until).toPandas()
         for col, done in seen.items():
             mine = part[part[col]].sort_values("window_id").reset_index(drop=True)
             fresh = (
@@ -114,7 +109,7 @@ def test_intervals_equal_one_run_rerun_changes_nothing_and_gx_passes(spark, sett
             pd.testing.assert_frame_equal(mine.drop(columns=list(seen)), fresh.drop(columns=list(seen)))
             done |= set(then.loc[then[col], "window_id"])
     assert seen["closed"] == set(closed["window_id"])
-    suites = validate_topk(StageContext.of(spark, settings, SOURCE, JOB))
+    suites = validate_topk(ctx)
     assert all(s.success for s in suites)
 
     # a lost result row: the window's hit rate drops; a duplicated window emission fails completeness
@@ -122,16 +117,17 @@ def test_intervals_equal_one_run_rerun_changes_nothing_and_gx_passes(spark, sett
     dup = delta.read(spark, TOPK_WINDOWS, settings.lake_root).limit(1)
     dup.write.format("delta").mode("append").save(path)
     with pytest.raises(QualityError):
-        validate_topk(StageContext.of(spark, settings, SOURCE, JOB))
+        validate_topk(ctx)
 
 
 def test_skipping_an_interval_or_the_state_budget_fails_and_bad_jobs_are_refused(
     spark, settings, load_bronze
 ):
     load_bronze(arrivals(300, 2), SOURCE)
-    first = run_interval(StageContext.of(spark, settings, SOURCE, JOB), T0, T0 + 100 * STEP)
+    ctx = StageContext.of(spark, settings, SOURCE, JOB)
+    first = run_interval(ctx, T0, T0 + 100 * STEP)
     with pytest.raises(StateError, match="run"):  # [100, 200) was skipped
-        run_interval(StageContext.of(spark, settings, SOURCE, JOB), T0 + 200 * STEP, T0 + 300 * STEP)
+        run_interval(ctx, T0 + 200 * STEP, T0 + 300 * STEP)
 
     # a state over the budget fails the interval before its state is written; with room, it reruns
     tight = replace(settings, stream=StreamSettings(state_budget_rows=first.candidates))
@@ -139,10 +135,7 @@ def test_skipping_an_interval_or_the_state_budget_fails_and_bad_jobs_are_refused
         run_interval(StageContext.of(spark, tight, SOURCE, JOB), T0 + 100 * STEP, T0 + 200 * STEP)
     states = delta.read(spark, TOPK_STATE, settings.lake_root).where(F.col("job") == JOB.job_id())
     assert states.where(F.col("as_of_us") == T0 + 200 * STEP).count() == 0
-    assert (
-        run_interval(StageContext.of(spark, settings, SOURCE, JOB), T0 + 100 * STEP, T0 + 200 * STEP).arrivals
-        == 100
-    )
+    assert run_interval(ctx, T0 + 100 * STEP, T0 + 200 * STEP).arrivals == 100
 
     # a damaged snapshot is refused on the driver, naming it, before any task runs
     from delta.tables import DeltaTable
@@ -151,7 +144,7 @@ def test_skipping_an_interval_or_the_state_budget_fails_and_bad_jobs_are_refused
         F.col("as_of_us") == T0 + 200 * STEP, {"snapshot": F.lit('{"operator": 1}')}
     )
     with pytest.raises(StateError, match="unreadable"):
-        run_interval(StageContext.of(spark, settings, SOURCE, JOB), T0 + 200 * STEP, T0 + 300 * STEP)
+        run_interval(ctx, T0 + 200 * STEP, T0 + 300 * STEP)
     with pytest.raises(ConfigError):
         TopKJob(score="speed")
     with pytest.raises(ConfigError):

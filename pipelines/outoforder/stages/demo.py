@@ -173,7 +173,7 @@ def bronze(run: MainRun) -> list[Any]:
 
 def join(run: MainRun) -> dict[str, Any]:
     """Step 5: QJoin and the K-slack baselines side by side against the exact join."""
-    spark, settings, source, job = run.spark, run.settings, run.source, JoinJob()
+    settings, source, job = run.settings, run.source, JoinJob()
     from outoforder.stages.join.evaluate import format_summary, run_join_on_source, write_summary
 
     _announce(
@@ -181,7 +181,7 @@ def join(run: MainRun) -> dict[str, Any]:
         f"stream join on {source}: ball vs players, w = {job.window_us / 1e6:g} s, theta = {job.theta:g} m, "
         f"Q_user = {job.q_user}, P = {job.period_us / 1e6:g} s, L = {job.interval_us / 1e6:g} s",
     )
-    result = run_join_on_source(spark, settings, source, job, METHODS)
+    result = run_join_on_source(run.with_job(job), METHODS)
     log.info("%s", format_summary(result))
     out = write_summary(result, settings.quality.reports_dir / f"join_{source.replace('/', '_')}.json")
     log.info("[demo] join quality summary in %s", out)

@@ -21,11 +21,14 @@ from outoforder.io import status as status_files
 from outoforder.stages.aggregate.spec import AggJob
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame
+
+    from outoforder.stages.context import StageContext
 
 
-def pending_ledger(spark: SparkSession, settings: Settings, source: str, job: AggJob) -> DataFrame:
+def pending_ledger(ctx: StageContext) -> DataFrame:
     """Ledger entries newer than the last repair."""
+    spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(AggJob)
     from pyspark.sql import functions as F
 
     from outoforder.io import delta
@@ -96,16 +99,16 @@ def status_of(source: str, job: AggJob, pending: Pending | None) -> dict[str, An
     }
 
 
-def ledger_status(spark: SparkSession, settings: Settings, source: str, job: AggJob) -> dict[str, Any]:
+def ledger_status(ctx: StageContext) -> dict[str, Any]:
     """The pending ledger's size and event-time span, and whether the Γ rule calls for a repair."""
-    return status_of(source, job, summarize(pending_ledger(spark, settings, source, job)))
+    source, job = ctx.bronze_source, ctx.job_of(AggJob)
+    return status_of(source, job, summarize(pending_ledger(ctx)))
 
 
-def write_ledger_status(
-    spark: SparkSession, settings: Settings, source: str, job: AggJob, status: dict[str, Any] | None = None
-) -> dict[str, Any]:
+def write_ledger_status(ctx: StageContext, status: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write ``status`` (default: :func:`ledger_status`, computed) to :func:`status_path` (atomically)."""
-    status = status if status is not None else ledger_status(spark, settings, source, job)
+    settings, source, job = ctx.settings, ctx.bronze_source, ctx.job_of(AggJob)
+    status = status if status is not None else ledger_status(ctx)
     status_files.write_status(status_path(settings, source, job), status)
     return status
 

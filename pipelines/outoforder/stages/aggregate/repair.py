@@ -87,7 +87,7 @@ def repair(ctx: StageContext, force: bool = False) -> RepairSummary:
     jid = job.job_id()
     lake = settings.lake_root
     delta.ensure(spark, AGG_RESULTS, lake)
-    pending = pending_ledger(spark, settings, source, job).localCheckpoint()
+    pending = pending_ledger(ctx).localCheckpoint()
     todo = summarize(pending)
     if todo is None:
         return RepairSummary(source, jid, False, "the ledger has no pending late tuples")

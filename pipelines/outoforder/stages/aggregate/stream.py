@@ -268,7 +268,7 @@ class AggregateStream(IntervalStage[AggJob, AggIntervalSummary]):
         from outoforder.stages.aggregate.ledger import write_ledger_status
 
         if not self.repair_each:
-            write_ledger_status(self.spark, self.settings, self.source, self.job)
+            write_ledger_status(self.ctx)
 
     def after_interval(self, summary: AggIntervalSummary) -> None:
         """With ``repair_each``: a repair when the Γ rule calls for one, then the ledger's status."""
@@ -279,7 +279,7 @@ class AggregateStream(IntervalStage[AggJob, AggIntervalSummary]):
             done = repair(self.ctx)
             log.info("%s", done.line())
             status = status_of(self.source, self.job, done.left)
-            write_ledger_status(self.spark, self.settings, self.source, self.job, status)
+            write_ledger_status(self.ctx, status)
 
 
 def _ratio(k_us: int | None, k: int) -> float:

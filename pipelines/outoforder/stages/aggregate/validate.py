@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from outoforder.config import Settings
 from outoforder.core.windows.lateness import need_at
 from outoforder.core.windows.quality import rank_error, relative_error
 from outoforder.io.conflicts import retry_on_conflict
@@ -38,10 +37,7 @@ log = logging.getLogger(__name__)
 
 
 def judged_windows(
-    spark: SparkSession,
-    settings: Settings,
-    source: str,
-    job: AggJob,
+    ctx: StageContext,
     until_us: int | None,
     since_us: int | None,
 ) -> tuple[int, int, int | None]:
@@ -50,6 +46,7 @@ def judged_windows(
     A window is closed once the stream's frontier has passed its end. The frontier comes from the
     job's state at ``until_us`` (its newest state when None) and at ``since_us``.
     """
+    spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(AggJob)
     from outoforder.io.tables import AGG_STATE
     from outoforder.stages.state import check_states, nothing_judged
 
@@ -69,8 +66,9 @@ def judged_windows(
     return int(state["as_of_us"]), last, done
 
 
-def repaired_windows(spark: SparkSession, settings: Settings, source: str, job: AggJob) -> tuple[int, int]:
+def repaired_windows(ctx: StageContext) -> tuple[int, int]:
     """The windows the job's newest repair recomputed, ``(first, last)``; ``(0, -1)`` (none) before one."""
+    spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(AggJob)
     from pyspark.sql import functions as F
 
     from outoforder.io import delta
@@ -91,10 +89,7 @@ def repaired_windows(spark: SparkSession, settings: Settings, source: str, job: 
 
 
 def window_quality(
-    spark: SparkSession,
-    settings: Settings,
-    source: str,
-    job: AggJob,
+    ctx: StageContext,
     until_us: int | None = None,
     since_us: int | None = None,
     windows: tuple[int, int] | None = None,
@@ -107,6 +102,7 @@ def window_quality(
     window. Columns: wid, exact, n, stream_value, value, version, produced_by, pending (late
     tuples not yet repaired), stream_error, met_at_emission, exact_now.
     """
+    spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(AggJob)
     from pyspark.sql import functions as F
 
     from outoforder.io import delta
@@ -115,7 +111,7 @@ def window_quality(
 
     jid = job.job_id()
     lake = settings.lake_root
-    horizon, last, done = judged_windows(spark, settings, source, job, until_us, since_us)
+    horizon, last, done = judged_windows(ctx, until_us, since_us)
     if windows is not None:
         last, done = min(last, windows[1]), max(done if done is not None else -1, windows[0] - 1)
     w = job.query().windows
@@ -136,7 +132,7 @@ def window_quality(
         .where(in_range)
     )
     pending = (
-        pending_ledger(spark, settings, source, job)
+        pending_ledger(ctx)
         .groupBy(F.col("window_id").alias("wid"))
         .agg(F.count("*").alias("pending"))
         .where(in_range)
@@ -213,8 +209,8 @@ def validate_aggregate(
     from outoforder.quality.measures import record_measures
 
     jid = job.job_id()
-    windows = repaired_windows(spark, settings, source, job) if repaired else None
-    frame = window_quality(spark, settings, source, job, until_us, since_us, windows)
+    windows = repaired_windows(ctx) if repaired else None
+    frame = window_quality(ctx, until_us, since_us, windows)
     if not len(frame) and since_us is None and windows is None:
         from outoforder.io.tables import AGG_STATE
         from outoforder.stages.state import nothing_judged
@@ -245,11 +241,7 @@ def validate_aggregate(
         # the repaired windows are those late tuples reached: a biased sample for (ε, δ) at
         # emission, which the stream's own checks judge over every window as it closes
         del frames["agg_error"]
-    needs = (
-        window_needs(spark, settings, source, job, wid_col)
-        if job.latency_bound_us is not None and windows is None
-        else {}
-    )
+    needs = window_needs(ctx, wid_col) if job.latency_bound_us is not None and windows is None else {}
     if needs:
         frames["agg_feasibility"] = pd.DataFrame(
             {
@@ -295,14 +287,13 @@ def validate_aggregate(
     return suites
 
 
-def window_needs(
-    spark: SparkSession, settings: Settings, source: str, job: AggJob, window_ids: Iterable[int]
-) -> dict[int, int]:
+def window_needs(ctx: StageContext, window_ids: Iterable[int]) -> dict[int, int]:
     """The K each of these windows needed (µs), from its coverage observation in ``silver/agg_control``.
 
     One row per observed window, read for the judged windows' range only: small by construction,
     like the per-window verdicts. Windows not observed yet (or before needs were kept) are left out.
     """
+    spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(AggJob)
     from pyspark.sql import functions as F
 
     from outoforder.io import delta

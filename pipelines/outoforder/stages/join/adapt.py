@@ -42,7 +42,7 @@ def adapt(ctx: StageContext, until_us: int) -> dict[str, Any]:
     # measures what the last two periods needed: three periods of arrivals bound the work however
     # long the job has run; older periods' needs are in the earlier decisions' rows
     span_us = (MEASURED_PERIODS + 1) * job.period_us
-    seen = history.judged(spark, settings, source, job, until_us, span_us=span_us)
+    seen = history.judged(ctx, until_us, span_us=span_us)
     if seen is None:
         msg = f"no arrivals of {source} before {until_us}: nothing to adapt on"
         raise InputError(msg)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 from outoforder.errors import ConfigError
@@ -32,7 +33,7 @@ def join(ctx: StageContext, args: argparse.Namespace) -> int:
         result = evaluate_file(Path(args.file), job, methods)
         name = Path(args.file).stem
     else:
-        result = run_join_on_source(ctx.spark, ctx.settings, ctx.bronze_source, job, methods)
+        result = run_join_on_source(replace(ctx, job=job), methods)
         name = ctx.bronze_source.replace("/", "_")
     log.info("%s", format_summary(result))
     out = Path(args.out) if args.out else ctx.settings.quality.reports_dir / f"join_{name}.json"

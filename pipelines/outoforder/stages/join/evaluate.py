@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from outoforder.config import Settings
 from outoforder.core.joins.adaptation import run_adaptive_qjoin
 from outoforder.core.joins.aq_kslack import run_aq_kslack
 from outoforder.core.joins.feasibility import least_constant, requirements
@@ -50,7 +49,7 @@ from outoforder.stages.join.inputs import input_from_frame
 from outoforder.stages.join.spec import ESTIMATORS, METHODS, JoinJob
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from outoforder.stages.context import StageContext
 
 log = logging.getLogger(__name__)
 
@@ -234,10 +233,9 @@ def write_summary(result: dict[str, Any], path: Path) -> Path:
     return path
 
 
-def run_join_on_source(
-    spark: SparkSession, settings: Settings, source: str, job: JoinJob, methods: tuple[str, ...] = METHODS
-) -> dict[str, Any]:
+def run_join_on_source(ctx: StageContext, methods: tuple[str, ...] = METHODS) -> dict[str, Any]:
     """Evaluate the join candidates on one bronze source; store per-period metrics; return the summary."""
+    spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(JoinJob)
     from outoforder.io import delta  # Spark only when reading bronze: file evaluations need none
     from outoforder.io.tables import BRONZE, JOIN_METRICS
 

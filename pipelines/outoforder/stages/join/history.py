@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
 
+    from outoforder.stages.context import StageContext
+
 
 @dataclass(frozen=True)
 class Horizon:
@@ -41,8 +43,9 @@ class Horizon:
     progress_us: int | None  # the joint progress min(M_R, M_S) then (None until both streams had one)
 
 
-def horizon(spark: SparkSession, settings: Settings, source: str, job: JoinJob, at_us: int) -> Horizon | None:
+def horizon(ctx: StageContext, at_us: int) -> Horizon | None:
     """The job's :class:`Horizon` at ``at_us``; None when no interval of it ended by then."""
+    spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(JoinJob)
     row = state.state_at(spark, settings, JOIN_STATE, source, job.job_id(), at_us)
     if row is None:
         return None
@@ -53,10 +56,7 @@ def horizon(spark: SparkSession, settings: Settings, source: str, job: JoinJob, 
 
 
 def job_arrivals(
-    spark: SparkSession,
-    settings: Settings,
-    source: str,
-    job: JoinJob,
+    ctx: StageContext,
     arrived: tuple[int, int],
     event_ts: tuple[int | None, int | None] = (None, None),
 ) -> DataFrame:
@@ -65,6 +65,7 @@ def job_arrivals(
     ``event_ts`` narrows them to ``[lo, hi)`` of event time (None: open); Delta skips the files
     whose statistics fall outside.
     """
+    spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(JoinJob)
     from pyspark.sql import functions as F
 
     from outoforder.io import delta
@@ -125,10 +126,7 @@ class JudgedHistory:
 
 
 def arrivals(
-    spark: SparkSession,
-    settings: Settings,
-    source: str,
-    job: JoinJob,
+    ctx: StageContext,
     until_us: int,
     span_us: int | None = None,
 ) -> pd.DataFrame:
@@ -136,6 +134,7 @@ def arrivals(
 
     All of them since its first interval, or only the last ``span_us`` of arrival time.
     """
+    spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(JoinJob)
     from pyspark.sql import functions as F
 
     from outoforder.io import delta
@@ -180,15 +179,13 @@ def produced_mask(
 
 
 def judged(
-    spark: SparkSession,
-    settings: Settings,
-    source: str,
-    job: JoinJob,
+    ctx: StageContext,
     until_us: int,
     span_us: int | None = None,
 ) -> JudgedHistory | None:
     """The history judged against the exact join (None when nothing arrived in it)."""
-    pdf = arrivals(spark, settings, source, job, until_us, span_us)
+    spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(JoinJob)
+    pdf = arrivals(ctx, until_us, span_us)
     if pdf.empty:
         return None
     inp = input_from_frame(pdf, job, f"the history of {source}")

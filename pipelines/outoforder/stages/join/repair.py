@@ -77,7 +77,7 @@ def repair(
         msg = f"the stream join of {source} ({jid}) has not run yet: nothing to repair"
         raise StateError(msg)
     lo = max(first, until_us - (span_us or until_us))
-    arrivals = history.job_arrivals(spark, settings, source, job, (lo, until_us)).localCheckpoint()
+    arrivals = history.job_arrivals(ctx, (lo, until_us)).localCheckpoint()
     span = one_row(arrivals.agg(F.min("seq").alias("lo"), F.max("seq").alias("hi")))
     if span["lo"] is None:
         return JoinRepairSummary(source, jid, until_us, 0, 0, 0)

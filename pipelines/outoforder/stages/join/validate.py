@@ -18,7 +18,6 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from outoforder.config import Settings
 from outoforder.errors import StateError
 from outoforder.io.conflicts import retry_on_conflict
 from outoforder.io.tables import JOIN_METRICS
@@ -29,19 +28,18 @@ from outoforder.stages.join.spec import JoinJob
 
 if TYPE_CHECKING:
     import pandas as pd
-    from pyspark.sql import Column, SparkSession
+    from pyspark.sql import Column
 
 log = logging.getLogger(__name__)
 
 
-def _origin(
-    spark: SparkSession, settings: Settings, source: str, job: JoinJob, h: history.Horizon, reuse: bool
-) -> int | None:
+def _origin(ctx: StageContext, h: history.Horizon, reuse: bool) -> int | None:
     """The event time periods count from: the earliest event time of the job's history.
 
     With ``reuse``, the origin of the periods already stored (so that periods judged by earlier
     runs keep their numbers); otherwise, or before the first, it is computed over the history.
     """
+    spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(JoinJob)
     from pyspark.sql import functions as F
 
     from outoforder.io import delta
@@ -56,7 +54,7 @@ def _origin(
         )
         if row is not None:
             return int(row["origin"])
-    arrivals = history.job_arrivals(spark, settings, source, job, (h.first_us, h.as_of_us))
+    arrivals = history.job_arrivals(ctx, (h.first_us, h.as_of_us))
     found = one_row(arrivals.agg(F.min("ts").alias("origin")))["origin"]
     return None if found is None else int(found)
 
@@ -86,10 +84,7 @@ class PeriodQuality:
 
 
 def period_quality(
-    spark: SparkSession,
-    settings: Settings,
-    source: str,
-    job: JoinJob,
+    ctx: StageContext,
     until_us: int,
     since_us: int | None = None,
 ) -> PeriodQuality:
@@ -103,6 +98,7 @@ def period_quality(
     receives one row per period. The same pass over the stored results counts their copies
     (``stored``), for the duplicate check.
     """
+    spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(JoinJob)
     import pandas as pd
     from pyspark.sql import functions as F
 
@@ -110,27 +106,27 @@ def period_quality(
 
     cols = ["period", "start_us", "true_pairs", "produced_pairs", "recall", "met"]
     none = PeriodQuality(_no_rows(cols))
-    h = history.horizon(spark, settings, source, job, until_us)
+    h = history.horizon(ctx, until_us)
     if h is None:
         msg = f"the stream join of {source} ({job.job_id()}) has not run by {until_us}: nothing to check"
         raise StateError(msg)
     if h.progress_us is None:
         return none
-    origin = _origin(spark, settings, source, job, h, reuse=since_us is not None)
+    origin = _origin(ctx, h, reuse=since_us is not None)
     if origin is None:
         return none
     p = job.period_us
     last = (h.progress_us - 2 * p - origin) // p  # the newest closed period
     first: int | None = None
     if since_us is not None:
-        before = history.horizon(spark, settings, source, job, since_us)
+        before = history.horizon(ctx, since_us)
         if before is not None and before.progress_us is not None:
             first = (before.progress_us - 2 * p - origin) // p + 1
     if first is not None and first > last:
         return none
     lo_ts = None if first is None else origin + first * p - job.window_us  # a pair's earlier tuple
     arrivals = history.job_arrivals(
-        spark, settings, source, job, (h.first_us, h.as_of_us), (lo_ts, origin + (last + 1) * p)
+        ctx, (h.first_us, h.as_of_us), (lo_ts, origin + (last + 1) * p)
     ).localCheckpoint()
     span = one_row(arrivals.agg(F.min("seq").alias("lo"), F.max("seq").alias("hi")))
     if span["lo"] is None:
@@ -204,7 +200,7 @@ def validate_join(
     from outoforder.stages.state import last_processed, nothing_judged
 
     jid = job.job_id()
-    judged = period_quality(spark, settings, source, job, until_us, since_us)
+    judged = period_quality(ctx, until_us, since_us)
     quality = judged.frame
     if not len(quality) and (
         since_us is None or last_processed(spark, settings, JOIN_STATE, source, jid) is None
@@ -238,7 +234,7 @@ def validate_join(
         )  # fmt: skip
     frames: dict[str, Any] = {"join_results": judged.stored, "join_recall": metrics}
     if job.latency_bound_us is not None and len(quality):
-        stated = period_statements(spark, settings, source, job)
+        stated = period_statements(ctx)
         reach = reachability(quality[["period", "start_us"]], stated, job.period_us)
         frames["join_feasibility"] = reach
         metrics = metrics[metrics["period"].isin(reach.loc[reach["reachable"] >= job.q_user, "period"])]
@@ -271,11 +267,12 @@ def validate_join(
     return suites
 
 
-def period_statements(spark: SparkSession, settings: Settings, source: str, job: JoinJob) -> pd.DataFrame:
+def period_statements(ctx: StageContext) -> pd.DataFrame:
     """The job's adaptations with their statements: progress, recall reachable, retention needed.
 
     One row per adaptation (small: one per interval L of the stream's history).
     """
+    spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(JoinJob)
     import json
 
     import pandas as pd

@@ -145,7 +145,7 @@ def run_interval(
     parts = _parts(starts, counts, job, rows_per_part)
     output = compared = 0
     for k, windows in enumerate(parts):
-        out, tested = _run_part(spark, settings, source, job, scope, counts, windows, end_us)
+        out, tested = _run_part(ctx, scope, counts, windows, end_us)
         output, compared = output + out, compared + tested
         if len(parts) > 1:
             log.info(
@@ -179,16 +179,14 @@ def _parts(
 
 
 def _run_part(
-    spark: SparkSession,
-    settings: Settings,
-    source: str,
-    job: ThetaJob,
+    ctx: StageContext,
     scope: DataFrame,
     counts: dict[tuple[int, str], tuple[int, int]],
     starts: list[int],
     written_at: int,
 ) -> tuple[int, int]:
     """Join the windows ``starts`` (consecutive) and replace their slice; (results, rows compared)."""
+    spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(ThetaJob)
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 

@@ -21,7 +21,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from outoforder.config import Settings
 from outoforder.core.topk.cache import accuracy_at, needed_cache
 from outoforder.errors import QualityError
 from outoforder.io.conflicts import retry_on_conflict
@@ -31,7 +30,7 @@ from outoforder.stages.topk.spec import TopKJob
 from outoforder.stages.topk.stream import topk_tuples
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame
 
     from outoforder.quality.checkpoints import SuiteResult
 
@@ -56,10 +55,7 @@ class Judged:
 
 
 def _standings(
-    spark: SparkSession,
-    settings: Settings,
-    source: str,
-    job: TopKJob,
+    ctx: StageContext,
     until_us: int | None,
     since_us: int | None,
 ) -> list[tuple[int, int, int] | None]:
@@ -69,6 +65,7 @@ def _standings(
     (:func:`~outoforder.stages.state.check_states`); one query over the state rows and one over
     the emitted windows answer both.
     """
+    spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(TopKJob)
     from pyspark.sql import functions as F
 
     from outoforder.io import delta
@@ -104,14 +101,12 @@ def _standings(
 
 
 def judged_windows(
-    spark: SparkSession,
-    settings: Settings,
-    source: str,
-    job: TopKJob,
+    ctx: StageContext,
     until_us: int | None,
     since_us: int | None,
 ) -> Judged:
     """The windows a check at ``until_us`` (None: the newest state) judges, after ``since_us`` if given."""
+    spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(TopKJob)
     from outoforder.io import delta
     from outoforder.io.tables import TOPK_LATE, TOPK_RESULTS, TOPK_STATE, TOPK_WINDOWS
 
@@ -119,7 +114,7 @@ def judged_windows(
         if not delta.exists(spark, t, settings.lake_root):
             msg = f"the top-k stream has not run yet (no {t.name} under {settings.lake_root})"
             raise QualityError(msg)
-    now, before = _standings(spark, settings, source, job, until_us, since_us)
+    now, before = _standings(ctx, until_us, since_us)
     if now is None:
         msg = f"{source}, job {job.job_id()}"
         raise NothingYet(msg)
@@ -137,10 +132,7 @@ def _within(lo: int | None, hi: int) -> Column:
 
 
 def window_accuracy(
-    spark: SparkSession,
-    settings: Settings,
-    source: str,
-    job: TopKJob,
+    ctx: StageContext,
     until_us: int | None = None,
     since_us: int | None = None,
 ) -> DataFrame:
@@ -149,6 +141,7 @@ def window_accuracy(
     The exact top-k comes from :func:`outoforder.spark.topk.window_topk` over the job's tuples that
     arrived by the state judged, of the judged windows' event time only (:func:`judged_windows`).
     """
+    spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(TopKJob)
     from pyspark.sql import functions as F
 
     from outoforder.io import delta
@@ -157,7 +150,7 @@ def window_accuracy(
     from outoforder.spark.windows import pane_counts
 
     jid = job.job_id()
-    j = judged_windows(spark, settings, source, job, until_us, since_us)
+    j = judged_windows(ctx, until_us, since_us)
     lows = [lo for lo in (j.complete[0], j.closed[0]) if lo is not None]
     lo = min(lows) if len(lows) == 2 else None
     hi = max(j.complete[1], j.closed[1])
@@ -235,7 +228,7 @@ def validate_topk(
 
     try:
         # one row per window judged: the verdicts are computed in the driver, GX's included
-        judged = window_accuracy(spark, settings, source, job, until_us, since_us).toPandas()
+        judged = window_accuracy(ctx, until_us, since_us).toPandas()
     except NothingYet as e:
         from outoforder.io.tables import TOPK_STATE
         from outoforder.stages.state import last_processed, nothing_judged
@@ -252,7 +245,7 @@ def validate_topk(
     if n_closed:  # the mean of no window is undefined; before the first closes there is no verdict
         frames["topk_accuracy"] = closed
     jid = job.job_id()
-    profiles = settled_profiles(spark, settings, source, job, closed["window_id"]) if n_closed else {}
+    profiles = settled_profiles(ctx, closed["window_id"]) if n_closed else {}
     if profiles and job.latency_bound_us is not None:
         frames["topk_feasibility"] = pd.DataFrame(
             {
@@ -295,14 +288,13 @@ def validate_topk(
     return suites
 
 
-def settled_profiles(
-    spark: SparkSession, settings: Settings, source: str, job: TopKJob, window_ids: Iterable[int]
-) -> dict[int, list[float]]:
+def settled_profiles(ctx: StageContext, window_ids: Iterable[int]) -> dict[int, list[float]]:
     """The lateness of each settled window's true top-k (``silver/topk_settled``), for these windows.
 
     One row of at most k numbers per window (a window settles once), read for the judged
     windows' range only: small by construction, like the per-window verdicts.
     """
+    spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(TopKJob)
     from pyspark.sql import functions as F
 
     from outoforder.io import delta
