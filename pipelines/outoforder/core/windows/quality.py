@@ -46,6 +46,7 @@ grows, so this errs on the safe side) and the received values' ``cv``.
 
 from __future__ import annotations
 
+import math
 from statistics import NormalDist
 
 import numpy as np
@@ -102,14 +103,30 @@ def lambda_threshold(
     # sum: smallest λ in [1 − ε, 1] with (1 − λ) + z·cv·sqrt(λ(1 − λ)/(N − 1)) <= ε
     with np.errstate(divide="ignore", invalid="ignore"):
         scale = np.where(dof > 0, z * cv_arr / np.sqrt(dof), np.where(cv_arr > 0, np.inf, 0.0))
+    if n_arr.size == 1:  # one closing window (the tuple-at-a-time operators): on floats, far quicker
+        return np.full(n_arr.shape, _sum_threshold(eps, float(scale.flat[0])))
     lo = np.full(n_arr.shape, 1.0 - eps)
     hi = np.ones(n_arr.shape)
+    with np.errstate(invalid="ignore"):
+        for _ in range(60):
+            mid = (lo + hi) / 2.0
+            spread_now = scale * np.sqrt(mid * (1.0 - mid))  # nan where an infinite scale meets 0
+            ok = ((1.0 - mid) + spread_now <= eps) & ~np.isnan(spread_now)
+            hi = np.where(ok, mid, hi)
+            lo = np.where(ok, lo, mid)
+    return hi
+
+
+def _sum_threshold(eps: float, scale: float) -> float:
+    """The bisection of :func:`lambda_threshold`'s ``sum`` for one window, step for step the same."""
+    lo, hi = 1.0 - eps, 1.0
     for _ in range(60):
         mid = (lo + hi) / 2.0
-        with np.errstate(invalid="ignore"):
-            ok = (1.0 - mid) + np.nan_to_num(scale * np.sqrt(mid * (1.0 - mid)), nan=np.inf) <= eps
-        hi = np.where(ok, mid, hi)
-        lo = np.where(ok, lo, mid)
+        spread_now = scale * math.sqrt(mid * (1.0 - mid))
+        if (1.0 - mid) + spread_now <= eps and not math.isnan(spread_now):
+            hi = mid
+        else:
+            lo = mid
     return hi
 
 
