@@ -188,6 +188,17 @@ def test_squaring_the_variance_would_break_the_avg_target():
     assert simulated_miss_rate("avg", pop, wrong, eps, 600, 5) > delta + 0.05
 
 
+@pytest.mark.parametrize(("eps", "delta"), [(0.001, 0.01), (0.05, 0.05), (0.6, 0.5)])
+def test_the_sum_threshold_of_one_window_equals_the_same_window_among_many(eps, delta):
+    # one closing window bisects on floats, many at once with numpy: the same steps, the same bits
+    rng = np.random.default_rng(3)
+    n = np.concatenate([[0, 1, 2], rng.integers(0, 5_000, 400)])
+    cv = np.concatenate([[0.0, np.inf, 1.0], rng.exponential(1.0, 380), np.zeros(10), np.full(10, np.inf)])
+    many = lambda_threshold("sum", eps, delta, n, cv)
+    one = [lambda_threshold("sum", eps, delta, int(k), float(c))[0] for k, c in zip(n, cv, strict=True)]
+    assert many.tolist() == one
+
+
 def test_thresholds_of_count_min_max_and_bad_targets():
     assert lambda_threshold("count", 0.1, 0.05, 10, 1.0).tolist() == [0.9]
     assert lambda_threshold("max", 0.1, 0.02, 10, 1.0).tolist() == [0.98]
