@@ -95,7 +95,9 @@ def stream_stages() -> list[StreamStage]:
         ),
         StreamStage(
             "join-stream",
-            lambda sp, st, src, lo, hi: JoinStream(StageContext.of(sp, st, src, join)).run_interval(lo, hi),
+            lambda sp, st, src, lo, hi: JoinStream(StageContext.of(sp, st, src, join)).run(
+                lo, hi, catch_up=True
+            ),
         ),
     ]
 
@@ -451,5 +453,5 @@ def stage_tables(name: str) -> tuple[Any, ...]:
             T.TOPK_CACHE,
             T.TOPK_SETTLED,
         ),
-        "join-stream": (T.JOIN_STATE, T.JOIN_BUFFER, T.JOIN_RESULTS),
+        "join-stream": (T.JOIN_STATE, T.JOIN_PARAMS, T.JOIN_RESULTS),
     }[name]

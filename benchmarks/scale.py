@@ -9,8 +9,8 @@ the pipeline in a process of its own, as Airflow starts a stage:
 1. ``ingest``: every part into bronze (one ingest over all the files);
 2. ``stats``: the source's disorder statistics;
 3. ``join``: the stream join (the long runs' query, :func:`~benchmarks.longrun.narrow_join`:
-   about one result pair per tuple) in 60 s arrival intervals, its retention adapted every 10 minutes
-   (the ``join_adapt`` DAG's cadence), each interval validated over what closed in it
+   about one result pair per tuple), one pass per 60 s of arrivals with its retention adapted every L
+   inside the pass, each pass validated over what closed in it
    (``validate-join --since --until``, as the ``join_stream`` DAG does);
 4. ``aggregate``: HPM in the same intervals with the Γ-rule repair after each (``late_repair``)
    and ``validate-aggregate`` over each interval;
@@ -75,7 +75,6 @@ TUPLES_PER_PLAY_S = 10_800  # the synthetic game's rate, all sensors
 PRESET = "hpm_game1"
 SEED = 7
 INTERVAL_S = 60.0  # the stream DAGs' schedule
-ADAPT_EVERY_S = 600.0  # the join_adapt DAG's schedule
 THETA_SPAN_S = 600.0
 THETA_DAY_SAMPLE = 3  # windows of the day's run recounted by DuckDB in its check
 MAX_RESULT = "64m"
@@ -179,9 +178,7 @@ def _interval_loop(
     if part == "join":
         # OOO_SCALE_JOIN=default: the join_stream DAG's default query (0.5 s, 2 m: ten pairs a tuple)
         join = JoinJob() if os.environ.get("OOO_SCALE_JOIN") == "default" else narrow_join()
-        stage = JoinStream(
-            StageContext.of(spark, settings, source, join), adapt_every_us=round(ADAPT_EVERY_S * 1e6)
-        )
+        stage = JoinStream(StageContext.of(spark, settings, source, join))
 
         def check(lo: int, hi: int) -> Any:
             return join_check.validate_join(
@@ -206,7 +203,8 @@ def _interval_loop(
                 StageContext.of(spark, settings, source, topk), fail=False, until_us=hi, since_us=lo
             )
 
-    span: tuple[int, int] | None = stage.pending_span()  # its tables were removed: from the first arrival
+    # its tables were removed: from the first arrival
+    span: tuple[int, int] | None = stage.pending() if part == "join" else stage.pending_span()
     if span is None:
         msg = f"no arrivals of {source} in {settings.lake_root}"
         raise StateError(msg)
@@ -217,9 +215,11 @@ def _interval_loop(
         sampler.reset()
         read0 = input_bytes(spark)
         t0 = time.monotonic()
-        stage.before_interval(lo)  # join: the adaptation, at its cadence
-        summary = stage.run_interval(lo, hi)
-        stage.after_interval(summary)  # aggregate: the Γ-rule repair
+        if part == "join":  # one pass per run, adapting inside it
+            summary = stage.run(lo, hi, catch_up=True)
+        else:
+            summary = stage.run_interval(lo, hi)
+            stage.after_interval(summary)  # aggregate: the Γ-rule repair
         t1 = time.monotonic()
         check(lo, hi)
         t2 = time.monotonic()
@@ -717,7 +717,7 @@ def render(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         "`spark.driver.maxResultSize` at "
         f"{MAX_RESULT}: the stream parts over {INTERVAL_S:g} s arrival intervals, each interval followed "
         "by the check of what closed in it (the DAGs' `--since/--until`); the join adapts its retention "
-        f"every {ADAPT_EVERY_S:g} s, the aggregates repair by the Γ rule after each interval; the θ "
+        "every L inside its passes, the aggregates repair by the Γ rule after each interval; the θ "
         f"backfill runs in {INTERVAL_S:g} s event-time slices over the first {THETA_SPAN_S:g} s of play "
         "(`theta`), and over the whole replay in one run (`theta-day`).\n\n"
         f"Runs:\n{runs}\n\n{table}\n\n"

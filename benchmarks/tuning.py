@@ -31,7 +31,8 @@ import numpy as np
 
 from benchmarks import families, family_operators
 from benchmarks.harness import DEFAULT_OUT, log, machine, markdown_table, write_json
-from outoforder.core.joins.adaptation import AdaptationSettings, run_adaptive_qjoin
+from outoforder.core.joins.adaptation import AdaptationSettings
+from outoforder.core.joins.adaptive import run_adaptive_qjoin
 from outoforder.core.joins.feasibility import period_verdicts
 from outoforder.core.joins.metrics import period_recall, summarize
 from outoforder.core.joins.query import exact_join

@@ -8,8 +8,8 @@ One task per step, each a Spark stage (`python -m outoforder.stages demo --steps
 3. **stats**: disorder statistics of every source;
 4. **bronze**: Great Expectations over bronze;
 5. **join**: QJoin and the K-slack baselines side by side against the exact join;
-6. **stream_join**: the stream join as the `join_stream` and `join_adapt` DAGs run it, interval by
-   interval, then its recall check;
+6. **stream_join**: the stream join as the `join_stream` DAG runs it, a pass per step of arrivals
+   with the retention adapted every L inside it, then its recall check;
 7. **aggregates**: HPM's sliding-window sums with the Γ-rule repairs and a final repair, then the
    (ε, δ) and exactness checks;
 8. **theta**: a θ-join backfill with its completeness check;

@@ -2,7 +2,7 @@
 # Live mode: the product as a user watches it. A synthetic soccer game (with a disorder preset) is
 # replayed into a Kafka topic at its own pace, as it would arrive from the field; Airflow's
 # scheduler runs the DAGs every minute on it (ingest_kafka, then join_stream, aggregate_stream,
-# topk_stream, with join_adapt and late_repair), every stage a client of the shared Spark
+# topk_stream, with late_repair), every stage a client of the shared Spark
 # Connect server; the quality report updates every minute.
 #
 #   bash infra/live.sh start [--rate R] [--minutes M] [--preset P] [--seed S]
@@ -43,7 +43,7 @@ while [ $# -gt 0 ]; do
 done
 
 # the DAGs live mode unpauses: the Kafka ingest, the stream DAGs and what they trigger
-# (join_stream adapts the retention before every minute itself: join_adapt is for adapting on demand)
+# (join_stream adapts its retention every L inside each run's pass)
 DAGS=(ingest_kafka join_stream aggregate_stream late_repair topk_stream)
 
 session_env() {  # the environment of the session in $1

@@ -23,10 +23,10 @@ def exit_code(argv):
         (["join-stream", *SRC, "--window-s", "nan"], "--window-s"),
         (["join-stream", *SRC, "--period-s", "1e300"], "--period-s"),
         (["join-stream", *SRC, "--theta", "-inf"], "--theta"),
-        (["join-stream", *SRC, "--every-s", "nan"], "--every-s"),
-        (["join-stream", *SRC, "--every-s", "0"], "--every-s"),  # ran a single interval
-        (["join-stream", *SRC, "--every-s", "-60"], "--every-s"),
-        (["join-stream", *SRC, "--adapt-every-s", "inf"], "--adapt-every-s"),
+        (["aggregate-stream", *SRC, "--every-s", "nan"], "--every-s"),
+        (["aggregate-stream", *SRC, "--every-s", "0"], "--every-s"),  # ran a single interval
+        (["aggregate-stream", *SRC, "--every-s", "-60"], "--every-s"),
+        (["join-stream", *SRC, "--every-s", "60"], "--every-s"),  # one pass per run: no intervals
         (["join-repair", *SRC, "--until", "1", "--span-s", "0"], "--span-s"),  # meant the whole history
         (["aggregate-stream", *SRC, "--every-s", "1e12"], "--every-s"),
         (["replay", "--rate", "0"], "--rate"),
@@ -41,11 +41,10 @@ def test_a_non_finite_overflowing_or_meaningless_value_is_a_usage_error(argv, fl
 
 
 def test_zero_is_taken_where_it_has_a_meaning():
-    # documented values: --adapt-every-s 0 never adapts, --speed 0 sends as fast as possible
+    # documented values: --speed 0 sends as fast as possible
     parser = build_parser()
-    assert parser.parse_args(["join-stream", *SRC, "--adapt-every-s", "0"]).adapt_every_s == 0
     assert parser.parse_args(["produce", *SRC, "--topic", "t", "--speed", "0"]).speed == 0
-    assert parser.parse_args(["join-stream", *SRC, "--every-s", "60"]).every_s == 60
+    assert parser.parse_args(["aggregate-stream", *SRC, "--every-s", "60"]).every_s == 60
 
 
 def test_the_dag_params_path_refuses_the_same_values():
@@ -56,7 +55,7 @@ def test_the_dag_params_path_refuses_the_same_values():
 
 
 @pytest.mark.parametrize(
-    "stage", [["join-stream"], ["validate-join", "--until", "1"], ["join-adapt", "--until", "1"]]
+    "stage", [["join-stream"], ["validate-join", "--until", "1"], ["join-repair", "--until", "1"]]
 )
 def test_a_stream_named_in_both_r_and_s_is_refused_before_anything_runs(stage, capsys):
     # it silently went to R: a join of a stream with itself, judged green

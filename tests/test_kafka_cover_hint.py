@@ -29,7 +29,7 @@ def looks(monkeypatch, covered):
     """Replace the Delta look by one that answers ``covered()`` and counts its calls."""
     calls = []
 
-    def covered_until(spark, settings, source):
+    def covered_until(settings, source):
         calls.append(source)
         return covered()
 
@@ -44,7 +44,7 @@ def test_a_hint_short_of_the_interval_saves_the_looks_and_the_wait_still_ends_in
     stage.write_cover_hint(settings, "yard/a", 100)
     assert stage.read_cover_hint(settings, "yard/a") == 100
     with pytest.raises(InputError, match="the Kafka ingest covers arrivals before 100"):
-        stage.check_covered(None, settings, "yard/a", 500)
+        stage.check_covered(settings, "yard/a", 500)
     # ~30 polls in 0.3 s: the first look, then one every HINT_POLLS polls (not one per poll)
     assert 2 <= len(calls) <= 1 + 30 // stage.HINT_POLLS + 1
 
@@ -52,7 +52,7 @@ def test_a_hint_short_of_the_interval_saves_the_looks_and_the_wait_still_ends_in
 def test_without_a_hint_or_with_another_lakes_every_poll_looks(settings, monkeypatch):
     calls = looks(monkeypatch, lambda: 100)
     with pytest.raises(InputError):
-        stage.check_covered(None, settings, "yard", 500)
+        stage.check_covered(settings, "yard", 500)
     unhinted = len(calls)
     assert unhinted > 1 + 30 // stage.HINT_POLLS + 1
     other = dataclasses.replace(settings, lake_root=settings.lake_root + "-other")
@@ -80,6 +80,6 @@ def test_the_wait_ends_at_the_look_after_the_hint_covers_the_interval(settings, 
         real_sleep(s)
 
     monkeypatch.setattr(stage.time, "sleep", sleep)
-    stage.check_covered(None, settings, "yard", 500)
+    stage.check_covered(settings, "yard", 500)
     assert calls == ["yard", "yard"]  # before the wait, and once the hint said so
     assert polls == 3

@@ -71,14 +71,15 @@ def interval_args(interval: timedelta) -> list[str]:
     return ["--start", interval_start(interval), "--end", INTERVAL_END]
 
 
-def catch_up_args(interval: timedelta) -> list[str]:
-    """A stream stage's run: from where the job stopped to the run's end, in steps of the schedule's.
+def catch_up_args(interval: timedelta, passes: bool = False) -> list[str]:
+    """A stream stage's run: from where the job stopped to the run's end.
 
     A trigger timetable's run times drift (a run waits for a free slot, the scheduler falls
     behind, a run is skipped), so consecutive runs' intervals need not meet: ``--catch-up`` starts
-    where the job stopped, and ``--every-s`` cuts a long catch-up into intervals of ``interval``.
+    where the job stopped. A stage that runs one pass per run (``passes``) covers the whole span
+    at once; the others step through it in intervals of ``interval`` (``--every-s``).
     """
-    return ["--catch-up", "--every-s", f"{interval.total_seconds():g}"]
+    return ["--catch-up"] if passes else ["--catch-up", "--every-s", f"{interval.total_seconds():g}"]
 
 
 def judged_args(interval: timedelta) -> list[str]:
@@ -111,7 +112,8 @@ class StageOperator(BaseOperator):
     :param stage: the CLI stage, e.g. ``topk-stream``
     :param stage_args: its options (templated)
     :param interval: the DAG's schedule interval: adds the run's ``--start``/``--end``
-    :param catch_up: a stream stage: adds :func:`catch_up_args` (with ``interval``)
+    :param catch_up: a stream stage: adds :func:`catch_up_args` (with ``interval``); ``"pass"``: a
+        stage that runs one pass per run
     :param validation: a validation stage: adds ``--on-violation {{ params.on_violation }}`` and
         names the validation after the DAG run (Data Docs, quality report)
     :param report: the report stage: adds the run's name (its own report page)
@@ -131,7 +133,7 @@ class StageOperator(BaseOperator):
         interval: timedelta | None = None,
         validation: bool = False,
         report: bool = False,
-        catch_up: bool = False,
+        catch_up: bool | str = False,
         conn_id: str = CONN_ID,
         config: str = "{{ params.config }}",
         **kwargs: Any,
@@ -139,7 +141,7 @@ class StageOperator(BaseOperator):
         super().__init__(**kwargs)
         args = [stage, *stage_args, *(interval_args(interval) if interval else [])]
         if catch_up and interval:
-            args += catch_up_args(interval)
+            args += catch_up_args(interval, passes=catch_up == "pass")
         if validation:
             args += ["--on-violation", "{{ params.on_violation }}", "--run-name", RUN_NAME]
         if report:

@@ -32,7 +32,6 @@ EXPECTED_STRUCTURE = {
         "validate_join": {"quality_report"},
         "quality_report": set(),
     },
-    "join_adapt": {"adapt": set()},
     "maintenance": {"maintain": set()},
     "aggregate_stream": {
         "aggregate_interval": {"gamma_rule", "validate_aggregate"},

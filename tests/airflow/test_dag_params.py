@@ -110,14 +110,13 @@ def test_the_configs_dags_table_sets_the_defaults_of_scheduled_runs(airflow_env,
     cfg.write_text('[dags]\nsource = "yard"\n[dags.join]\nq_user = 0.9\nwindow_s = 0.25\n')
     env = {**airflow_env, "OOO_CONFIG": str(cfg)}
     dags = run_probe(sys.executable, PROBE, "PARAMS", env, str(REPO / "dags"))["dags"]
-    for dag_id in ("join_stream", "join_adapt", "aggregate_stream", "topk_stream", "ingest_kafka"):
+    for dag_id in ("join_stream", "aggregate_stream", "topk_stream", "ingest_kafka"):
         assert dags[dag_id]["params"]["source"] == "yard", dag_id
-    for dag_id in ("join_stream", "join_adapt"):  # one job: the same in both, so their job ids agree
-        assert (dags[dag_id]["params"]["q_user"], dags[dag_id]["params"]["window_s"]) == (0.9, 0.25)
+    assert (dags["join_stream"]["params"]["q_user"], dags["join_stream"]["params"]["window_s"]) == (0.9, 0.25)
     # a key that is not one of the job's Params fails the DAGs' import, naming it
     cfg.write_text("[dags.join]\nq_usr = 0.9\n")
     bad = run_probe(sys.executable, PROBE, "PARAMS", env, str(REPO / "dags"))
-    assert {k.rsplit("/", 1)[-1] for k in bad["errors"]} == {"join_stream.py", "join_adapt.py"}
+    assert {k.rsplit("/", 1)[-1] for k in bad["errors"]} == {"join_stream.py"}
     assert all("q_usr" in e for e in bad["errors"].values())
 
 

@@ -80,7 +80,7 @@ def test_the_readme_example_goes_through_ingest_the_join_and_the_aggregates(spar
     run(cfg, "validate-bronze")
 
     join = ("--source", "warehouse", "--r-streams", "forklift", "--s-streams", "picker", "--theta", "1.5")
-    out = run(cfg, "join-stream", *join, "--every-s", 60)
+    out = run(cfg, "join-stream", *join)
     assert "[join-stream]" in out
     pairs = delta.read(spark, JOIN_RESULTS, settings.lake_root).count()
     assert pairs > 0
@@ -233,7 +233,7 @@ def test_the_european_example_goes_through_ingest_the_join_in_metres_and_the_agg
         "--window-s",
         2,
     )
-    run(cfg, "join-stream", *join, "--every-s", 60)
+    run(cfg, "join-stream", *join)
     pairs = delta.read(spark, JOIN_RESULTS, settings.lake_root).select("r_seq", "s_seq").collect()
     assert pairs
     for p in pairs:  # every pair is within 50 m on the ground (geodesic), up to the projection's bound

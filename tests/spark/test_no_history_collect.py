@@ -20,7 +20,6 @@ from outoforder.stages.aggregate.spec import AggJob
 from outoforder.stages.aggregate.stream import AggregateStream
 from outoforder.stages.aggregate.validate import validate_aggregate as agg_validate
 from outoforder.stages.context import StageContext
-from outoforder.stages.join.adapt import adapt
 from outoforder.stages.join.repair import repair as join_repair
 from outoforder.stages.join.spec import JoinJob
 from outoforder.stages.join.stream import JoinStream
@@ -99,9 +98,7 @@ def test_every_stage_runs_over_a_long_history_without_collecting_it(spark, setti
     load_bronze(history(), SOURCE)
     end = T0 + N * STEP
     recent = end - 4_000 * STEP
-    # join-adapt reads its last three periods of arrivals to the driver (bounded by the period, not
-    # the history; older periods' needs come from its parameters): periods of 250 ms keep that
-    # under the limit
+    # the join adapts inside its pass, in a task: the driver gets the operator's scalars only
     join = JoinJob(
         s_streams=("team_a",), window_us=50_000, theta=2.0, period_us=250_000, interval_us=50_000, q_user=0.9
     )
@@ -112,10 +109,9 @@ def test_every_stage_runs_over_a_long_history_without_collecting_it(spark, setti
         assert stats["overall"]["rows"] == N and stats["n_keys"] == 20
 
         stream = JoinStream(StageContext.of(spark, settings, SOURCE, join))
-        joined = stream.run_interval(T0, recent)
-        stream.run_interval(recent, end)
-        assert joined.new_pairs > 1_000
-        adapt(StageContext.of(spark, settings, SOURCE, join), end)
+        joined = stream.run(T0, recent)
+        assert joined is not None and joined.new_pairs > 1_000 and joined.decisions > 10
+        assert stream.run(T0, end, catch_up=True) is not None
         join_validate(StageContext.of(spark, settings, SOURCE, join), end, fail=False)
         fixed = join_repair(StageContext.of(spark, settings, SOURCE, join), end)
         assert fixed.added == fixed.missing

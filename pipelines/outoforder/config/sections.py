@@ -70,6 +70,9 @@ class SparkSettings:
             "spark.log.level": self.log_level,
             # Delta reads its log with 50 partitions by default: far too many on 2 cores.
             "spark.databricks.delta.snapshotPartitions": "2",
+            # A file-size histogram of the whole table at every commit (on by default since 4.x,
+            # delta-io/delta#6854): work on every write that nothing here reads.
+            "spark.databricks.delta.fileSizeHistogramMetrics.enabled": "false",
             "spark.sql.execution.arrow.pyspark.enabled": "true",
             # Batches to Python are bounded by maxRecordsPerBatch (10,000 rows). The byte bound on
             # top costs a size computation per row, which for list columns (the aggregates' lateness

@@ -51,12 +51,25 @@ def exists(spark: SparkSession, table: Table, lake_root: Path | str) -> bool:
 _known: set[str] = set()
 
 
+# Every table's properties at creation. A checkpoint costs a state reconstruction and a write
+# (about six Spark jobs) on the commit that reaches it: every 100 commits rather than Delta's 10
+# (a table a stage appends to every minute checkpoints every 100 minutes; reading it replays at most
+# 100 small commits). Log entries older than two days go at a checkpoint, so a table's log (listed
+# at every snapshot) stays a few days long however old the table; Delta requires the files removed
+# from the table to be kept no longer than the log (VACUUM deletes them after that).
+TABLE_PROPERTIES = {
+    "delta.checkpointInterval": "100",
+    "delta.logRetentionDuration": "interval 2 days",
+    "delta.deletedFileRetentionDuration": "interval 2 days",
+}
+
+
 def ensure(spark: SparkSession, table: Table, lake_root: Path | str) -> None:
-    """Create the table (empty, with its schema) if it does not exist yet."""
+    """Create the table (empty, with its schema and :data:`TABLE_PROPERTIES`) if it does not exist yet."""
     if exists(spark, table, lake_root):
         return
     empty = spark.createDataFrame([], table.schema)
-    writer = empty.write.format("delta").mode("append")
+    writer = empty.write.format("delta").mode("append").options(**TABLE_PROPERTIES)
     if table.partition_by:
         writer = writer.partitionBy(*table.partition_by)
     writer.save(table.path(lake_root))
@@ -119,6 +132,26 @@ def append_once(
         writer = writer.partitionBy(*table.partition_by)
     writer.save(table.path(lake_root))
     return True
+
+
+def append(df: DataFrame, table: Table, lake_root: Path | str, tag: str) -> None:
+    """Append ``df`` in one commit tagged ``tag`` (Delta's ``userMetadata``): one Spark job.
+
+    No transaction id: Delta looks one up by reconstructing the table's state (three to six
+    Spark jobs per write). A writer finds its own commits by the tag instead
+    (:func:`outoforder.io.deltalog.tagged_commits`), which is how the stream stages keep a pass
+    that was killed between its commits from writing twice.
+    """
+    writer = (
+        conform(df, table)
+        .write.format("delta")
+        .mode("append")
+        .option("userMetadata", tag)
+        .option("mergeSchema", "true")  # tables written before a column was added gain it
+    )
+    if table.partition_by:
+        writer = writer.partitionBy(*table.partition_by)
+    writer.save(table.path(lake_root))
 
 
 def append_rows(
@@ -445,7 +478,8 @@ def maintain(
     """Compact the table's small files (OPTIMIZE), then VACUUM the files no recent snapshot uses.
 
     VACUUM keeps every file that a snapshot of the table's ``delta.deletedFileRetentionDuration``
-    (7 days unless the table says otherwise; Delta 4 ignores a retention passed to VACUUM) refers
+    (2 days for the tables created here, :data:`TABLE_PROPERTIES`; Delta 4 ignores a retention passed
+    to VACUUM) refers
     to, so a reader that opened an older snapshot (a stage still running, a report) finds its
     files; the project's repairs read current snapshots, never by time travel. Both operations
     commit like any writer: a conflict with a stage's concurrent write is detected by Delta and

@@ -152,3 +152,44 @@ def transactions(table_path: str, storage: StorageSettings | None = None) -> dic
 def committed_version(table_path: str, app_id: str, storage: StorageSettings | None = None) -> int | None:
     """The newest version committed under transaction id ``app_id`` (None: none, or no table)."""
     return transactions(table_path, storage).get(app_id)
+
+
+def _user_metadata(text: str) -> str | None:
+    for line in text.splitlines():
+        if '"commitInfo"' in line:
+            info = json.loads(line).get("commitInfo") or {}
+            value = info.get("userMetadata")
+            return None if value is None else str(value)
+    return None
+
+
+def tagged_commits(
+    table_path: str, tag: str, after: int, storage: StorageSettings | None = None
+) -> list[int]:
+    """The versions after ``after`` whose commit carries ``tag`` as its user metadata.
+
+    A writer that tags its appends (:func:`outoforder.io.delta.append`) finds here whether an
+    attempt that did not finish (killed after this commit, before the next) already wrote; only
+    the commits after ``after`` are read, one small file each.
+    """
+    fs, path = filesystem(table_path, _storage_for(table_path, storage))
+    listing = _list(fs, f"{path.rstrip('/')}/{LOG}")
+    if listing is None:
+        return []
+    return [
+        v
+        for v in sorted(listing.commits)
+        if v > after and _user_metadata(_read_text(fs, listing.commits[v])) == tag
+    ]
+
+
+def own_commit(table_path: str, tag: str, storage: StorageSettings | None = None, look_back: int = 64) -> int:
+    """The newest version whose commit carries ``tag`` (a writer's own, just made), among the newest few."""
+    fs, path = filesystem(table_path, _storage_for(table_path, storage))
+    listing = _list(fs, f"{path.rstrip('/')}/{LOG}")
+    if listing is not None:
+        for v in sorted(listing.commits, reverse=True)[:look_back]:
+            if _user_metadata(_read_text(fs, listing.commits[v])) == tag:
+                return v
+    msg = f"no commit tagged {tag!r} among the newest {look_back} of {table_path}"
+    raise StateError(msg)

@@ -111,6 +111,10 @@ VOLATILE_COLUMNS = frozenset(
         "validated_at_us",
         "seconds",
         "docs_page",
+        # a stream stage's bookkeeping of its runs (how many passes, its outputs' commit versions):
+        # the same data reached in more or fewer runs, or after a killed run's rows were cleared
+        "passes",
+        "outputs",
     }
 )
 
@@ -150,7 +154,9 @@ JOIN_METRICS_SCHEMA = _s(
 )
 
 # The stream join (stages/join/stream.py). ``job`` names one query + target (a digest of them),
-# so several joins of one source live side by side; ``as_of_us`` is an arrival-time interval end.
+# so several joins of one source live side by side. A pass writes its pairs, its decisions and its
+# state: every column but ``written_at_us`` / ``computed_at_us`` is the same however the scheduler
+# cut the stream into passes.
 JOIN_RESULTS_SCHEMA = _s(
     ("source", StringType(), False),
     ("job", StringType(), False),
@@ -159,42 +165,46 @@ JOIN_RESULTS_SCHEMA = _s(
     ("r_ts", LongType(), False),
     ("s_ts", LongType(), False),
     ("emitted_at_seq", LongType(), False),  # the arrival that produced the pair
-    ("produced_by", StringType(), False),  # "stream" (later: "repair")
-    ("interval_start_us", LongType(), False),
-    ("interval_end_us", LongType(), False),
+    ("emitted_at_us", LongType(), True),  # its arrival time
+    ("produced_by", StringType(), False),  # "stream" or "repair"
     ("d_r_us", LongType(), False),  # the retention in force
     ("d_s_us", LongType(), False),
-    ("params_version", LongType(), False),  # join_params.valid_from_us of those, -1 = initial
+    ("params_version", LongType(), False),  # join_params.valid_from_seq of those, -1 = initial
     ("written_at_us", LongType(), False),
 )
+# One table per job's state, its snapshots keyed by as_of_us (the arrival time up to which the
+# pass went): a "state" row (the operator's scalars and the job's counters) and a "row" per kept
+# arrival (the buffered tuples and the history its decisions look at).
 JOIN_STATE_SCHEMA = _s(
     ("source", StringType(), False),
     ("job", StringType(), False),
     ("as_of_us", LongType(), False),  # the state after every arrival before this arrival time
-    ("interval_start_us", LongType(), False),
-    ("m_r", LongType(), True),
-    ("m_s", LongType(), True),
-    ("h_r", LongType(), True),
-    ("h_s", LongType(), True),
-    ("arrivals", LongType(), False),  # arrivals processed so far
-    ("pairs", LongType(), False),  # pairs produced so far
-    ("written_at_us", LongType(), False),
+    ("kind", StringType(), False),  # "state" or "row"
+    # state: where the job started, what it has processed, the operator's scalars, its outputs' versions
+    ("first_us", LongType(), True),
+    ("last_seq", LongType(), True),
+    ("arrivals", LongType(), True),
+    ("pairs", LongType(), True),
+    ("passes", LongType(), True),
+    ("scalars", StringType(), True),
+    ("outputs", StringType(), True),
+    ("written_at_us", LongType(), True),
+    # row: a kept arrival (outoforder.core.joins.adaptive.ROW_COLUMNS)
+    ("seq", LongType(), True),
+    ("side", LongType(), True),
+    ("ts", LongType(), True),
+    ("x", DoubleType(), True),
+    ("y", DoubleType(), True),
+    ("key", LongType(), True),
+    ("t", LongType(), True),
+    ("delay", LongType(), True),
+    ("h_partner", LongType(), True),
 )
-JOIN_BUFFER_SCHEMA = _s(
+JOIN_PARAMS_SCHEMA = _s(  # one row per decision of the controller, made inside the passes every L
     ("source", StringType(), False),
     ("job", StringType(), False),
-    ("as_of_us", LongType(), False),
-    ("seq", LongType(), False),
-    ("side", LongType(), False),
-    ("ts", LongType(), False),
-    ("x", DoubleType(), False),
-    ("y", DoubleType(), False),
-    ("key", LongType(), False),
-)
-JOIN_PARAMS_SCHEMA = _s(
-    ("source", StringType(), False),
-    ("job", StringType(), False),
-    ("valid_from_us", LongType(), False),  # arrival time from which these are in force
+    ("valid_from_seq", LongType(), False),  # the arrival from which these are in force
+    ("valid_from_us", LongType(), True),  # its arrival time
     ("progress_us", LongType(), False),  # T when decided
     ("estimator", StringType(), False),
     ("q_user", DoubleType(), False),
@@ -419,7 +429,6 @@ TOPK_SETTLED_SCHEMA = _s(  # per window, once its late tuples were awaited: how 
 )
 
 JOIN_STATE = Table("silver/join_state", JOIN_STATE_SCHEMA, ("source",))
-JOIN_BUFFER = Table("silver/join_buffer", JOIN_BUFFER_SCHEMA, ("source",))
 JOIN_PARAMS = Table("silver/join_params", JOIN_PARAMS_SCHEMA, ("source",))
 AGG_RESULTS = Table("gold/agg_results", AGG_RESULTS_SCHEMA, ("source",))
 AGG_REPAIRS = Table("gold/agg_repairs", AGG_REPAIRS_SCHEMA, ("source",))
@@ -468,7 +477,7 @@ QUALITY_RUNS = Table("gold/quality_runs", QUALITY_RUNS_SCHEMA)
 
 ALL_TABLES = (
     BRONZE, QUARANTINE, INGEST_LOG, KAFKA_OFFSETS,
-    JOIN_METRICS, JOIN_RESULTS, JOIN_STATE, JOIN_BUFFER, JOIN_PARAMS,
+    JOIN_METRICS, JOIN_RESULTS, JOIN_STATE, JOIN_PARAMS,
     AGG_RESULTS, AGG_REPAIRS, AGG_LEDGER, AGG_STATE, AGG_BUFFER, AGG_WATCH, AGG_CONTROL,
     THETA_RESULTS, THETA_WINDOWS,
     TOPK_STATE, TOPK_WINDOWS, TOPK_RESULTS, TOPK_LATE, TOPK_CACHE, TOPK_SETTLED,

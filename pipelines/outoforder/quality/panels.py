@@ -123,6 +123,15 @@ class LakeTables:
             columns or table.schema.fieldNames(),
         )
 
+    def fields(self, table: Any, exprs: dict[str, str]) -> pd.DataFrame:
+        """The table as columns named by ``exprs``'s keys, each a SQL expression (fields of a JSON column)."""
+        return self._read(
+            table,
+            f"{table.name}#{','.join(exprs)}",
+            lambda df: df.selectExpr(*(f"{e} AS {n}" for n, e in exprs.items())),
+            list(exprs),
+        )
+
     def counts(self, table: Any, by: list[str]) -> pd.DataFrame:
         """Rows of ``table`` per value of ``by`` (column ``rows``), counted by Spark.
 

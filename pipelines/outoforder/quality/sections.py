@@ -30,15 +30,23 @@ if TYPE_CHECKING:
 
 
 def _join_section(lake: LakeTables, w: Window) -> Section | None:
-    from outoforder.io.tables import JOIN_BUFFER, JOIN_PARAMS, JOIN_RESULTS, QUALITY_MEASURES
+    from outoforder.io.tables import JOIN_PARAMS, JOIN_RESULTS, QUALITY_MEASURES
 
     measures = w.keep(lake.get(QUALITY_MEASURES), "end_us")
     recall = measures[measures["measure"] == "join_recall"]
-    params = w.keep(lake.get(JOIN_PARAMS), "valid_from_us")
-    buffers = w.keep(lake.counts(JOIN_BUFFER, ["source", "job", "as_of_us", "side"]), "as_of_us")
-    results = lake.counts(JOIN_RESULTS, ["source", "job", "produced_by", "interval_end_us"])
-    results = w.keep(results, "interval_end_us")
-    if recall.empty and params.empty and buffers.empty:
+    params = w.keep(
+        lake.fields(
+            JOIN_PARAMS,
+            {
+                **{c: c for c in ("source", "job", "valid_from_us", "d_r_us", "d_s_us")},
+                "r": "CAST(get_json_object(stats_json, '$.buffered_r') AS BIGINT)",
+                "s": "CAST(get_json_object(stats_json, '$.buffered_s') AS BIGINT)",
+            },
+        ),
+        "valid_from_us",
+    )
+    results = lake.counts(JOIN_RESULTS, ["source", "job", "produced_by"])
+    if recall.empty and params.empty:
         return None
     s = Section(
         "Stream join (QJoin)",
@@ -56,18 +64,17 @@ def _join_section(lake: LakeTables, w: Window) -> Section | None:
                 part, "valid_from_us",
                 {"d_R (ms)": lambda f: f["d_r_us"] / 1e3, "d_S (ms)": lambda f: f["d_s_us"] / 1e3},
                 "retention (ms)", f"{source} · {job}: retention in force",
-                "How far back in event time each stream's buffer reaches, as re-chosen by each adaptation "
-                "from the delays seen so far (step = in force from that arrival time on).",
+                "How far back in event time each stream's buffer reaches, as re-chosen every L of stream "
+                "progress from what arrived before (step = in force from that arrival time on).",
             )
         )  # fmt: skip
-    for source, job, part in jobs(buffers):
-        sizes = part.pivot_table(index="as_of_us", columns="side", values="rows", fill_value=0).reset_index()
-        series = {f"{'R' if int(c) == 0 else 'S'} tuples": (lambda f, c=c: f[c]) for c in sizes.columns[1:]}
         s.panels.append(
             steps_panel(
-                sizes, "as_of_us", series, "tuples buffered", f"{source} · {job}: buffered tuples (memory)",
-                "Tuples held in each stream's buffer at the end of every interval: the memory the recall "
-                "target costs. Pairs are emitted on arrival, so the join adds no waiting latency.",
+                part.fillna({"r": 0, "s": 0}), "valid_from_us",
+                {"R tuples": lambda f: f["r"], "S tuples": lambda f: f["s"]},
+                "tuples buffered", f"{source} · {job}: buffered tuples (memory)",
+                "Tuples held in each stream's buffer at every decision of the controller: the memory the "
+                "recall target costs. Pairs are emitted on arrival, so the join adds no waiting latency.",
                 step=False,
             )
         )  # fmt: skip

@@ -239,7 +239,7 @@ class IntervalStage(ABC, Generic[J, S]):
         if self._kafka:
             from outoforder.stages.ingest.kafka_batches import check_covered
 
-            check_covered(self.spark, self.settings, self.source, end_us)
+            check_covered(self.settings, self.source, end_us)
         return retrying(f"{self.name}.run_interval", lambda: self._run_interval(start_us, end_us))
 
     def append(self, df: DataFrame, table: Table, interval: Interval) -> Future[bool]:
@@ -481,7 +481,7 @@ class IntervalStage(ABC, Generic[J, S]):
             if end_us is None and self._kafka:  # up to what the Kafka ingest covers (run_interval)
                 from outoforder.stages.ingest.kafka_batches import covered_until
 
-                end_us = min(span[1], covered_until(self.spark, self.settings, self.source) or start_us)
+                end_us = min(span[1], covered_until(self.settings, self.source) or start_us)
                 if end_us <= start_us:
                     log.info("[%s] %s: the Kafka ingest covers nothing new yet", self.name, self.source)
                     return []

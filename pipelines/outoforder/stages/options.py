@@ -140,6 +140,16 @@ CATCH_UP = arg(
 INTERVAL = (START, END, EVERY, CATCH_UP)
 """What a stream stage over arrival-time intervals takes."""
 
+PASS = (
+    arg("--start", help="where the job's first pass starts, by arrival time (µs or ISO 8601; default: the "
+        "source's first arrival); later passes start where the job stands"),
+    arg("--end", help="where the pass ends, exclusive (default: as far as the ingest has delivered)"),
+    arg("--catch-up", action="store_true",
+        help="a --start after where the job stands is not an error: the pass starts where the job stands "
+        "(scheduled runs)"),
+)  # fmt: skip
+"""What a stream stage that runs one pass per run takes (:mod:`outoforder.stages.passes`)."""
+
 CHECKS = (
     arg(
         spec.ON_VIOLATION.flag,

@@ -1,3 +1,4 @@
+import itertools
 from dataclasses import replace
 
 import numpy as np
@@ -9,13 +10,19 @@ from outoforder.core.joins.adaptation import (
     ESTIMATORS,
     MEASURED_PERIODS,
     AdaptationSettings,
-    decide,
+    decide_at,
     earlier_needs,
     remembered_need,
+)
+from outoforder.core.joins.adaptive import (
+    HISTORY_PERIODS,
+    ROW_COLUMNS,
+    AdaptiveQJoin,
+    AdaptiveState,
     run_adaptive_qjoin,
 )
 from outoforder.core.joins.aq_kslack import aq_kslack_schedule, run_aq_kslack
-from outoforder.core.joins.kslack import MaxDelayK, kslack_set
+from outoforder.core.joins.kslack import MaxDelayK, arrival_delays, kslack_set
 from outoforder.core.joins.metrics import period_costs, period_recall, summarize
 from outoforder.core.joins.progress import NEG, joint_progress
 from outoforder.core.joins.qjoin import qjoin_set
@@ -26,7 +33,7 @@ from outoforder.core.joins.requirements import (
     interval_target,
     regime_start,
 )
-from outoforder.errors import ConfigError
+from outoforder.errors import ConfigError, StateError
 from outoforder.sources.disorder import inject
 
 
@@ -124,27 +131,94 @@ def test_period_recall_counts_pairs_by_their_later_event_time():
 
 
 @pytest.mark.parametrize("estimator", ESTIMATORS)
-def test_one_scheduled_decision_equals_the_in_sequence_decision(estimator):
-    # The pipeline's join-adapt stage calls decide() on the history; it must choose exactly what
-    # the in-sequence controller chooses at the same arrival.
-    inp = soccer_like(seed=5)
+def test_a_decision_sees_only_the_arrivals_of_its_last_periods(estimator):
+    # the controller decides from the arrivals whose progress lies within HISTORY_PERIODS
+    # periods of the newest: what arrived before them changes nothing
+    inp = soccer_like(seed=5, n=9000, span_us=4_500_000)
     st = AdaptationSettings(**{**ST.__dict__, "estimator": estimator})
-    _, steps = run_adaptive_qjoin(inp, Q, st)
-    first = steps[0]
-    at = first.at_index
-    prefix = JoinInput(inp.side[:at], inp.ts[:at], inp.x[:at], inp.y[:at], inp.key[:at])
-    truth = exact_join(prefix, Q)
-    made = qjoin_set(prefix, Q, np.zeros(at, np.int64), np.zeros(at, np.int64), truth).pairs
-    produced = np.isin(truth[:, 0] * at + truth[:, 1], made[:, 0] * at + made[:, 1])
-    got = decide(prefix, Q, st, produced, truth)
-    assert (got.q_l, got.d_r_us, got.d_s_us, got.stats) == (
-        first.q_l,
-        first.d_r_us,
-        first.d_s_us,
-        first.stats,
+    run, steps = run_adaptive_qjoin(inp, Q, st)
+    t = joint_progress(inp)
+    made = {tuple(p) for p in run.pairs.tolist()}
+    late_steps = [s for s in steps if t[s.at_index - 1] - t[0] > HISTORY_PERIODS * st.period_us]
+    assert late_steps, "some decisions come after more history than they look at"
+    for step in late_steps[:: max(len(late_steps) // 4, 1)]:
+        at = step.at_index
+        now = int(t[at - 1])
+        lo = int(np.searchsorted(t[:at], now - HISTORY_PERIODS * st.period_us, side="right"))
+        assert lo > 0
+        window = JoinInput(inp.side[lo:at], inp.ts[lo:at], inp.x[lo:at], inp.y[lo:at], inp.key[lo:at])
+        pairs = exact_join(window, Q)
+        pairs = pairs[np.argsort(pairs.max(axis=1), kind="stable")]
+        produced = np.array([(int(r) + lo, int(s) + lo) in made for r, s in pairs], dtype=bool)
+        remembered = earlier_needs([s for s in steps if s.at_index < at])
+        got = decide_at(
+            window, Q, st, pairs, t[lo:at], arrival_delays(inp)[lo:at], produced, remembered, int(t[0])
+        )
+        held = {k: step.stats[k] for k in ("buffered_r", "buffered_s")}  # the operator adds its memory
+        assert (got.q_l, got.d_r_us, got.d_s_us, {**got.stats, **held}) == (
+            step.q_l, step.d_r_us, step.d_s_us, step.stats,
+        )  # fmt: skip
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.sampled_from([("bimodal", 0), ("outages", 20), ("heavy_tail", 20)]),
+    st.lists(st.floats(0.0, 1.0), max_size=40),
+    st.booleans(),
+)
+def test_any_cut_into_batches_gives_the_same_pairs_decisions_and_state(family_memory, cuts, restore):
+    # one run over the whole stream, or batches cut anywhere (down to single arrivals), each
+    # resumed from the snapshot of the one before: the same pairs, retentions and state
+    family, memory = family_memory
+    w, inp = sparse_fleet(300.0, family)
+    st_ = AdaptationSettings(
+        q_user=0.95, period_us=w.period_us, interval_us=w.interval_us, granularity_us=w.granularity_us,
+        estimator="robust", headroom=0.5, memory_periods=memory,
+    )  # fmt: skip
+    n = len(inp)
+    whole = AdaptiveQJoin(w.query, st_, initial_us=(w.period_us, w.period_us))
+    one = whole.process(np.arange(n), inp)
+    bounds = sorted({0, n, *(int(c * n) for c in cuts)})
+    op = AdaptiveQJoin(w.query, st_, initial_us=(w.period_us, w.period_us))
+    pairs, emitted, decisions = [], [], []
+    for lo, hi in itertools.pairwise(bounds):
+        part = JoinInput(inp.side[lo:hi], inp.ts[lo:hi], inp.x[lo:hi], inp.y[lo:hi], inp.key[lo:hi])
+        out = op.process(np.arange(lo, hi), part)
+        pairs.append(out.pairs)
+        emitted.append(out.emitted_at)
+        decisions += out.decisions
+        if restore:
+            snap = op.state
+            op = AdaptiveQJoin(w.query, st_, state=AdaptiveState.of(snap.scalars(), snap.rows))
+    got = np.concatenate(pairs)
+    order = np.lexsort((got[:, 1], got[:, 0]))
+    assert got[order].tolist() == one.pairs.tolist()
+    assert np.concatenate(emitted)[order].tolist() == one.emitted_at.tolist()
+    assert [(a.at_index, a.d_r_us, a.d_s_us, a.q_l, a.stats) for a in decisions] == [
+        (a.at_index, a.d_r_us, a.d_s_us, a.q_l, a.stats) for a in one.decisions
+    ]
+    assert op.state.scalars() == whole.state.scalars()
+    assert all(np.array_equal(op.state.rows[c], whole.state.rows[c]) for c in ROW_COLUMNS)
+
+
+def test_the_state_keeps_the_buffered_tuples_and_the_history_only():
+    inp = soccer_like(seed=3, n=8000, span_us=4_000_000)
+    op = AdaptiveQJoin(Q, ST)
+    op.process(np.arange(len(inp)), inp)
+    state = op.state
+    t = joint_progress(inp)
+    h = np.where(inp.side == 0, state.h[0], state.h[1])
+    want = np.flatnonzero((t > t[-1] - HISTORY_PERIODS * ST.period_us) | (inp.ts >= h))
+    assert state.rows["seq"].tolist() == want.tolist()
+    assert state.buffered() == (
+        int(((inp.side == 0) & (inp.ts >= state.h[0])).sum()),
+        int(((inp.side == 1) & (inp.ts >= state.h[1])).sum()),
     )
-    with pytest.raises(ConfigError, match="produced flags"):
-        decide(prefix, Q, st, produced[:-1], truth)
+    assert state.kept < len(inp)
+    with pytest.raises(StateError, match="not an adaptive join state"):
+        AdaptiveState.of({"m": [0]}, state.rows)
+    with pytest.raises(ConfigError, match="ids must increase"):
+        op.process(np.array([5]), JoinInput.from_rows([(0, 1)]))
 
 
 def test_per_period_memory_and_latency_add_up_to_the_run_figures():
@@ -286,33 +360,6 @@ def test_robust_keeps_its_promise_on_a_sparse_stream_whose_pairs_come_in_cluster
         s = summarize(inp, truth, run, w.period_us, q_user, 1)
         assert s["periods_meeting_target"] >= 0.95, (q_user, s["periods_meeting_target"])
         assert any(a.stats["observed"] < st.min_regime_pairs for a in steps)
-
-
-@pytest.mark.parametrize(("family", "memory"), [("bimodal", 0), ("outages", 20), ("heavy_tail", 20)])
-def test_decide_equals_the_in_sequence_controller_on_a_sparse_stream_at_every_interval(family, memory):
-    # the stage hands decide() the needs its earlier decisions measured (from its parameters)
-    w, inp = sparse_fleet(300.0, family)
-    st = AdaptationSettings(
-        q_user=0.95, period_us=w.period_us, interval_us=w.interval_us, granularity_us=w.granularity_us,
-        estimator="robust", headroom=0.5, memory_periods=memory,
-    )  # fmt: skip
-    run, steps = run_adaptive_qjoin(inp, w.query, st)
-    n = len(inp)
-    made = run.pairs[:, 0] * n + run.pairs[:, 1]
-    for i in range(0, len(steps), 3):
-        step = steps[i]
-        at = step.at_index
-        prefix = JoinInput(inp.side[:at], inp.ts[:at], inp.x[:at], inp.y[:at], inp.key[:at])
-        truth = exact_join(prefix, w.query)
-        produced = np.isin(truth[:, 0] * n + truth[:, 1], made)
-        got = decide(prefix, w.query, st, produced, truth, earlier_needs(steps[:i]))
-        assert (got.q_l, got.d_r_us, got.d_s_us) == (step.q_l, step.d_r_us, step.d_s_us)
-        assert got.stats == step.stats
-    if family == "outages":  # an outage's need outlives the two periods a decision measures
-        assert any(
-            s.stats["remembered_us"] > max(s.stats["current_need_us"], s.stats["previous_need_us"])
-            for s in steps
-        )
 
 
 @settings(max_examples=60, deadline=None)

@@ -57,15 +57,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from itertools import pairwise
 from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from outoforder.core.joins.kslack import arrival_delays
-from outoforder.core.joins.progress import NEG, joint_progress, running_max
-from outoforder.core.joins.qjoin import JoinRun, qjoin_set
+from outoforder.core.joins.progress import NEG, joint_progress
 from outoforder.core.joins.query import JoinInput, JoinQuery, PairArray, R, S, exact_join
 from outoforder.core.joins.requirements import (
     RegimeView,
@@ -230,53 +228,6 @@ def adaptation_points(progress: IntArray, interval_us: int) -> list[int]:
     return sorted({int(p) for p in pts if 0 < p < progress.size})
 
 
-def run_adaptive_qjoin(
-    inp: JoinInput, query: JoinQuery, settings: AdaptationSettings, truth: PairArray | None = None
-) -> tuple[JoinRun, list[Adaptation]]:
-    """QJoin with its retention adapted every L.
-
-    The result is exactly QJoin's set form under the retention schedule the controller chose;
-    each decision sees only the arrivals before it.
-    """
-    n = len(inp)
-    pairs = exact_join(inp, query) if truth is None else truth
-    t = joint_progress(inp)
-    earlier, later = pairs.min(axis=1), pairs.max(axis=1)
-    e_side = inp.side[earlier]
-    delays = arrival_delays(inp)
-    d_r = np.full(n, settings.initial_us, dtype=np.int64)
-    d_s = np.full(n, settings.initial_us, dtype=np.int64)
-    h_carry = [NEG, NEG]
-    decided = np.zeros(pairs.shape[0], dtype=bool)  # produced or not, for pairs decided so far
-    produced = np.zeros(pairs.shape[0], dtype=bool)
-    steps: list[Adaptation] = []
-    bounds = [0, *adaptation_points(t, settings.interval_us), n]
-    by_later = np.argsort(later, kind="stable")  # a segment's pairs: a slice of this order
-    later_sorted = later[by_later]
-    for seg_start, seg_end in pairwise(bounds):
-        if seg_start > 0:
-            step = _decide(
-                inp, query, settings, pairs, earlier, later, e_side, t, delays, decided, produced, seg_start,
-                earlier_needs(steps),
-            )  # fmt: skip
-            d_r[seg_start:] = step.d_r_us
-            d_s[seg_start:] = step.d_s_us
-            steps.append(step)
-        # decide this segment's pairs with the horizon carried over (H never moves back)
-        seg_t = t[seg_start:seg_end]
-        valid = seg_t > NEG
-        seg = by_later[np.searchsorted(later_sorted, seg_start) : np.searchsorted(later_sorted, seg_end)]
-        for side, d in ((R, d_r), (S, d_s)):
-            h = running_max(np.where(valid, seg_t - query.window_us - d[seg_start:seg_end], NEG))
-            h = np.maximum(h, h_carry[side])
-            h_carry[side] = int(h[-1]) if h.size else h_carry[side]
-            mine = seg[e_side[seg] == side]
-            produced[mine] = inp.ts[earlier[mine]] >= h[later[mine] - seg_start]
-        decided[seg] = True
-    run = qjoin_set(inp, query, d_r, d_s, truth=pairs)
-    return run, steps
-
-
 def decide(
     inp: JoinInput,
     query: JoinQuery,
@@ -300,6 +251,8 @@ def decide(
     earlier, later = pairs.min(axis=1), pairs.max(axis=1)
     t = joint_progress(inp)
     decided = np.ones(pairs.shape[0], dtype=bool)
+    valid = t > NEG
+    first = int(t[np.argmax(valid)]) if valid.any() else NEG
     return _decide(
         inp,
         query,
@@ -314,6 +267,44 @@ def decide(
         produced,
         len(inp),
         remembered,
+        first,
+    )
+
+
+def decide_at(
+    window: JoinInput,
+    query: JoinQuery,
+    settings: AdaptationSettings,
+    pairs: PairArray,
+    progress: IntArray,
+    delays: IntArray,
+    produced: npt.NDArray[np.bool_],
+    remembered: Sequence[tuple[int, int]],
+    first_progress_us: int,
+) -> Adaptation:
+    """One decision after the last arrival of ``window``, the history it looks at.
+
+    What :class:`~outoforder.core.joins.adaptive.AdaptiveQJoin` asks at each mark: ``pairs`` are
+    the true pairs among the window's arrivals (indices into it, in a fixed order), ``produced``
+    whether the join produced each, ``progress`` and ``delays`` each arrival's T and delay over
+    the whole stream, ``first_progress_us`` the stream's first T.
+    """
+    earlier, later = pairs.min(axis=1), pairs.max(axis=1)
+    return _decide(
+        window,
+        query,
+        settings,
+        pairs,
+        earlier,
+        later,
+        window.side[earlier],
+        progress,
+        delays,
+        np.ones(pairs.shape[0], dtype=bool),
+        produced,
+        len(window),
+        remembered,
+        first_progress_us,
     )
 
 
@@ -335,7 +326,8 @@ def _decide(
     decided: npt.NDArray[np.bool_],
     produced: npt.NDArray[np.bool_],
     at: int,
-    earlier_needs: Sequence[tuple[int, int]] = (),
+    earlier_needs: Sequence[tuple[int, int]],
+    first_progress_us: int,
 ) -> Adaptation:
     now = int(t[at - 1])
     # only the pairs known by now count; kept in their order, so that every sum adds the same terms
@@ -452,9 +444,8 @@ def _decide(
         # a disturbance that recurs (a link's outages, bursts of congestion) is over before the
         # regime view can react and has left the regime by the next one: keep what the recent
         # periods needed in hindsight
-        start = int(t[np.argmax(t[:at] > NEG)])
         remembered, current, previous, complete = remembered_need(
-            req, pair_time, np.ones(sel.size, dtype=bool), now, st, earlier_needs, start
+            req, pair_time, np.ones(sel.size, dtype=bool), now, st, earlier_needs, first_progress_us
         )
         guards.update(remembered_us=remembered, current_need_us=current, previous_need_us=previous)
         if complete:  # what later decisions remember of this one (earlier_needs)

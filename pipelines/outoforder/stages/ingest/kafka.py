@@ -147,7 +147,7 @@ def _claim(spark: SparkSession, settings: Settings, batch: Batch) -> Batch:
         ("source", "batch", "partition"),
     )
     # of two runs that planned the same batch number, the first one's ranges stand
-    stored = stored_batch(spark, settings, batch.source, batch.number)
+    stored = stored_batch(settings, batch.source, batch.number)
     if stored is None:
         msg = f"{batch.shown}: its offsets were claimed but cannot be read back from {KAFKA_OFFSETS.name}"
         raise StateError(msg)
@@ -245,8 +245,8 @@ def ingest_topic(
     lake = settings.lake_root
     for table in (BRONZE, QUARANTINE, INGEST_LOG, KAFKA_OFFSETS):
         delta.ensure(spark, table, lake)
-    newest = stored_batch(spark, settings, source)
-    resumed = newest is not None and newest.records > 0 and not batch_done(spark, settings, newest.ingest_id)
+    newest = stored_batch(settings, source)
+    resumed = newest is not None and newest.records > 0 and not batch_done(settings, newest.ingest_id)
     listed_at = int(datetime.now(UTC).timestamp() * 1_000_000)
     state = topic_state(settings.kafka.bootstrap, decl.topic)
     if resumed and newest is not None:

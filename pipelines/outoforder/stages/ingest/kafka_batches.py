@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 
 from outoforder.config import Settings
 from outoforder.errors import ConfigError, InputError, StateError
-from outoforder.io import delta
 from outoforder.io import status as status_files
 from outoforder.io.kafka import LOG_APPEND_TIME, TopicState
 from outoforder.io.tables import INGEST_LOG, KAFKA_OFFSETS
@@ -70,21 +69,21 @@ class Batch:
         return json.dumps({self.topic: {str(p): r[which] for p, r in sorted(self.ranges.items())}})
 
 
-def stored_batch(
-    spark: SparkSession, settings: Settings, source: str, number: int | None = None
-) -> Batch | None:
-    """Batch ``number`` of the source (default: its newest), or None; reads that batch's rows only."""
-    from pyspark.sql import functions as F
+def stored_batch(settings: Settings, source: str, number: int | None = None) -> Batch | None:
+    """Batch ``number`` of the source (default: its newest), or None.
 
-    if not delta.exists(spark, KAFKA_OFFSETS, settings.lake_root):
+    Read on the driver (:mod:`outoforder.io.deltars`): no Spark job for a few small rows.
+    """
+    import pyarrow.compute as pc
+
+    from outoforder.io import deltars
+
+    rows = deltars.read_table(KAFKA_OFFSETS, settings.lake_root, settings.storage, [("source", "=", source)])
+    if rows is None or rows.num_rows == 0:
         return None  # no ingest has run yet
-    rows = delta.read(spark, KAFKA_OFFSETS, settings.lake_root).where(F.col("source") == source)
     if number is None:
-        top = rows.agg(F.max("batch")).first()
-        if top is None or top[0] is None:
-            return None
-        number = int(top[0])
-    got = rows.where(F.col("batch") == number).collect()  # one row per partition
+        number = int(pc.max(rows.column("batch")).as_py())
+    got = rows.filter(pc.equal(rows.column("batch"), number)).to_pylist()  # one row per partition
     if not got:
         return None
     ranges = {int(r["partition"]): (int(r["start_offset"]), int(r["end_offset"])) for r in got}
@@ -92,14 +91,18 @@ def stored_batch(
     return Batch(source, number, first["topic"], first["topic_id"], ranges, int(first["listed_at_us"]))
 
 
-def batch_done(spark: SparkSession, settings: Settings, ingest_id: str) -> bool:
-    """Whether the ingest log holds the batch's ``done`` row."""
-    from pyspark.sql import functions as F
+def batch_done(settings: Settings, ingest_id: str) -> bool:
+    """Whether the ingest log holds the batch's ``done`` row (read on the driver, no Spark job)."""
+    from outoforder.io import deltars
 
-    log_rows = delta.read(spark, INGEST_LOG, settings.lake_root)
-    return bool(
-        log_rows.where((F.col("ingest_id") == ingest_id) & (F.col("status") == "done")).limit(1).count()
+    rows = deltars.read_table(
+        INGEST_LOG,
+        settings.lake_root,
+        settings.storage,
+        [("ingest_id", "=", ingest_id), ("status", "=", "done")],
+        columns=["ingest_id"],
     )
+    return rows is not None and rows.num_rows > 0
 
 
 def check_readable(batch: Batch, state: TopicState) -> None:
@@ -184,20 +187,20 @@ def offset_rows(spark: SparkSession, batch: Batch) -> DataFrame:
     return spark.createDataFrame(rows, KAFKA_OFFSETS.schema)
 
 
-def covered_until(spark: SparkSession, settings: Settings, source: str) -> int | None:
+def covered_until(settings: Settings, source: str) -> int | None:
     """Arrival time up to which bronze holds every record of a Kafka source (None before its first batch).
 
     A record appended before a batch listed the log's ends is in that batch or an earlier one; the
     newest batch that is committed (or empty) therefore covers up to its listing time, which an
     ingest run that finds nothing new moves on (:mod:`outoforder.stages.ingest.kafka`).
     """
-    newest = stored_batch(spark, settings, source)
+    newest = stored_batch(settings, source)
     if newest is None:
         return None
-    if not newest.records or batch_done(spark, settings, newest.ingest_id):
+    if not newest.records or batch_done(settings, newest.ingest_id):
         return newest.listed_at_us
     # a batch is planned only once the one before it is committed (or empty)
-    before = stored_batch(spark, settings, source, newest.number - 1) if newest.number else None
+    before = stored_batch(settings, source, newest.number - 1) if newest.number else None
     return before.listed_at_us if before is not None else None
 
 
@@ -233,17 +236,17 @@ def read_cover_hint(settings: Settings, source: str) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def check_covered(spark: SparkSession, settings: Settings, source: str, end_us: int) -> None:
+def check_covered(settings: Settings, source: str, end_us: int) -> None:
     """Wait until the Kafka ingest of ``source`` covers arrivals up to ``end_us`` (stream stages' guard).
 
     A stream run and the ingest run of the same minute start together; the stream run waits for the
     ingest's commit (up to ``kafka.cover_wait_s``, every ``kafka.cover_poll_s``) rather than
     failing and waiting for a retry. After that it fails (the task's retry waits longer). While the
     ingest's hint (:func:`write_cover_hint`) says the interval is not covered yet, a poll reads the
-    hint, not bronze's tables (three Delta reads); every :data:`HINT_POLLS` polls it looks anyway.
+    hint, not bronze's tables; every :data:`HINT_POLLS` polls it looks anyway.
     """
     deadline = time.monotonic() + settings.kafka.cover_wait_s
-    covered = covered_until(spark, settings, source)
+    covered = covered_until(settings, source)
     waited, polls = False, 0
     while (covered is None or covered < end_us) and time.monotonic() < deadline:
         if not waited:
@@ -254,7 +257,7 @@ def check_covered(spark: SparkSession, settings: Settings, source: str, end_us: 
         hint = read_cover_hint(settings, source)
         if hint is not None and hint < end_us and polls % HINT_POLLS:
             continue
-        covered = covered_until(spark, settings, source)
+        covered = covered_until(settings, source)
     if covered is None or covered < end_us:
         shown = "nothing yet" if covered is None else f"arrivals before {covered} µs"
         msg = (
@@ -262,3 +265,28 @@ def check_covered(spark: SparkSession, settings: Settings, source: str, end_us: 
             "Run `ingest-kafka` first (DAG ingest_kafka; a retried task waits for it)"
         )
         raise InputError(msg)
+
+
+def wait_covered(settings: Settings, source: str, end_us: int) -> int:
+    """How far (µs) the Kafka ingest covers ``source``, once it reaches ``end_us`` or the wait ends.
+
+    0: nothing covered yet.
+
+    A stream pass and the ingest run of the same minute start together: the pass waits for the
+    ingest's commit (up to ``kafka.cover_wait_s``, every ``kafka.cover_poll_s``, looking at the hint
+    the ingest leaves and, every :data:`HINT_POLLS` polls, at bronze's bookkeeping), then processes
+    what is covered; the rest waits for the next run.
+    """
+    deadline = time.monotonic() + settings.kafka.cover_wait_s
+    covered = covered_until(settings, source)
+    polls = 0
+    while (covered is None or covered < end_us) and time.monotonic() < deadline:
+        if polls == 0:
+            log.info("[kafka] %s: waiting for the ingest to cover %d µs", source, end_us)
+        time.sleep(settings.kafka.cover_poll_s)
+        polls += 1
+        hint = read_cover_hint(settings, source)
+        if hint is not None and hint < end_us and polls % HINT_POLLS:
+            continue
+        covered = covered_until(settings, source)
+    return 0 if covered is None else covered

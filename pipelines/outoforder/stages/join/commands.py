@@ -42,19 +42,10 @@ def join(ctx: StageContext, args: argparse.Namespace) -> int:
 
 
 def join_stream(ctx: StageContext, args: argparse.Namespace) -> int:
-    """Run the stream join over [start, end), in steps of --every-s, adapting every --adapt-every-s."""
+    """One pass of the stream join from where the job stands to --end."""
     from outoforder.stages.join.stream import JoinStream
 
-    stage = JoinStream(ctx, adapt_every_us=us(args.adapt_every_s))
-    stage.run(instant(args.start), instant(args.end), us(args.every_s), catch_up=args.catch_up)
-    return 0
-
-
-def join_adapt(ctx: StageContext, args: argparse.Namespace) -> int:
-    """Choose the retention in force from --until on."""
-    from outoforder.stages.join.adapt import adapt
-
-    adapt(ctx, required_instant(args.until))
+    JoinStream(ctx).run(instant(args.start), instant(args.end), catch_up=args.catch_up)
     return 0
 
 

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from outoforder.core.joins.adaptation import run_adaptive_qjoin
+from outoforder.core.joins.adaptive import run_adaptive_qjoin
 from outoforder.core.joins.aq_kslack import run_aq_kslack
 from outoforder.core.joins.feasibility import least_constant, requirements
 from outoforder.core.joins.kslack import FixedK, MaxDelayK, kslack_set, slack_requirements

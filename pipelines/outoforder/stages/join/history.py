@@ -6,8 +6,8 @@ are joined exactly (the truth) and matched against the pairs the stream stage st
 
 - in Spark (:func:`horizon`, :func:`job_arrivals`, :func:`truth`, :func:`produced`), for the
   checks and the repair: the exact join runs in Spark tasks and only counts per period, or nothing,
-  reach the driver, however long the history;
-- as arrays (:func:`judged`), for the adaptation, which looks at the last few periods only.
+  reach the driver, however long the history. (The adaptation needs none of it: it decides inside
+  the stream stage's pass, :mod:`outoforder.core.joins.adaptive`.)
 """
 
 from __future__ import annotations
@@ -15,20 +15,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
-import numpy.typing as npt
-
 from outoforder.config import Settings
-from outoforder.core.joins.query import JoinInput, PairArray, exact_join
-from outoforder.errors import StateError
+from outoforder.core.joins.progress import NEG
 from outoforder.io.tables import JOIN_RESULTS, JOIN_STATE
-from outoforder.stages import state
-from outoforder.stages.join.inputs import input_from_frame, join_tuples
+from outoforder.stages.join.inputs import join_tuples
 from outoforder.stages.join.spec import JoinJob
 from outoforder.stages.state import where_job
 
 if TYPE_CHECKING:
-    import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
 
     from outoforder.stages.context import StageContext
@@ -38,21 +32,32 @@ if TYPE_CHECKING:
 class Horizon:
     """Where a job's stream join stands at a time: its first interval and its newest state by then."""
 
-    first_us: int  # the start of the job's first interval
-    as_of_us: int  # the end of the newest interval processed at or before the time asked
+    first_us: int  # the start of the job's first pass
+    as_of_us: int  # the end of the newest pass that ended at or before the time asked
     progress_us: int | None  # the joint progress min(M_R, M_S) then (None until both streams had one)
 
 
 def horizon(ctx: StageContext, at_us: int) -> Horizon | None:
-    """The job's :class:`Horizon` at ``at_us``; None when no interval of it ended by then."""
-    spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(JoinJob)
-    row = state.state_at(spark, settings, JOIN_STATE, source, job.job_id(), at_us)
+    """The job's :class:`Horizon` at ``at_us``; None when no pass of it ended by then."""
+    import json
+
+    from outoforder.stages.passes import state_row
+
+    job = ctx.job_of(JoinJob)
+    row = state_row(ctx.settings, JOIN_STATE, ctx.bronze_source, job.job_id(), at_us)
     if row is None:
         return None
-    m_r, m_s = row["m_r"], row["m_s"]
-    progress = None if m_r is None or m_s is None else min(int(m_r), int(m_s))
-    # every state row carries the start of the job's first interval: no second read of the table
-    return Horizon(int(row["interval_start_us"]), int(row["as_of_us"]), progress)
+    m = json.loads(row["scalars"])["m"]
+    progress = None if min(m) <= NEG else min(int(m[0]), int(m[1]))
+    return Horizon(int(row["first_us"]), int(row["as_of_us"]), progress)
+
+
+def first_start(ctx: StageContext) -> int | None:
+    """The start of the job's first pass (None before it ran)."""
+    from outoforder.stages.passes import state_row
+
+    row = state_row(ctx.settings, JOIN_STATE, ctx.bronze_source, ctx.job_of(JoinJob).job_id())
+    return None if row is None else int(row["first_us"])
 
 
 def job_arrivals(
@@ -113,82 +118,3 @@ def produced(
 ) -> DataFrame:
     """The distinct pairs (r_seq, s_seq) the job stored whose tuples both lie in ``seqs`` (inclusive)."""
     return stored(spark, settings, source, jid, seqs).select("r_seq", "s_seq")
-
-
-@dataclass(frozen=True)
-class JudgedHistory:
-    """The history as a join input, its exact join, which true pairs the stream produced, arrival_seqs."""
-
-    inp: JoinInput
-    truth: PairArray
-    produced: npt.NDArray[np.bool_]
-    seqs: npt.NDArray[np.int64]
-
-
-def arrivals(
-    ctx: StageContext,
-    until_us: int,
-    span_us: int | None = None,
-) -> pd.DataFrame:
-    """The arrivals the job has seen before ``until_us``, in arrival order.
-
-    All of them since its first interval, or only the last ``span_us`` of arrival time.
-    """
-    spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(JoinJob)
-    from pyspark.sql import functions as F
-
-    from outoforder.io import delta
-    from outoforder.io.tables import BRONZE
-
-    jid = job.job_id()
-    first = state.first_start(spark, settings, JOIN_STATE, source, jid)
-    if first is None:
-        msg = f"the stream join of {source} ({jid}) has not run yet: nothing to adapt or check"
-        raise StateError(msg)
-    lo = max(first, until_us - (span_us or until_us))
-    return (
-        delta.read_arrivals(spark, BRONZE, settings.lake_root, source=source, arrival_ts_range=(lo, until_us))
-        .where(F.col("stream").isin(*job.r_streams, *job.s_streams))
-        .select("arrival_seq", "stream", "event_ts", "x", "y", "key")
-        .orderBy("arrival_seq")
-        .toPandas()
-    )
-
-
-def produced_mask(
-    spark: SparkSession,
-    settings: Settings,
-    source: str,
-    jid: str,
-    seqs: npt.NDArray[np.int64],
-    truth: PairArray,
-) -> npt.NDArray[np.bool_]:
-    """Which true pairs (arrival indices) the stream stage produced; reads only the pairs among ``seqs``."""
-    if truth.size == 0:
-        return np.zeros(0, dtype=bool)
-    got = produced(spark, settings, source, jid, (int(seqs.min()), int(seqs.max()))).toPandas()
-    base = int(seqs.size) + 1
-    pos_r = np.searchsorted(seqs, got["r_seq"].to_numpy(np.int64))
-    pos_s = np.searchsorted(seqs, got["s_seq"].to_numpy(np.int64))
-    inside = (pos_r < seqs.size) & (pos_s < seqs.size)
-    inside[inside] &= (seqs[pos_r[inside]] == got["r_seq"].to_numpy()[inside]) & (
-        seqs[pos_s[inside]] == got["s_seq"].to_numpy()[inside]
-    )
-    codes = pos_r[inside] * base + pos_s[inside]
-    return np.isin(truth[:, 0] * base + truth[:, 1], codes)
-
-
-def judged(
-    ctx: StageContext,
-    until_us: int,
-    span_us: int | None = None,
-) -> JudgedHistory | None:
-    """The history judged against the exact join (None when nothing arrived in it)."""
-    spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(JoinJob)
-    pdf = arrivals(ctx, until_us, span_us)
-    if pdf.empty:
-        return None
-    inp = input_from_frame(pdf, job, f"the history of {source}")
-    truth = exact_join(inp, job.query())
-    seqs = pdf["arrival_seq"].to_numpy(np.int64)
-    return JudgedHistory(inp, truth, produced_mask(spark, settings, source, job.job_id(), seqs, truth), seqs)

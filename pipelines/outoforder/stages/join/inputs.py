@@ -19,7 +19,10 @@ if TYPE_CHECKING:
 
 
 def join_tuples(bronze: DataFrame, job: JoinJob) -> DataFrame:
-    """Bronze rows of the joined streams as operator tuples (seq, side, ts, x, y, key, no_location)."""
+    """Bronze rows of the joined streams as operator tuples.
+
+    Columns: seq, side, ts, x, y, key, no_location, arrival_ts.
+    """
     from pyspark.sql import functions as F
 
     df = bronze.where(F.col("stream").isin(*job.r_streams, *job.s_streams))
@@ -31,7 +34,8 @@ def join_tuples(bronze: DataFrame, job: JoinJob) -> DataFrame:
         F.coalesce("x", F.lit(0.0)).alias("x"),
         F.coalesce("y", F.lit(0.0)).alias("y"),
         key.alias("key"),
-        (F.col("x").isNull() | F.col("y").isNull()).alias("no_location"),
+        (F.col("x").isNull() | F.col("y").isNull() | F.isnan("x") | F.isnan("y")).alias("no_location"),
+        "arrival_ts",
     )
 
 

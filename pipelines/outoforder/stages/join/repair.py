@@ -16,12 +16,10 @@ from typing import TYPE_CHECKING
 from outoforder.config import Settings
 from outoforder.errors import StateError
 from outoforder.io.conflicts import retry_on_conflict
-from outoforder.io.tables import JOIN_RESULTS, JOIN_STATE
-from outoforder.stages import state
+from outoforder.io.tables import JOIN_RESULTS
 from outoforder.stages.context import StageContext
 from outoforder.stages.join import history
 from outoforder.stages.join.spec import JoinJob
-from outoforder.stages.join.stream import result_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -72,7 +70,7 @@ def repair(
     from outoforder.spark.rows import one_row
 
     jid = job.job_id()
-    first = state.first_start(spark, settings, JOIN_STATE, source, jid)
+    first = history.first_start(ctx)
     if first is None:
         msg = f"the stream join of {source} ({jid}) has not run yet: nothing to repair"
         raise StateError(msg)
@@ -83,11 +81,13 @@ def repair(
         return JoinRepairSummary(source, jid, until_us, 0, 0, 0)
     truth = history.truth(arrivals, job).localCheckpoint()
     got = history.produced(spark, settings, source, jid, (int(span["lo"]), int(span["hi"])))
-    missing = result_rows(
-        truth.join(got, ["r_seq", "s_seq"], "left_anti").withColumn(
-            "emitted_at_seq", F.greatest("r_seq", "s_seq")  # the arrival that completed the pair
-        ),
-        source, jid, "repair", (until_us, until_us), (-1, -1, -1), time.time_ns() // 1000,
+    missing = truth.join(got, ["r_seq", "s_seq"], "left_anti").select(
+        F.lit(source).alias("source"), F.lit(jid).alias("job"), "r_seq", "s_seq", "r_ts", "s_ts",
+        F.greatest("r_seq", "s_seq").alias("emitted_at_seq"),  # the arrival that completed the pair
+        F.lit(None).cast("long").alias("emitted_at_us"),  # not emitted by an arrival: found afterwards
+        F.lit("repair").alias("produced_by"), F.lit(-1).cast("long").alias("d_r_us"),
+        F.lit(-1).cast("long").alias("d_s_us"), F.lit(-1).cast("long").alias("params_version"),
+        F.lit(time.time_ns() // 1000).cast("long").alias("written_at_us"),
     ).localCheckpoint()  # fmt: skip
     counts = one_row(truth.agg(F.count("*").alias("n")))
     n_missing = missing.count()

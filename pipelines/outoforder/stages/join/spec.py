@@ -1,7 +1,7 @@
 """The stream join's job: the query (R and S streams, window, predicate), the recall target and its cadence.
 
 Every parameter is declared once here (see :mod:`outoforder.stages.spec`); the CLI, the DAGs
-``join_stream`` and ``join_adapt`` and the job id derive from it. Standard library only.
+``join_stream`` and the job id derive from it. Standard library only.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from outoforder.errors import ConfigError
-from outoforder.stages.options import INTERVAL, arg, seconds, seconds_or_zero, since, until, validation
+from outoforder.stages.options import PASS, arg, seconds, since, until, validation
 from outoforder.stages.registry import Operator, Stage, Step
 from outoforder.stages.spec import Job, param
 
@@ -75,8 +75,8 @@ class JoinJob(Job):
         unit="s",
         identifies=False,
         minimum=0,
-        help="each stream's retention in join-stream's intervals before the first adaptation (none: "
-        "the interval's length, capped by the bound: nothing is dropped before there is evidence)",
+        help="each stream's retention before the first adaptation (none: the period P, capped by the "
+        "bound: nothing is dropped before there is evidence)",
     )
 
     def check(self) -> None:
@@ -92,17 +92,17 @@ class JoinJob(Job):
             msg = f"stream {named} is named in both R and S: each stream belongs to one side"
             raise ConfigError(msg)
 
-    def initial_retention_us_for(self, interval_us: int) -> int:
-        """The retention of an interval of ``interval_us`` that runs before any adaptation.
+    def initial_retention(self) -> int:
+        """Each stream's retention before the controller's first decision.
 
-        >>> JoinJob().initial_retention_us_for(60_000_000)
-        60000000
-        >>> JoinJob(latency_bound_us=2).initial_retention_us_for(60)
+        >>> JoinJob().initial_retention()
+        5000000
+        >>> JoinJob(latency_bound_us=2).initial_retention()
         2
         """
         if self.initial_retention_us is not None:
             return self.initial_retention_us
-        return interval_us if self.latency_bound_us is None else min(self.latency_bound_us, interval_us)
+        return self.period_us if self.latency_bound_us is None else min(self.latency_bound_us, self.period_us)
 
     def query(self) -> JoinQuery:
         """The join query."""
@@ -129,7 +129,7 @@ class JoinJob(Job):
 
 _C = "outoforder.stages.join.commands"
 _BRONZE = ("bronze/arrivals",)
-_STATE = ("silver/join_state", "silver/join_buffer")
+_STATE = ("silver/join_state",)
 
 OPERATOR = Operator(
     name="join",
@@ -155,29 +155,12 @@ OPERATOR = Operator(
         ),
         Stage(
             "join-stream",
-            "the stream join over arrival intervals (DAG join_stream)",
+            "the stream join: one pass over everything new, adapting every L (DAG join_stream)",
             f"{_C}:join_stream",
             JoinJob,
-            args=(
-                *INTERVAL,
-                arg(
-                    "--adapt-every-s",
-                    type=seconds_or_zero,
-                    help="adapt the retention every this many seconds, counted from the job's first interval "
-                    "(default: the job's L, --interval-s; at most once per interval; 0: never)",
-                ),
-            ),
-            reads=(*_BRONZE, "silver/join_params", *_STATE),
-            writes=("gold/join_results", *_STATE, "silver/join_params"),
-        ),
-        Stage(
-            "join-adapt",
-            "choose the retention in force from a time on (DAG join_adapt)",
-            f"{_C}:join_adapt",
-            JoinJob,
-            args=(until("history before this arrival time; in force from it"),),
-            reads=(*_BRONZE, "gold/join_results"),
-            writes=("silver/join_params",),
+            args=PASS,
+            reads=(*_BRONZE, *_STATE),
+            writes=("gold/join_results", "silver/join_params", *_STATE),
         ),
         Stage(
             "join-repair",

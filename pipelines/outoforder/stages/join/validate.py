@@ -197,14 +197,12 @@ def validate_join(
     from outoforder.io.tables import JOIN_STATE
     from outoforder.quality.checkpoints import conclude, run_checkpoint
     from outoforder.quality.measures import record_measures
-    from outoforder.stages.state import last_processed, nothing_judged
+    from outoforder.stages.state import nothing_judged
 
     jid = job.job_id()
     judged = period_quality(ctx, until_us, since_us)
     quality = judged.frame
-    if not len(quality) and (
-        since_us is None or last_processed(spark, settings, JOIN_STATE, source, jid) is None
-    ):
+    if not len(quality) and (since_us is None or history.first_start(ctx) is None):
         raise nothing_judged(spark, settings, JOIN_STATE, source, jid, "validate-join", "period")
     method = f"stream:{jid}"
     records = quality.to_dict("records")
@@ -214,7 +212,7 @@ def validate_join(
         (
             source, method, int(r["period"]), int(r["start_us"]), int(r["true_pairs"]),
             int(r["produced_pairs"]), float(r["recall"]), bool(r["met"]), float(job.q_user),
-            *(None for _ in COST_COLUMNS),  # buffered tuples per interval are in silver/join_state
+            *(None for _ in COST_COLUMNS),  # the memory at each decision is in silver/join_params
         )
         for r in records
     ]  # fmt: skip
