@@ -9,7 +9,8 @@ real time, stops the replay, waits for the last runs, and measures:
   the end of the arrival interval it covers (its logical date); its trend (the mean of the last
   tenth of the runs against the first tenth's) and every run's state;
 - **freshness**: for every result row the stream stages wrote (join pairs, aggregate windows,
-  top-k windows), its commit minus the arrival time of the tuple that produced it, p50 and p95;
+  top-k windows), when the file holding it was written (its commit follows at once) minus the
+  arrival time of the tuple that produced it, p50 and p95;
 - the machine's **CPU** share (busy time from ``/proc/stat``), and the **memory** (PSS) of the
   Spark Connect server (its JVM and Python workers) and of Airflow (every process of standalone);
 - at the end, **accounting**: records sent = bronze accepted + quarantined, and the checks'
@@ -241,19 +242,20 @@ def trend(lags: list[float]) -> float | None:
 
 
 FRESHNESS = {
-    # table, the column of the emitting arrival, the column that names the run (an interval's end)
-    "join_stream": ("gold/join_results", "emitted_at_seq", "interval_end_us"),
-    "aggregate_stream": ("gold/agg_results", "emitted_at_seq", "written_by_us"),
-    "topk_stream": ("gold/topk_windows", "emitted_at_seq", "interval_start_us"),
+    # table, the column of the emitting arrival
+    "join_stream": ("gold/join_results", "emitted_at_seq"),
+    "aggregate_stream": ("gold/agg_results", "emitted_at_seq"),
+    "topk_stream": ("gold/topk_results", "emitted_at_seq"),
 }
 
 
-def freshness(env: dict[str, str], lake: Path, lags: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    """p50/p95 of commit minus the emitting tuple's arrival, over every result row (Spark, as a client)."""
-    commits = {
-        dag: [(int(r["interval_end_s"] * 1e6), r["committed_s"]) for r in rows if r["committed_s"]]
-        for dag, rows in lags.items()
-    }
+def freshness(env: dict[str, str], lake: Path) -> dict[str, Any]:
+    """p50/p95 of a result's file write minus its emitting tuple's arrival, over every row (Spark, a client).
+
+    A result is fresh once the file holding it is written (its commit follows within the same
+    second): Delta's ``_metadata.file_modification_time``, minus bronze's arrival time of the tuple
+    whose arrival emitted it.
+    """
     code = r"""
 import json, sys
 from pyspark.sql import functions as F
@@ -261,30 +263,26 @@ from outoforder.config import load_settings
 from outoforder.spark.session import get_spark
 from outoforder.io import delta
 from outoforder.io.tables import BRONZE
-spec, commits, lake = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
+spec, lake = json.loads(sys.argv[1]), sys.argv[2]
 spark = get_spark(load_settings())
 arrivals = delta.read(spark, BRONZE, lake).where("source = 'live'").select(
     F.col("arrival_seq").alias("_seq"), F.col("arrival_ts").alias("_arrival"))
 out = {}
-for dag, (table, seq_col, run_col) in spec.items():
+for dag, (table, seq_col) in spec.items():
     path = lake.rstrip("/") + "/" + table
-    shift = 60_000_000 if run_col == "interval_start_us" else 0
-    ends = spark.createDataFrame(
-        [(int(e), float(c)) for e, c in commits.get(dag, [])], "_end long, _commit double")
     rows = (spark.read.format("delta").load(path).where("source = 'live'")
-            .select((F.col(run_col) + F.lit(shift)).alias("_end"), F.col(seq_col).alias("_seq"))
+            .select(F.col("_metadata.file_modification_time").cast("double").alias("_written"),
+                    F.col(seq_col).alias("_seq"))
             .where(F.col("_seq").isNotNull())
-            .join(F.broadcast(ends), "_end").join(arrivals, "_seq")
-            .select((F.col("_commit") - F.col("_arrival") / 1e6).alias("f")))
+            .join(arrivals, "_seq")
+            .select((F.col("_written") - F.col("_arrival") / 1e6).alias("f")))
     got = rows.agg(F.count("*"), F.percentile_approx("f", [0.5, 0.95], 10000)).first()
     q = got[1] or [None, None]
     out[dag] = {"rows": int(got[0]), "p50_s": q[0], "p95_s": q[1]}
 print("FRESH" + json.dumps(out))
 """
     python = str(Path(env["OOO_SPARK_VENV"]) / "bin" / "python")
-    done = run_command(
-        [python, "-c", code, json.dumps(FRESHNESS), json.dumps(commits), str(lake)], env, "freshness"
-    )
+    done = run_command([python, "-c", code, json.dumps(FRESHNESS), str(lake)], env, "freshness")
     line = next(x for x in done.splitlines() if x.startswith("FRESH"))
     return dict(json.loads(line[len("FRESH") :]))
 
@@ -415,7 +413,7 @@ def run_case(name: str, rate: float, minutes: int, work: Path) -> dict[str, Any]
         lags = run_lags(api, replay_started)
         sampler.stop()
         lake = session / "lake"
-        fresh = freshness(env, lake, lags)
+        fresh = freshness(env, lake)
         acct = accounting(env, lake)
         try:
             work_done = spark_work(env["OOO_SPARK_CONNECT_UI_PORT"])
@@ -562,8 +560,9 @@ def markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "case names the commit it ran). Each case: live mode (`bash infra/live.sh start --rate R`) for "
         "the minutes shown, the DAGs unpaused and scheduled every minute, every stage a client of the "
         "shared Spark Connect server (local[2]). Lag: the stage task's end minus the end of the "
-        "arrival interval its run covers. Freshness: a result row's commit minus the arrival of the "
-        "tuple that produced it. Trend: mean lag of the last tenth of the runs / the first tenth's.",
+        "arrival interval its run covers. Freshness: when a result row's file was written minus the "
+        "arrival of the tuple that produced it. Trend: mean lag of the last tenth of the runs / the "
+        "first tenth's.",
         "",
         f"Targets: at a tenth of the rate every DAG's lag ≤ {TARGET_LAG_S:g} s and not growing "
         f"(trend ≤ {TARGET_TREND}), results fresh within {TARGET_FRESH_P95_S:g} s at p95, nothing lost, "

@@ -85,13 +85,15 @@ def stream_stages() -> list[StreamStage]:
     return [
         StreamStage(
             "aggregate-stream",
-            lambda sp, st, src, lo, hi: AggregateStream(StageContext.of(sp, st, src, agg)).run_interval(
-                lo, hi
+            lambda sp, st, src, lo, hi: AggregateStream(StageContext.of(sp, st, src, agg)).run(
+                lo, hi, catch_up=True
             ),
         ),
         StreamStage(
             "topk-stream",
-            lambda sp, st, src, lo, hi: TopKStream(StageContext.of(sp, st, src, topk)).run_interval(lo, hi),
+            lambda sp, st, src, lo, hi: TopKStream(StageContext.of(sp, st, src, topk)).run(
+                lo, hi, catch_up=True
+            ),
         ),
         StreamStage(
             "join-stream",
@@ -439,19 +441,13 @@ def stage_tables(name: str) -> tuple[Any, ...]:
     return {
         "aggregate-stream": (
             T.AGG_STATE,
-            T.AGG_BUFFER,
-            T.AGG_WATCH,
             T.AGG_RESULTS,
             T.AGG_LEDGER,
-            T.AGG_CONTROL,
         ),
         "topk-stream": (
             T.TOPK_STATE,
-            T.TOPK_WINDOWS,
             T.TOPK_RESULTS,
-            T.TOPK_LATE,
-            T.TOPK_CACHE,
-            T.TOPK_SETTLED,
+            T.TOPK_LEDGER,
         ),
         "join-stream": (T.JOIN_STATE, T.JOIN_PARAMS, T.JOIN_RESULTS),
     }[name]

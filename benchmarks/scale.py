@@ -12,9 +12,9 @@ the pipeline in a process of its own, as Airflow starts a stage:
    about one result pair per tuple), one pass per 60 s of arrivals with its retention adapted every L
    inside the pass, each pass validated over what closed in it
    (``validate-join --since --until``, as the ``join_stream`` DAG does);
-4. ``aggregate``: HPM in the same intervals with the Γ-rule repair after each (``late_repair``)
-   and ``validate-aggregate`` over each interval;
-5. ``topk``: the continuous top-k with ``validate-topk`` over each interval;
+4. ``aggregate``: HPM, a pass per 60 s of arrivals with the Γ-rule repair after each (``late_repair``)
+   and ``validate-aggregate`` over each pass;
+5. ``topk``: the continuous top-k, a pass per 60 s, with ``validate-topk`` over each pass;
 6. ``theta``: the θ-join backfill (the main job's job) in 60 s event-time slices, each checked,
    over the first ``THETA_SPAN_S`` seconds of play (the ``theta_backfill`` DAG's runs); and
    ``theta-day``: the same backfill over the whole replay in one run (a day's interval of the
@@ -166,7 +166,6 @@ def _interval_loop(
     from outoforder.stages.join import validate as join_check
     from outoforder.stages.join.spec import JoinJob
     from outoforder.stages.join.stream import JoinStream
-    from outoforder.stages.spans import split_span
     from outoforder.stages.topk import validate as topk_check
     from outoforder.stages.topk.spec import TopKJob
     from outoforder.stages.topk.stream import TopKStream
@@ -204,22 +203,22 @@ def _interval_loop(
             )
 
     # its tables were removed: from the first arrival
-    span: tuple[int, int] | None = stage.pending() if part == "join" else stage.pending_span()
+    span: tuple[int, int] | None = stage.pending()
     if span is None:
         msg = f"no arrivals of {source} in {settings.lake_root}"
         raise StateError(msg)
     step = round(INTERVAL_S * 1e6)
     records: list[dict[str, Any]] = []
     done = 0
-    for i, (lo, hi) in enumerate(split_span(*span, step)):
+    ends = [*range(span[0] + step, span[1], step), span[1]]  # a run per step, as the scheduler's
+    for i, (lo, hi) in enumerate(zip([span[0], *ends[:-1]], ends, strict=True)):
         sampler.reset()
         read0 = input_bytes(spark)
         t0 = time.monotonic()
-        if part == "join":  # one pass per run, adapting inside it
-            summary = stage.run(lo, hi, catch_up=True)
-        else:
-            summary = stage.run_interval(lo, hi)
-            stage.after_interval(summary)  # aggregate: the Γ-rule repair
+        # one pass per run, adapting inside it (the aggregates repair after it)
+        summary = stage.run(lo, hi, catch_up=True)
+        if summary is None:  # nothing arrived in it
+            continue
         t1 = time.monotonic()
         check(lo, hi)
         t2 = time.monotonic()

@@ -286,7 +286,7 @@ def delay(
         for name, args in (
             ("ingest", ("ingest-kafka", "--source", "live")),
             ("join", ("join-stream", "--source", "live", "--start", str((boundary - CADENCE_S) * 10**6),
-                      "--end", str(boundary * 10**6))),
+                      "--end", str(boundary * 10**6), "--catch-up")),
         ):  # fmt: skip
             t0 = time.time()
             proc = subprocess.run(
@@ -314,7 +314,10 @@ def delay(
         .join(arrivals.toDF("r_seq", "r_arrival"), "r_seq")
         .join(arrivals.toDF("s_seq", "s_arrival"), "s_seq")
         .select(
-            "interval_end_us",
+            # the cycle whose pass emitted it: the first boundary (a whole multiple of the cadence) after
+            ((F.floor(F.col("emitted_at_us") / F.lit(CADENCE_S * 10**6)) + 1) * F.lit(CADENCE_S * 10**6))
+            .cast("long")
+            .alias("interval_end_us"),
             ((F.col("written_at_us") - F.greatest("r_arrival", "s_arrival")) / 1e6).alias("delay_s"),
         )
     )

@@ -134,13 +134,12 @@ def interval_dag(operator: str, interval: timedelta = timedelta(minutes=1), doc:
         **INTERVAL_DAG,
     )
     def build() -> None:
-        passes = not any("--every-s" in a.flags for a in stream.args)  # one pass per run
         run = StageOperator(
             task_id=f"{op.name}_interval",
             stage=stream.name,
             stage_args=args,
             interval=interval,
-            catch_up="pass" if passes else True,
+            catch_up=True,
         )
         judge = StageOperator(
             task_id=check.name.replace("-", "_"),

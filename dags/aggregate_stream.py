@@ -1,14 +1,15 @@
-"""### Sliding-window aggregates with HPM, one arrival interval per run
+"""### Sliding-window aggregates with HPM, one pass per run
 
-1. **aggregate_interval** (`python -m outoforder.stages aggregate-stream`) processes the bronze
-   arrivals of the run's data interval: windows close when the stream has passed them by the
-   buffer K; their aggregates go to `gold/agg_results` (version 1, produced by the stream); every
-   tuple that arrives after a window it belongs to closed goes to the late-tuple ledger
-   `silver/agg_ledger`. Each closed window's coverage and the K it needed drive the controller:
-   the lateness controller (K = what the recent windows needed, at most `latency_bound_s`), or with
-   `controller = seed` HPM's PD controller of α (K = α · largest delay); `silver/agg_control`
-   keeps the trace. The run's log states what K the target needs and, under a bound, whether it
-   is reachable. State is carried to the next run in Delta.
+1. **aggregate_interval** (`python -m outoforder.stages aggregate-stream`) processes, in one pass,
+   every bronze arrival the job has not processed yet up to the end of the run's data interval:
+   windows close when the stream has passed them by the buffer K; their aggregates go to
+   `gold/agg_results` (version 1, produced by the stream); every tuple that arrives after a window
+   it belongs to closed goes to the late-tuple ledger `silver/agg_ledger`. Each closed window's
+   coverage and the K it needed drive the controller as it is observed: the lateness controller
+   (K = what the recent windows needed, at most `latency_bound_s`), or with `controller = paper`
+   HPM's PD controller of α (K = α · largest delay); the ledger keeps each observation too. The
+   run's log states what K the target needs and, under a bound, whether it is reachable. State is
+   carried to the next run in Delta; a run that finds the job behind catches up in the same pass.
 2. **gamma_rule** reads the ledger status the stage wrote: are the pending late tuples spread over
    more than Γ of event time? If so **ledger_due** emits the asset that triggers `late_repair`.
 3. **validate_aggregate** (Great Expectations) over the windows that closed in the run's interval
@@ -17,8 +18,8 @@
    reachable: a miss the bound made unavoidable is a warning naming the bound needed, not a failure.
    `on_violation = warn` reports without failing.
 
-Runs go one at a time, each starting where the job stopped. A manual run joins the minute of
-arrivals before its logical date; for past data use `airflow backfill create --dag-id
+Runs go one at a time, each starting where the job stopped. A manual run processes up to its
+logical date; for past data use `airflow backfill create --dag-id
 aggregate_stream --from-date ... --to-date ...`.
 
 Thin: out-of-process Spark stages (``aggregate-stream``, ``validate-aggregate``) and one tiny

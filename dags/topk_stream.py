@@ -1,12 +1,13 @@
-"""### Continuous top-k over out-of-order sliding windows, one arrival interval per run
+"""### Continuous top-k over out-of-order sliding windows, one pass per run
 
-1. **topk_interval** (`python -m outoforder.stages topk-stream`) replays the bronze arrivals of the
-   run's data interval through the continuous top-k operator (the modified MinTopk of the seed):
-   a window is emitted once the stream's progress passes its end plus the cache duration K, and K
-   adapts so that the accuracy (the share of the true top-k in the emitted list) stays at ε_min or
-   above. Emitted windows go to `gold/topk_windows` and `gold/topk_results`, tuples that arrive
-   after their window's emission to `silver/topk_late`, and every change of K to
-   `silver/topk_cache` (the K_min trace). The operator's state is kept in `silver/topk_state`.
+1. **topk_interval** (`python -m outoforder.stages topk-stream`) replays, in one pass, every bronze
+   arrival the job has not processed up to the end of the run's data interval through the
+   continuous top-k operator (the modified MinTopk of the seed): a window is emitted once the
+   stream's progress passes its end plus the cache duration K, and K adapts so that the accuracy
+   (the share of the true top-k in the emitted list) stays at ε_min or above. Emitted windows and
+   their lists go to `gold/topk_results`; tuples that arrive after their window's emission, every
+   decision on K (the K_min trace) and every settled window to `silver/topk_ledger`. The operator's
+   state is kept in `silver/topk_state`.
 2. **validate_topk** (Great Expectations) over the windows that closed in the run's interval: each
    emitted exactly once (or all its tuples came late), and their mean accuracy, against the exact
    top-k recomputed in Spark from their tuples only, is at least ε_min.

@@ -70,7 +70,7 @@ doctests=(pipelines/outoforder/__init__.py pipelines/outoforder/core pipelines/o
   pipelines/outoforder/config pipelines/outoforder/io/objectstore.py pipelines/outoforder/io/conflicts.py
   pipelines/outoforder/io/files.py pipelines/outoforder/quality/docs_assets.py
   pipelines/outoforder/stages/ingest/produce.py
-  pipelines/outoforder/stages/spec.py pipelines/outoforder/stages/spans.py
+  pipelines/outoforder/stages/spec.py
   pipelines/outoforder/checks pipelines/outoforder/stages/registry.py pipelines/outoforder/stages/options.py
   pipelines/outoforder/stages/context.py pipelines/outoforder/stages/state.py
   pipelines/outoforder/stages/join/spec.py pipelines/outoforder/stages/aggregate/spec.py

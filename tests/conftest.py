@@ -87,7 +87,9 @@ def load_bronze(spark, settings: Settings):
     from outoforder.io import delta
     from outoforder.io.tables import BRONZE
 
-    def load(frame, source: str, first_seq: int = 0, t0: int = 1_700_000_000_000_000, step: int = 1_000):
+    def load(
+        frame, source: str, first_seq: int = 0, t0: int = 1_700_000_000_000_000, step: int = 1_000, lake=None
+    ):
         n = len(frame)
         pdf = frame.assign(
             source=source,
@@ -104,6 +106,60 @@ def load_bronze(spark, settings: Settings):
                 pdf[col] = None
         rows = [tuple(r) for r in pdf[BRONZE.schema.fieldNames()].itertuples(index=False)]
         df = spark.createDataFrame(rows, BRONZE.schema)
-        delta.append_once(df, BRONZE, settings.lake_root, f"test-{source}", 0, settings.storage)
+        delta.append_once(df, BRONZE, lake or settings.lake_root, f"test-{source}", 0, settings.storage)
 
     return load
+
+
+@pytest.fixture
+def run_at_cadences(spark, settings: Settings, load_bronze, monkeypatch):
+    """Run a stream stage over one stream at four cadences, each in a lake of its own; returns the lakes.
+
+    ``one``: a single run; ``minutes``: runs of 300 arrivals (a scheduler's minute); ``random``: runs
+    of random lengths; ``killed``: runs ending at ``killed``, the second one first killed between its
+    outputs and its state (a run after it must clear what it left). Arrival i of ``frame`` arrives at
+    ``T0 + i·1 ms``, numbered from ``first_seq``.
+    """
+    from dataclasses import replace
+
+    import numpy as np
+
+    from outoforder.io import delta
+    from outoforder.stages.context import StageContext
+
+    t0, step = 1_700_000_000_000_000, 1_000
+
+    def run(
+        stage, job, frame, source: str, killed: list[int], seed: int, n_random: int = 5, first_seq: int = 0
+    ):
+        n = len(frame)
+        cadences = {
+            "one": [n],
+            "minutes": [*range(300, n, 300), n],
+            "random": [*sorted(set(np.random.default_rng(seed).integers(1, n, n_random).tolist())), n],
+            "killed": [*killed, n],
+        }
+        real_append = delta.append
+
+        def dies_at_state(df, table, lake_root, tag):
+            if table is stage.state_table:
+                raise KeyboardInterrupt
+            real_append(df, table, lake_root, tag)
+
+        lakes = {}
+        for name, cuts in cadences.items():
+            lake = f"{settings.lake_root}-{name}"
+            load_bronze(frame, source, first_seq=first_seq, lake=lake)
+            ctx = StageContext.of(spark, replace(settings, lake_root=lake), source, job)
+            for i, cut in enumerate(cuts):
+                if name == "killed" and i == 1:
+                    monkeypatch.setattr(delta, "append", dies_at_state)
+                    with pytest.raises(KeyboardInterrupt):
+                        stage(ctx).run(None, t0 + cut * step)
+                    monkeypatch.setattr(delta, "append", real_append)
+                summary = stage(ctx).run(t0 if i == 0 else None, t0 + cut * step)
+                assert summary is not None and summary.arrivals > 0, (name, cut)
+            lakes[name] = lake
+        return lakes
+
+    return run

@@ -23,12 +23,10 @@ def exit_code(argv):
         (["join-stream", *SRC, "--window-s", "nan"], "--window-s"),
         (["join-stream", *SRC, "--period-s", "1e300"], "--period-s"),
         (["join-stream", *SRC, "--theta", "-inf"], "--theta"),
-        (["aggregate-stream", *SRC, "--every-s", "nan"], "--every-s"),
-        (["aggregate-stream", *SRC, "--every-s", "0"], "--every-s"),  # ran a single interval
-        (["aggregate-stream", *SRC, "--every-s", "-60"], "--every-s"),
         (["join-stream", *SRC, "--every-s", "60"], "--every-s"),  # one pass per run: no intervals
+        (["topk-stream", *SRC, "--every-s", "60"], "--every-s"),
         (["join-repair", *SRC, "--until", "1", "--span-s", "0"], "--span-s"),  # meant the whole history
-        (["aggregate-stream", *SRC, "--every-s", "1e12"], "--every-s"),
+        (["aggregate-stream", *SRC, "--latency-bound-s", "nan"], "--latency-bound-s"),
         (["replay", "--rate", "0"], "--rate"),
         (["replay", "--seconds", "inf"], "--seconds"),
         (["produce", *SRC, "--topic", "t", "--speed", "nan"], "--speed"),
@@ -44,7 +42,7 @@ def test_zero_is_taken_where_it_has_a_meaning():
     # documented values: --speed 0 sends as fast as possible
     parser = build_parser()
     assert parser.parse_args(["produce", *SRC, "--topic", "t", "--speed", "0"]).speed == 0
-    assert parser.parse_args(["aggregate-stream", *SRC, "--every-s", "60"]).every_s == 60
+    assert parser.parse_args(["aggregate-stream", *SRC, "--latency-bound-s", "0"]).latency_bound_s == 0
 
 
 def test_the_dag_params_path_refuses_the_same_values():

@@ -57,7 +57,7 @@ def test_a_toy_operator_gets_its_cli_stages_with_its_jobs_options(toy, capsys):
     def flags(name):
         return {f for a in parsers[name]._actions for f in a.option_strings}
 
-    stream = {"--source", "--window-s", "--slack-s", "--start", "--end", "--every-s", "--file"}
+    stream = {"--source", "--window-s", "--slack-s", "--start", "--end", "--catch-up", "--file"}
     assert stream <= flags("toy-stream")
     assert {"--on-violation", "--run-name", "--since"} <= flags("validate-toy")
     # the job is built and checked before anything runs, the error naming the flag

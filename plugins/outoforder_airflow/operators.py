@@ -71,15 +71,14 @@ def interval_args(interval: timedelta) -> list[str]:
     return ["--start", interval_start(interval), "--end", INTERVAL_END]
 
 
-def catch_up_args(interval: timedelta, passes: bool = False) -> list[str]:
-    """A stream stage's run: from where the job stopped to the run's end.
+def catch_up_args() -> list[str]:
+    """A stream stage's run: one pass from where the job stopped to the run's end.
 
     A trigger timetable's run times drift (a run waits for a free slot, the scheduler falls
     behind, a run is skipped), so consecutive runs' intervals need not meet: ``--catch-up`` starts
-    where the job stopped. A stage that runs one pass per run (``passes``) covers the whole span
-    at once; the others step through it in intervals of ``interval`` (``--every-s``).
+    where the job stopped, whatever the run's interval start says.
     """
-    return ["--catch-up"] if passes else ["--catch-up", "--every-s", f"{interval.total_seconds():g}"]
+    return ["--catch-up"]
 
 
 def judged_args(interval: timedelta) -> list[str]:
@@ -112,8 +111,7 @@ class StageOperator(BaseOperator):
     :param stage: the CLI stage, e.g. ``topk-stream``
     :param stage_args: its options (templated)
     :param interval: the DAG's schedule interval: adds the run's ``--start``/``--end``
-    :param catch_up: a stream stage: adds :func:`catch_up_args` (with ``interval``); ``"pass"``: a
-        stage that runs one pass per run
+    :param catch_up: a stream stage: adds :func:`catch_up_args` (with ``interval``)
     :param validation: a validation stage: adds ``--on-violation {{ params.on_violation }}`` and
         names the validation after the DAG run (Data Docs, quality report)
     :param report: the report stage: adds the run's name (its own report page)
@@ -133,7 +131,7 @@ class StageOperator(BaseOperator):
         interval: timedelta | None = None,
         validation: bool = False,
         report: bool = False,
-        catch_up: bool | str = False,
+        catch_up: bool = False,
         conn_id: str = CONN_ID,
         config: str = "{{ params.config }}",
         **kwargs: Any,
@@ -141,7 +139,7 @@ class StageOperator(BaseOperator):
         super().__init__(**kwargs)
         args = [stage, *stage_args, *(interval_args(interval) if interval else [])]
         if catch_up and interval:
-            args += catch_up_args(interval, passes=catch_up == "pass")
+            args += catch_up_args()
         if validation:
             args += ["--on-violation", "{{ params.on_violation }}", "--run-name", RUN_NAME]
         if report:

@@ -1,4 +1,4 @@
-"""The HPM aggregate stage over arrival intervals: equal to the reference, repaired to exact, checked."""
+"""The HPM aggregate stage: one pass per run, the same rows whatever the cadence, repaired, checked."""
 
 from itertools import pairwise
 
@@ -8,14 +8,15 @@ import pytest
 from pyspark.sql import functions as F
 
 from outoforder.core.windows.hpm import buffered_reference
+from outoforder.core.windows.slack import HPMSlack
 from outoforder.errors import QualityError, StateError
 from outoforder.io import delta
-from outoforder.io.tables import AGG_CONTROL, AGG_LEDGER, AGG_REPAIRS, AGG_RESULTS
+from outoforder.io.tables import AGG_LEDGER, AGG_REPAIRS, AGG_RESULTS, AGG_STATE, VOLATILE_COLUMNS
 from outoforder.sources.disorder import inject
 from outoforder.stages.aggregate.ledger import ledger_status, read_status
 from outoforder.stages.aggregate.repair import repair
 from outoforder.stages.aggregate.spec import AggJob
-from outoforder.stages.aggregate.stream import AggregateStream, run_interval
+from outoforder.stages.aggregate.stream import AggregateStream
 from outoforder.stages.aggregate.validate import repaired_windows, validate_aggregate, window_quality
 from outoforder.stages.context import StageContext
 
@@ -49,67 +50,77 @@ def results(spark, settings, job=JOB):
     return df.toPandas().sort_values("window_id").reset_index(drop=True)
 
 
-def snapshot(spark, settings):
-    return {
-        t.name: delta.read(spark, t, settings.lake_root)
-        .drop("written_at_us")
-        .toPandas()
-        .sort_values(
-            by=[c for c in ("window_id", "seq", "interval_end_us", "repair_id") if c in t.schema.fieldNames()]
-        )
-        .reset_index(drop=True)
-        for t in (AGG_RESULTS, AGG_LEDGER, AGG_CONTROL)
-    }
+def rows(spark, lake, table, where=None):
+    """A table's rows without the columns that say when or in how many runs they were written."""
+    df = delta.read(spark, table, lake)
+    if where is not None:
+        df = df.where(where)
+    frame = df.drop(*(c for c in df.columns if c in VOLATILE_COLUMNS)).toPandas()
+    return frame.sort_values(list(c for c in frame.columns if c != "caused_by")).reset_index(drop=True)
 
 
-def test_intervals_equal_the_reference_then_repair_makes_every_window_exact(
+def newest_state(spark, lake):
+    last = delta.read(spark, AGG_STATE, lake).agg(F.max("as_of_us")).first()[0]
+    return rows(spark, lake, AGG_STATE, F.col("as_of_us") == last)
+
+
+@pytest.mark.parametrize("job", [JOB, SEED], ids=["lateness", "paper"])
+def test_any_cadence_gives_the_rows_of_one_pass_and_of_the_operator(spark, run_at_cadences, job):
+    # one run, runs of 300 arrivals, of random lengths, and with a run killed between its results
+    # and its state: the same windows, ledger and state, those of HPM's operator
+    frame = arrivals()
+    lakes = run_at_cadences(AggregateStream, job, frame, SOURCE, killed=[400, 800], seed=7)
+    want = {t: rows(spark, lakes["one"], t) for t in (AGG_RESULTS, AGG_LEDGER)}
+    want_state = newest_state(spark, lakes["one"])
+    for name, lake in lakes.items():
+        for t in (AGG_RESULTS, AGG_LEDGER):
+            pd.testing.assert_frame_equal(rows(spark, lake, t), want[t], obj=f"{name}: {t.name}")
+        pd.testing.assert_frame_equal(newest_state(spark, lake), want_state, obj=f"{name}: state")
+
+    # the operator's own results over the whole stream, its policy seeing each observation at once
+    policy = job.lateness() if job.controller == "lateness" else HPMSlack(job.pd_controller())
+    ref = buffered_reference(
+        frame["event_ts"].to_numpy(), frame["value"].to_numpy(), job.query(), policy, flush=False
+    )
+    got = want[AGG_RESULTS].sort_values("window_id")
+    assert got["window_id"].tolist() == ref.window_ids.tolist()
+    assert got["stream_value"].tolist() == ref.values.tolist()  # bit for bit: summed in the same order
+    assert got["n_tuples"].tolist() == ref.received.tolist()
+    assert got["slack_us"].tolist() == ref.slack_at_close.tolist()
+    assert got["emitted_at_seq"].tolist() == ref.emitted_at.tolist()
+    assert (got["version"] == 1).all() and (got["produced_by"] == "stream").all()
+    ledger = want[AGG_LEDGER]
+    late = ledger[ledger["kind"] == "late"]
+    assert sorted(zip(late["seq"], late["window_id"], strict=True)) == sorted(
+        zip(ref.late_arrival.tolist(), ref.late_window.tolist(), strict=True)
+    )
+    assert len(late) > 50
+    seen = ledger[ledger["kind"] == "observed"].sort_values(["seq", "window_id"])
+    assert seen["window_id"].tolist() == ref.obs_window.tolist()
+    assert seen["needed_us"].tolist() == ref.obs_needed_us.tolist()  # the feasibility statistics
+    assert seen["slack_after_us"].notna().all()
+
+
+def test_passes_then_repair_make_every_window_exact_and_checks_judge_what_closed(
     spark, settings, load_bronze, monkeypatch
 ):
-    # the lateness controller (the default); the seed's runs in the stage in the tests below
-    job, controller = JOB, "lateness"
     frame = arrivals()
     load_bronze(frame, SOURCE, 0)
     n = len(frame)
-    cuts = [0, 500, 900, n]
-    bounds = [T0 + c * STEP for c in cuts]
-    ctx = StageContext.of(spark, settings, SOURCE, job)
-    summaries = [run_interval(ctx, lo, hi) for lo, hi in pairwise(bounds)]
+    bounds = [T0 + c * STEP for c in (0, 500, 900, n)]
+    ctx = StageContext.of(spark, settings, SOURCE, JOB)
+    summaries = [AggregateStream(ctx).run(lo, hi, catch_up=True) for lo, hi in pairwise(bounds)]
     assert sum(s.arrivals for s in summaries) == n
-
-    ref = buffered_reference(
-        frame["event_ts"].to_numpy(),
-        frame["value"].to_numpy(),
-        job.query(),
-        job.lateness(),
-        control_points=cuts[1:],
-        flush=False,
-    )
-    got = results(spark, settings, job)
-    assert got["window_id"].tolist() == ref.window_ids.tolist()
-    np.testing.assert_allclose(got["stream_value"].to_numpy(), ref.values, rtol=1e-9)
-    assert got["n_tuples"].tolist() == ref.received.tolist()
-    assert got["slack_us"].tolist() == ref.slack_at_close.tolist()
-    assert (got["version"] == 1).all() and (got["produced_by"] == "stream").all()
-    ledger = delta.read(spark, AGG_LEDGER, settings.lake_root).select("seq", "window_id").toPandas()
-    assert sorted(zip(ledger["seq"], ledger["window_id"], strict=True)) == sorted(
-        zip(ref.late_arrival.tolist(), ref.late_window.tolist(), strict=True)
-    )
-    assert len(ledger) > 50
-    control = delta.read(spark, AGG_CONTROL, settings.lake_root).toPandas()
-    control = control.sort_values(["interval_end_us", "obs_at_seq", "window_id"])
-    assert control["window_id"].tolist() == ref.obs_window.tolist()
-    assert control["needed_us"].tolist() == ref.obs_needed_us.tolist()  # the feasibility statistics
-    assert control["needed_us"].max() > 0
     last = summaries[-1]
-    assert last.controller == controller and last.needed_us is not None and last.reachable == 1.0
+    assert last.controller == "lateness" and last.needed_us is not None and last.reachable == 1.0
     assert last.slack_next_us is not None and "the target needs K" in last.figures()
+    ledger = delta.read(spark, AGG_LEDGER, settings.lake_root).where("kind = 'late'").toPandas()
 
-    # re-running an interval changes nothing; skipping one fails clearly
-    before = snapshot(spark, settings)
-    run_interval(ctx, bounds[1], bounds[2])
-    after = snapshot(spark, settings)
-    for name in before:
-        pd.testing.assert_frame_equal(before[name], after[name])
+    # a run over processed arrivals writes nothing
+    before = {t.name: rows(spark, settings.lake_root, t) for t in (AGG_RESULTS, AGG_LEDGER)}
+    assert AggregateStream(ctx).run(bounds[1], bounds[2]) is None
+    for t in (AGG_RESULTS, AGG_LEDGER):
+        pd.testing.assert_frame_equal(before[t.name], rows(spark, settings.lake_root, t))
 
     # a check over a data interval judges the windows closed in it, as a check of everything then would
     then = window_quality(ctx, bounds[1])
@@ -149,7 +160,7 @@ def test_intervals_equal_the_reference_then_repair_makes_every_window_exact(
     assert [r.asDict() for r in logged] == [row]
     again = repair(ctx, force=True)
     assert not again.ran  # nothing pending any more
-    fixed = results(spark, settings, job)
+    fixed = results(spark, settings, JOB)
     quality = window_quality(ctx)
     assert quality["exact_now"].all() and (quality["pending"] == 0).all()
     rewritten = fixed[fixed["version"] > 1]
@@ -175,22 +186,22 @@ def test_intervals_equal_the_reference_then_repair_makes_every_window_exact(
 def test_gamma_rule_waits_until_the_late_tuples_span_more_than_gamma(spark, settings, load_bronze):
     frame = arrivals(n=800, seed=9)
     load_bronze(frame, SOURCE, 0)
-    run_interval(StageContext.of(spark, settings, SOURCE, JOB), T0, T0 + 400 * STEP)
+    AggregateStream(StageContext.of(spark, settings, SOURCE, JOB)).run(T0, T0 + 400 * STEP)
     wide = repair(StageContext.of(spark, settings, SOURCE, AggJob(**{**JOB.__dict__, "gamma_us": 10**9})))
     assert not wide.ran and "Γ" in wide.reason
-    with pytest.raises(StateError, match="run \\["):  # arrivals 400..499 would be skipped
-        run_interval(StageContext.of(spark, settings, SOURCE, JOB), T0 + 500 * STEP, T0 + 600 * STEP)
+    with pytest.raises(StateError, match="would skip"):  # arrivals 400..499 would be skipped
+        AggregateStream(StageContext.of(spark, settings, SOURCE, JOB)).run(T0 + 500 * STEP, T0 + 600 * STEP)
     # repairing after each interval, the stage leaves the status a fresh look at the ledger gives:
     # with Γ out of reach the late tuples stay pending; with the job's Γ a repair empties the ledger
     waiting = AggJob(**{**JOB.__dict__, "gamma_us": 10**9})  # the same job (Γ does not identify it)
     AggregateStream(StageContext.of(spark, settings, SOURCE, waiting), repair_each=True).run(
-        T0 + 400 * STEP, T0 + 600 * STEP
+        T0 + 400 * STEP, T0 + 600 * STEP, catch_up=True
     )
     status = read_status(settings, SOURCE, waiting)
     assert status == ledger_status(StageContext.of(spark, settings, SOURCE, waiting))
     assert status["pending_late_tuples"] > 0 and not status["repair_due"]
     AggregateStream(StageContext.of(spark, settings, SOURCE, JOB), repair_each=True).run(
-        T0 + 600 * STEP, T0 + 800 * STEP
+        T0 + 600 * STEP, T0 + 800 * STEP, catch_up=True
     )
     status = read_status(settings, SOURCE, JOB)
     assert status == ledger_status(StageContext.of(spark, settings, SOURCE, JOB))
@@ -213,7 +224,7 @@ def test_validate_fails_on_a_target_the_stream_cannot_meet(spark, settings, load
         }
     )
     ctx = StageContext.of(spark, settings, SOURCE, strict)
-    run_interval(ctx, T0, T0 + 600 * STEP)
+    AggregateStream(ctx).run(T0, T0 + 600 * STEP)
     with pytest.raises(QualityError, match="agg_error"):  # reachable under the bound: a shortfall
         validate_aggregate(ctx, fail=True)
 
@@ -225,7 +236,8 @@ def test_a_bound_that_forbids_the_target_is_a_warning_naming_the_bound_it_needs(
     load_bronze(frame, SOURCE, 0)
     tight = AggJob(**{**JOB.__dict__, "eps": 0.01, "latency_bound_us": 500})  # delays of ms, K at most 0.5 ms
     ctx = StageContext.of(spark, settings, SOURCE, tight)
-    summary = run_interval(ctx, T0, T0 + 600 * STEP)
+    summary = AggregateStream(ctx).run(T0, T0 + 600 * STEP)
+    assert summary is not None
     assert summary.slack_next_us is not None and summary.slack_next_us <= 500
     assert summary.reachable is not None and summary.reachable < 0.95
     assert "out of reach under the bound of 0.0005 s" in summary.figures()

@@ -1,4 +1,4 @@
-"""Concurrent writers: a repair, a stream interval and table maintenance on one table at once.
+"""Concurrent writers: a repair, a stream pass and table maintenance on one table at once.
 
 The overlap is forced, not hoped for: the repair's MERGE into ``gold/agg_results`` is held inside
 its transaction (a UDF on its source waits for a file) while a stream interval appends its results
@@ -20,7 +20,6 @@ from pyspark.sql import functions as F
 
 from outoforder.io import conflicts, delta
 from outoforder.io.tables import (
-    AGG_CONTROL,
     AGG_LEDGER,
     AGG_REPAIRS,
     AGG_RESULTS,
@@ -29,14 +28,14 @@ from outoforder.io.tables import (
     INGEST_LOG,
 )
 from outoforder.stages.aggregate.repair import repair
-from outoforder.stages.aggregate.stream import run_interval
+from outoforder.stages.aggregate.stream import AggregateStream
 from outoforder.stages.context import StageContext
 from tests.sources.hostile import good_lines
 from tests.spark.test_aggregate_stream import JOB, SOURCE, STEP, T0, arrivals
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta]
 
-TABLES = (AGG_RESULTS, AGG_LEDGER, AGG_CONTROL, AGG_STATE, AGG_REPAIRS)
+TABLES = (AGG_RESULTS, AGG_LEDGER, AGG_STATE, AGG_REPAIRS)
 
 
 class Gate:
@@ -90,7 +89,7 @@ def overlap(spark, settings, tmp_path, monkeypatch, other: Callable[[object], No
     """
     mid = T0 + 500 * STEP
     for lo, hi in zip([T0, *first_cuts], [*first_cuts, mid], strict=True):
-        run_interval(StageContext.of(spark, settings, SOURCE, JOB), lo, hi)
+        AggregateStream(StageContext.of(spark, settings, SOURCE, JOB)).run(lo, hi, catch_up=True)
     serial = dataclasses.replace(settings, lake_root=tmp_path / "serial")
     shutil.copytree(settings.lake_root, serial.lake_root)
 
@@ -138,9 +137,11 @@ def test_an_interval_and_maintenance_committing_inside_a_repairs_merge_force_its
 
     def compact_and_run(s):
         done.append(delta.maintain(spark, AGG_RESULTS, s.lake_root))
-        done.append(run_interval(StageContext.of(spark, s, SOURCE, JOB), T0 + 500 * STEP, T0 + 900 * STEP))
+        done.append(
+            AggregateStream(StageContext.of(spark, s, SOURCE, JOB)).run(T0 + 500 * STEP, T0 + 900 * STEP)
+        )
 
-    # two intervals first: several small files in the partition for OPTIMIZE to rewrite
+    # two passes first: several small files in the partition for OPTIMIZE to rewrite
     retried, fixed, got, serial = overlap(
         spark, settings, tmp_path, monkeypatch, compact_and_run, [T0 + 250 * STEP]
     )

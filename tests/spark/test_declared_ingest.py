@@ -84,7 +84,7 @@ def test_the_readme_example_goes_through_ingest_the_join_and_the_aggregates(spar
     assert "[join-stream]" in out
     pairs = delta.read(spark, JOIN_RESULTS, settings.lake_root).count()
     assert pairs > 0
-    out = run(cfg, "aggregate-stream", "--source", "warehouse", "--aggregate", "avg", "--every-s", 60)
+    out = run(cfg, "aggregate-stream", "--source", "warehouse", "--aggregate", "avg")
     windows = delta.read(spark, AGG_RESULTS, settings.lake_root)
     assert windows.count() > 0 and windows.where("value IS NULL").isEmpty()
 
@@ -243,7 +243,7 @@ def test_the_european_example_goes_through_ingest_the_join_in_metres_and_the_agg
         )
         assert vincenty_m(lat_r, lon_r, lat_s, lon_s) <= 50 * (1 + proj.error_bound(1_000))
         assert abs(rows[p["r_seq"]]["event_ts"] - rows[p["s_seq"]]["event_ts"]) <= 2_000_000
-    run(cfg, "aggregate-stream", "--source", "fleet", "--aggregate", "avg", "--every-s", 60)
+    run(cfg, "aggregate-stream", "--source", "fleet", "--aggregate", "avg")
     windows = delta.read(spark, AGG_RESULTS, settings.lake_root)
     assert windows.count() > 0 and windows.where("value IS NULL").isEmpty()
     assert 10 < windows.agg(F.min("value")).first()[0] < windows.agg(F.max("value")).first()[0] < 30  # °C

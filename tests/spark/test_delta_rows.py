@@ -31,7 +31,7 @@ def table(spark, t, settings, where=None):
 def state_row(**changes):
     row = {f.name: None for f in JOIN_STATE.schema.fields}
     ints = {f.name for f in JOIN_STATE.schema.fields if f.dataType.typeName() == "long"}
-    row |= {n: 7 for n in ints} | {"source": SRC, "job": "qj-1"} | changes
+    row |= {n: 7 for n in ints} | {"source": SRC, "job": "qj-1", "kind": "state"} | changes
     return tuple(row[n] for n in JOIN_STATE.schema.fieldNames())
 
 
@@ -56,17 +56,11 @@ def test_the_log_reader_finds_transactions_in_checksums_checkpoints_and_commits(
     lake, storage = settings.lake_root, settings.storage
     path = Path(JOIN_STATE.path(lake))
     assert deltalog.newest_version(str(path)) is None and deltalog.transactions(str(path)) == {}
-    with_checkpoints = "spark.databricks.delta.properties.defaults.checkpointInterval"
-    before = spark.conf.get(with_checkpoints, None)
-    spark.conf.set(with_checkpoints, "3")  # a checkpoint at version 3 (and 6) of the new table
-    try:
-        for v in range(8):
-            delta.append_rows(spark, JOIN_STATE, lake, storage, [state_row(as_of_us=v)], f"app-{v % 3}", v)
-    finally:
-        if before is None:
-            spark.conf.unset(with_checkpoints)
-        else:
-            spark.conf.set(with_checkpoints, before)
+    delta.ensure(spark, JOIN_STATE, lake)  # version 0; then checkpoints every 3 versions
+    every_three = "SET TBLPROPERTIES (delta.checkpointInterval = 3)"
+    spark.sql(f"ALTER TABLE {delta.table_sql(JOIN_STATE, lake)} {every_three}")
+    for v in range(8):
+        delta.append_rows(spark, JOIN_STATE, lake, storage, [state_row(as_of_us=v)], f"app-{v % 3}", v)
     log = path / "_delta_log"
     assert sorted(p.name for p in log.glob("*.checkpoint.parquet"))  # the reader has a checkpoint to read
     expected = {"app-0": 6, "app-1": 7, "app-2": 5}

@@ -17,7 +17,6 @@ from outoforder.errors import InputError, QualityError, StateError
 from outoforder.io import delta, deltalog
 from outoforder.io.tables import JOIN_METRICS, JOIN_PARAMS, JOIN_RESULTS, JOIN_STATE, VOLATILE_COLUMNS
 from outoforder.sources.disorder import inject
-from outoforder.stages import passes
 from outoforder.stages.cli import main
 from outoforder.stages.context import StageContext
 from outoforder.stages.join.inputs import input_from_frame
@@ -57,39 +56,14 @@ def newest_state(spark, lake):
     return rows(spark, lake, JOIN_STATE, F.col("as_of_us") == last)
 
 
-def test_any_cadence_gives_the_rows_of_one_pass_and_of_the_operator(spark, settings, monkeypatch):
-    # one stream as one run, as runs of 300 arrivals (a scheduler's minute), of random lengths, and
-    # with a run killed between its results and its state: the same pairs, decisions and state
+def test_any_cadence_gives_the_rows_of_one_pass_and_of_the_operator(spark, settings, run_at_cadences):
+    # one run, runs of 300 arrivals (a scheduler's minute), of random lengths, and with a run killed
+    # between its results and its state: the same pairs, decisions and state
     frame = arrivals()
     n = len(frame)
-    lakes = {}
-    cadences = {
-        "one": [n],
-        "minutes": [*range(300, n, 300), n],
-        "random": [*sorted(set(np.random.default_rng(5).integers(1, n, 6).tolist())), n],
-        "killed": [500, 1_000, n],
-    }
-    real_append = delta.append
-    for name, cuts in cadences.items():
-        lake = f"{settings.lake_root}-{name}"
-        st = replace(settings, lake_root=lake)
-        _load(spark, frame, lake)
-        ctx = StageContext.of(spark, st, SOURCE, JOB)
-        for i, cut in enumerate(cuts):
-            if name == "killed" and i == 1:
-                # killed after the pass's results commit, before its state: nothing after it runs
-                def dies_at_state(df, table, lake_root, tag, _real=real_append):
-                    if table is JOIN_STATE:
-                        raise KeyboardInterrupt
-                    _real(df, table, lake_root, tag)
-
-                monkeypatch.setattr(delta, "append", dies_at_state)
-                with pytest.raises(KeyboardInterrupt):
-                    JoinStream(ctx).run(None, T0 + cut * STEP)
-                monkeypatch.setattr(delta, "append", real_append)
-            summary = JoinStream(ctx).run(T0 if i == 0 else None, T0 + cut * STEP)
-            assert summary is not None and summary.arrivals > 0
-        lakes[name] = lake
+    lakes = run_at_cadences(
+        JoinStream, JOB, frame, SOURCE, killed=[500, 1_000], seed=5, n_random=6, first_seq=1
+    )
     want = {t: rows(spark, lakes["one"], t) for t in (JOIN_RESULTS, JOIN_PARAMS)}
     want_state = newest_state(spark, lakes["one"])
     assert len(want[JOIN_RESULTS]) > 1_000 and len(want[JOIN_PARAMS]) >= 10
@@ -119,20 +93,6 @@ def test_any_cadence_gives_the_rows_of_one_pass_and_of_the_operator(spark, setti
     before = deltalog.newest_version(JOIN_RESULTS.path(lakes["one"]))
     assert JoinStream(ctx).run(T0, T0 + 700 * STEP) is None
     assert deltalog.newest_version(JOIN_RESULTS.path(lakes["one"])) == before
-
-
-def _load(spark, frame, lake):
-    from outoforder.io.tables import BRONZE
-
-    n = len(frame)
-    pdf = frame.assign(
-        source=SOURCE, key="k", arrival_seq=np.arange(1, n + 1), arrival_ts=T0 + np.arange(n) * STEP,
-        row_hash=np.arange(n), ingest_id="test", source_file="test", line_no=np.arange(1, n + 1),
-    )  # fmt: skip
-    for col in ("z", "value", "attrs"):
-        pdf[col] = None
-    data = [tuple(r) for r in pdf[BRONZE.schema.fieldNames()].itertuples(index=False)]
-    delta.append_once(spark.createDataFrame(data, BRONZE.schema), BRONZE, lake, f"test-{SOURCE}", 0)
 
 
 def test_a_pass_cannot_skip_arrivals_but_a_scheduled_run_catches_up(spark, settings, load_bronze):
@@ -268,21 +228,3 @@ def test_a_retention_bound_that_puts_q_user_out_of_reach_is_reported_not_failed(
     assert unbounded.job_id() == bounded.job_id()  # the bound is a setting of the running job
     with pytest.raises(QualityError, match="stream join"):
         validate_join(StageContext.of(spark, settings, source, unbounded), end, fail=True)
-
-
-def test_old_state_snapshots_are_pruned(spark, settings, load_bronze, monkeypatch):
-    load_bronze(arrivals(n=400), SOURCE, 1)
-    monkeypatch.setattr(passes, "PRUNE_EVERY", 3)
-    ctx = StageContext.of(spark, settings, SOURCE, JOB)
-    for k in range(1, 8):
-        JoinStream(ctx).run(T0, T0 + 50 * k * STEP, catch_up=True)
-    kept = sorted(
-        r[0]
-        for r in delta.read(spark, JOIN_STATE, settings.lake_root)
-        .where(F.col("kind") == "state")
-        .select("as_of_us")
-        .collect()
-    )
-    # pruned after the 3rd and 6th pass down to 2 snapshots: the 5th, 6th and the 7th since
-    assert kept == [T0 + 250 * STEP, T0 + 300 * STEP, T0 + 350 * STEP]
-    assert JoinStream(ctx).position().passes == 7

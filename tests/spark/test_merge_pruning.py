@@ -21,7 +21,7 @@ KEYS = ("source", "job", "r_seq", "s_seq")
 
 def pairs(spark, seqs: range):
     """Join results pairing r_seq with s_seq = r_seq + 1, one per seq."""
-    rows = [("src", "job", s, s + 1, s, s + 1, s + 1, "stream", 0, 1, 0, 0, 0, 0) for s in seqs]
+    rows = [("src", "job", s, s + 1, s, s + 1, s + 1, None, "stream", 0, 0, 0, 0) for s in seqs]
     return spark.createDataFrame(rows, JOIN_RESULTS.schema)
 
 

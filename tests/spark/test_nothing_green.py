@@ -42,7 +42,7 @@ def test_a_misspelt_source_fails_naming_the_sources_there_are(spark, settings, y
         InputError,
         match=r"no rows of source 'test/yrad' \(its sources: test/yard; did you mean 'test/yard'\?\)",
     ):
-        AggregateStream(StageContext.of(spark, settings, "test/yrad", AGG)).run(every_us=60_000_000)
+        AggregateStream(StageContext.of(spark, settings, "test/yrad", AGG)).run()
 
 
 def test_a_join_side_without_rows_fails_naming_the_streams_there_are(spark, settings, yard):
@@ -51,16 +51,16 @@ def test_a_join_side_without_rows_fails_naming_the_streams_there_are(spark, sett
         InputError,
         match=r"no rows of S = 'pickers' \(its streams: forklift, picker; did you mean 'picker'\?\)",
     ):
-        JoinStream(StageContext.of(spark, settings, SOURCE, job)).run(every_us=60_000_000)
+        JoinStream(StageContext.of(spark, settings, SOURCE, job)).run()
 
 
 def test_checks_of_a_job_that_never_ran_fail(spark, settings, yard):
-    AggregateStream(StageContext.of(spark, settings, SOURCE, AGG)).run(every_us=60_000_000)
+    AggregateStream(StageContext.of(spark, settings, SOURCE, AGG)).run()
     join = JoinJob(r_streams=("forklift",), s_streams=("picker",))
     with pytest.raises(StateError, match=r"has not run by \d+: nothing to check"):
         join_validate.validate_join(StageContext.of(spark, settings, SOURCE, join), T0 + 10**9)
     topk = TopKJob(score="value")  # its 4 s windows: none closes in these 60 ms
-    TopKStream(StageContext.of(spark, settings, SOURCE, topk)).run(every_us=60_000_000)
+    TopKStream(StageContext.of(spark, settings, SOURCE, topk)).run()
     expected = (
         r"validate-topk: nothing to judge: job tk-\w+ has processed 'test/yard' up to \d+ µs and no window"
     )
@@ -72,6 +72,6 @@ def test_checks_of_a_job_that_never_ran_fail(spark, settings, yard):
 
 
 def test_values_the_aggregates_cannot_use_are_counted(spark, settings, yard):
-    (summary,) = AggregateStream(StageContext.of(spark, settings, SOURCE, AGG)).run(every_us=60_000_000)
-    assert summary.unvalued == 3 and summary.arrivals == 57
+    summary = AggregateStream(StageContext.of(spark, settings, SOURCE, AGG)).run()
+    assert summary is not None and summary.unvalued == 3 and summary.arrivals == 57
     assert "3 without a value (not aggregated)" in summary.line()

@@ -9,6 +9,7 @@ as a backstop). Also the producer the demos and benchmarks replay datasets with.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ from outoforder.errors import InputError
 log = logging.getLogger(__name__)
 LOG_APPEND_TIME = "LogAppendTime"
 TIMEOUT_S = 15.0
+RETRY_S = 0.2  # between two tries of a request the broker answered with a retriable error
 
 
 @dataclass(frozen=True)
@@ -61,23 +63,39 @@ def topic_state(bootstrap: str, topic: str) -> TopicState:
             raise InputError(msg) from e
         raise _fail(bootstrap, f"cannot describe topic {topic!r}", e) from e
     parts = sorted(p.id for p in described.partitions)
-    try:
-        res = adm.ConfigResource(adm.ResourceType.TOPIC, topic)
-        configs = admin.describe_configs([res], request_timeout=TIMEOUT_S)[res].result()
-        ts_type = str(configs["message.timestamp.type"].value)
-        lows = admin.list_offsets(
-            {TopicPartition(topic, p): adm.OffsetSpec.earliest() for p in parts}, request_timeout=TIMEOUT_S
-        )
-        highs = admin.list_offsets(
-            {TopicPartition(topic, p): adm.OffsetSpec.latest() for p in parts}, request_timeout=TIMEOUT_S
-        )
-        offsets = {
-            tp.partition: (int(lows[tp].result().offset), int(highs[hp].result().offset))
-            for tp, hp in zip(sorted(lows, key=_pid), sorted(highs, key=_pid), strict=True)
-        }
-    except KafkaException as e:
-        raise _fail(bootstrap, f"cannot list the offsets of topic {topic!r}", e) from e
-    return TopicState(topic, str(described.topic_id), offsets, ts_type)
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        try:
+            res = adm.ConfigResource(adm.ResourceType.TOPIC, topic)
+            configs = admin.describe_configs([res], request_timeout=TIMEOUT_S)[res].result()
+            ts_type = str(configs["message.timestamp.type"].value)
+            tps = [TopicPartition(topic, p) for p in parts]
+            spec = adm.OffsetSpec
+            lows = admin.list_offsets({tp: spec.earliest() for tp in tps}, request_timeout=TIMEOUT_S)
+            highs = admin.list_offsets({tp: spec.latest() for tp in tps}, request_timeout=TIMEOUT_S)
+            offsets = {
+                tp.partition: (int(lows[tp].result().offset), int(highs[hp].result().offset))
+                for tp, hp in zip(sorted(lows, key=_pid), sorted(highs, key=_pid), strict=True)
+            }
+            return TopicState(topic, str(described.topic_id), offsets, ts_type)
+        except KafkaException as e:
+            # a partition's leader moving (a topic just created, a broker restarting) passes
+            if _retriable(e) and time.monotonic() < deadline:
+                log.info("Kafka at %s: listing the offsets of %r again: %s", bootstrap, topic, e)
+                time.sleep(RETRY_S)
+                continue
+            raise _fail(bootstrap, f"cannot list the offsets of topic {topic!r}", e) from e
+
+
+def _retriable(e: Exception) -> bool:
+    """Whether the broker said "not now" (librdkafka's flag, or a partition without its leader yet)."""
+    from confluent_kafka import KafkaError
+
+    err = e.args[0] if e.args else None
+    if not isinstance(err, KafkaError):
+        return False
+    moving = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+    return bool(err.retriable()) or err.code() in moving
 
 
 def _pid(tp: Any) -> int:

@@ -237,21 +237,33 @@ AGG_RESULTS_SCHEMA = _s(
     ("emitted_at_seq", LongType(), True),
     ("slack_us", LongType(), True),  # K in force at the emission
     ("lambda_thr", DoubleType(), True),
-    ("written_by_us", LongType(), False),  # the interval end (stream) or repair id that wrote it
+    # stream: the arrival time of the arrival that emitted it; repair: the repair's id (its ledger end)
+    ("written_by_us", LongType(), False),
     ("written_at_us", LongType(), False),
 )
-AGG_LEDGER_SCHEMA = _s(  # late memberships: a tuple that arrived after a window it belongs to closed
+# What late data did, per pass: a "late" row per late membership (a tuple that arrived after a
+# window it belongs to closed: what the repair makes exact) and an "observed" row per window whose
+# coverage was observed (what its K needed and the controller's K after it: the trace). Every
+# column but written_at_us is the same however the scheduler cut the stream into passes.
+AGG_LEDGER_SCHEMA = _s(
     ("source", StringType(), False),
     ("job", StringType(), False),
-    ("seq", LongType(), False),
-    ("ts", LongType(), False),
+    ("kind", StringType(), False),  # "late" or "observed"
     ("window_id", LongType(), False),
-    ("interval_end_us", LongType(), False),
+    ("seq", LongType(), False),  # late: the tuple; observed: the arrival at which it was observed
+    ("arrival_us", LongType(), True),  # that arrival's time (a repair covers the ledger up to one)
+    ("ts", LongType(), True),  # late: the tuple's event time
+    ("n_rcv", LongType(), True),  # observed: its coverage n_rcv / (n_rcv + n_late)
+    ("n_late", LongType(), True),
+    ("lambda_thr", DoubleType(), True),
+    ("needed_us", LongType(), True),  # the smallest constant K from which on it was within ε
+    ("slack_after_us", LongType(), True),  # the controller's K once it had seen it
+    ("written_at_us", LongType(), True),
 )
 AGG_REPAIRS_SCHEMA = _s(
     ("source", StringType(), False),
     ("job", StringType(), False),
-    ("repair_id", LongType(), False),  # = ledger_upto_us: the ledger up to this interval end
+    ("repair_id", LongType(), False),  # the ledger's arrivals before this arrival time (µs) are repaired
     ("trigger", StringType(), False),  # "gamma" | "forced"
     ("late_tuples", LongType(), False),
     ("late_span_us", LongType(), False),
@@ -265,64 +277,31 @@ AGG_REPAIRS_SCHEMA = _s(
     ("first_window", LongType(), True),  # the windows recomputed lie in [first_window, last_window]
     ("last_window", LongType(), True),  # (null in rows written before they were kept)
 )
+# One table per job's state, its snapshots keyed by as_of_us: a "state" row (the operator's scalars,
+# the job's counters), an "open" row per value of a window still open (in the order received, ``ord``)
+# and a "watch" row per closed window whose coverage is not observed yet.
 AGG_STATE_SCHEMA = _s(
     ("source", StringType(), False),
     ("job", StringType(), False),
     ("as_of_us", LongType(), False),
-    ("interval_start_us", LongType(), False),  # of the job's first interval
-    ("t_max", LongType(), True),
-    ("k", LongType(), False),
-    ("frontier", LongType(), True),
+    ("kind", StringType(), False),  # "state", "open" or "watch"
+    ("first_us", LongType(), True),
     ("last_seq", LongType(), True),
-    ("alpha", DoubleType(), False),  # seed: the PD controller's α; lateness: K / k
-    ("last_error", DoubleType(), True),
-    ("arrivals", LongType(), False),
-    ("emitted", LongType(), False),
-    ("late", LongType(), False),
-    ("written_at_us", LongType(), False),
-    ("slack_us", LongType(), True),  # K for the next interval
-    # the lateness controller's snapshot (JSON: the recent windows' needs); under the seed's
-    # controller it runs beside it, for the feasibility statement
-    ("lateness", StringType(), True),
-)
-AGG_BUFFER_SCHEMA = _s(
-    ("source", StringType(), False),
-    ("job", StringType(), False),
-    ("as_of_us", LongType(), False),
-    ("wid", LongType(), False),
-    ("seq", LongType(), False),
-    ("ts", LongType(), False),
-    ("v", DoubleType(), False),
-    ("bucket", LongType(), True),  # the membership's lateness bucket (core/windows/lateness.py)
-)
-AGG_WATCH_SCHEMA = _s(
-    ("source", StringType(), False),
-    ("job", StringType(), False),
-    ("as_of_us", LongType(), False),
-    ("wid", LongType(), False),
-    ("n_rcv", LongType(), False),
-    ("n_late", LongType(), False),
-    ("lambda_thr", DoubleType(), False),
-    # the window's lateness profile, its non-empty buckets: bucket, count, Σv, min, max
-    ("p_bucket", ArrayType(LongType(), True), True),
-    ("p_n", ArrayType(LongType(), True), True),
-    ("p_s1", ArrayType(DoubleType(), True), True),
-    ("p_lo", ArrayType(DoubleType(), True), True),
-    ("p_hi", ArrayType(DoubleType(), True), True),
-)
-AGG_CONTROL_SCHEMA = _s(  # every coverage observation, the K it needed and the controller after it
-    ("source", StringType(), False),
-    ("job", StringType(), False),
-    ("interval_end_us", LongType(), False),
-    ("window_id", LongType(), False),
-    ("obs_at_seq", LongType(), False),
-    ("n_rcv", LongType(), False),
-    ("n_late", LongType(), False),
-    ("coverage", DoubleType(), False),
-    ("lambda_thr", DoubleType(), False),
-    ("alpha_after", DoubleType(), False),  # seed: α; lateness: K / k
-    ("needed_us", LongType(), True),  # the smallest constant K from which on it was within ε
-    ("slack_after_us", LongType(), True),  # the lateness controller's K after it (bound applied)
+    ("arrivals", LongType(), True),
+    ("emitted", LongType(), True),
+    ("late", LongType(), True),
+    ("passes", LongType(), True),
+    ("scalars", StringType(), True),  # the HPM operator's snapshot without its windows, the policy's
+    ("outputs", StringType(), True),
+    ("written_at_us", LongType(), True),
+    ("ord", LongType(), True),
+    ("wid", LongType(), True),
+    ("v", DoubleType(), True),  # open: a value received
+    ("bucket", LongType(), True),  # open: its lateness bucket (core/windows/lateness.py)
+    ("n_rcv", LongType(), True),  # watch: received, late so far, the coverage its target needs
+    ("n_late", LongType(), True),
+    ("lambda_thr", DoubleType(), True),
+    ("profile", StringType(), True),  # watch: its lateness profile, [bucket, count, Σv, min, max] rows (JSON)
 )
 
 # θ-join backfills (stages/theta/backfill.py): per event-time window of a job, the rows of the
@@ -358,74 +337,68 @@ INGEST_LOG = Table("bronze/ingest_log", INGEST_LOG_SCHEMA)
 KAFKA_OFFSETS = Table("bronze/kafka_offsets", KAFKA_OFFSETS_SCHEMA)
 JOIN_METRICS = Table("gold/join_metrics", JOIN_METRICS_SCHEMA, ("source",))
 JOIN_RESULTS = Table("gold/join_results", JOIN_RESULTS_SCHEMA, ("source",))
-# The stream top-k (stages/topk/stream.py). The operator's state is one JSON snapshot per
-# interval end: small (k entries per open window), and the pure operator restores from it.
-TOPK_STATE_SCHEMA = _s(
+# The stream top-k (stages/topk/stream.py). The operator's state is one JSON snapshot per pass:
+# small (k entries per open window), and the pure operator restores from it.
+TOPK_STATE_SCHEMA = _s(  # the job's state snapshots, keyed by as_of_us: one "state" row each
     ("source", StringType(), False),
     ("job", StringType(), False),
     ("as_of_us", LongType(), False),
-    ("interval_start_us", LongType(), False),
-    ("snapshot", StringType(), False),  # {"operator": ..., "cache": ...}
-    ("arrivals", LongType(), False),  # arrivals processed so far
-    ("k_min_us", DoubleType(), False),  # the cache duration in force at as_of_us
-    ("written_at_us", LongType(), False),
+    ("kind", StringType(), False),  # "state"
+    ("first_us", LongType(), True),
+    ("last_seq", LongType(), True),
+    ("arrivals", LongType(), True),  # arrivals processed so far
+    ("passes", LongType(), True),
+    ("scalars", StringType(), True),  # the operator's snapshot, {"operator": ..., "cache": ...}
+    ("outputs", StringType(), True),
+    ("written_at_us", LongType(), True),
 )
-TOPK_WINDOWS_SCHEMA = _s(  # one row per emitted window (also when it was emitted empty)
+# Every emitted window, once, with its list: a row per member (rank 1 = highest score), or one row
+# with a null rank when it was emitted empty. Every column but written_at_us is the same however
+# the scheduler cut the stream into passes.
+TOPK_RESULTS_SCHEMA = _s(
     ("source", StringType(), False),
     ("job", StringType(), False),
     ("window_id", LongType(), False),
     ("window_end_us", LongType(), False),
     ("size", LongType(), False),  # tuples in the emitted list (< k: fewer had arrived)
-    ("emitted_at_seq", LongType(), True),  # the arrival that triggered it (null: end of stream)
+    ("emitted_at_seq", LongType(), True),  # the arrival that triggered it
+    ("emitted_at_us", LongType(), True),  # its arrival time
     ("cache_us", DoubleType(), False),  # K in force at the emission
-    ("interval_start_us", LongType(), False),
+    ("rank", LongType(), True),
+    ("seq", LongType(), True),  # bronze arrival_seq of the member
+    ("ts", LongType(), True),
+    ("score", DoubleType(), True),
     ("written_at_us", LongType(), False),
 )
-TOPK_RESULTS_SCHEMA = _s(
+# What the pass recorded besides results: a "late" row per membership of a tuple that arrived after
+# its window's emission; a "decision" row per cache-duration decision (the K_min trace); a "settled"
+# row per window whose late tuples were awaited (how good its list was, what it needed).
+TOPK_LEDGER_SCHEMA = _s(
     ("source", StringType(), False),
     ("job", StringType(), False),
-    ("window_id", LongType(), False),
-    ("rank", LongType(), False),  # 1 = highest score
-    ("seq", LongType(), False),  # bronze arrival_seq
-    ("ts", LongType(), False),
-    ("score", DoubleType(), False),
-)
-TOPK_LATE_SCHEMA = _s(  # memberships of tuples that arrived after their window's emission
-    ("source", StringType(), False),
-    ("job", StringType(), False),
-    ("seq", LongType(), False),
-    ("window_id", LongType(), False),
-    ("ts", LongType(), False),
-    ("score", DoubleType(), False),
-    ("interval_start_us", LongType(), False),
-)
-TOPK_CACHE_SCHEMA = _s(  # the K_min trace: one row per controller decision
-    ("source", StringType(), False),
-    ("job", StringType(), False),
-    ("at_seq", LongType(), False),  # the arrival after which the decision was made
-    ("progress_us", LongType(), False),
-    ("k_min_us", DoubleType(), False),
-    ("k_down_us", DoubleType(), False),
-    ("k_up_us", DoubleType(), False),
-    ("move", StringType(), False),
-    ("accuracy", ArrayType(DoubleType()), False),  # mean hit rate per candidate duration
-    ("interval_start_us", LongType(), False),
+    ("kind", StringType(), False),
+    ("window_id", LongType(), True),  # late, settled
+    ("seq", LongType(), True),  # late: the tuple; decision: the arrival after which it was made
+    ("arrival_us", LongType(), True),  # that arrival's time
+    ("ts", LongType(), True),  # late
+    ("score", DoubleType(), True),  # late
+    ("progress_us", LongType(), True),  # decision
+    ("k_min_us", DoubleType(), True),
+    ("k_down_us", DoubleType(), True),
+    ("k_up_us", DoubleType(), True),
+    ("move", StringType(), True),
+    ("accuracy", ArrayType(DoubleType()), True),  # mean hit rate per candidate duration
     # the lateness controller's statement (null for the seed's): the K the target needs, unbounded,
     # and the accuracy the user's bound allows on the evidence
     ("needed_us", DoubleType(), True),
     ("reachable", DoubleType(), True),
-)
-TOPK_SETTLED_SCHEMA = _s(  # per window, once its late tuples were awaited: how good it was, what it needed
-    ("source", StringType(), False),
-    ("job", StringType(), False),
-    ("window_id", LongType(), False),
-    ("window_end_us", LongType(), False),
-    ("hit", DoubleType(), False),  # the emitted list's hit rate against the top-k known at settlement
-    ("cache_us", DoubleType(), False),  # K at the emission
-    ("exact_us", DoubleType(), False),  # the K at which the list would have been exact
-    ("awaited_us", DoubleType(), False),  # late tuples were awaited this long after the end
-    ("lateness", ArrayType(DoubleType()), False),  # per true top-k member: progress at arrival - end
-    ("interval_start_us", LongType(), False),
+    ("window_end_us", LongType(), True),  # settled
+    ("hit", DoubleType(), True),  # the emitted list's hit rate against the top-k known at settlement
+    ("cache_us", DoubleType(), True),  # K at the emission
+    ("exact_us", DoubleType(), True),  # the K at which the list would have been exact
+    ("awaited_us", DoubleType(), True),  # late tuples were awaited this long after the end
+    ("lateness", ArrayType(DoubleType()), True),  # per true top-k member: progress at arrival - end
+    ("written_at_us", LongType(), True),
 )
 
 JOIN_STATE = Table("silver/join_state", JOIN_STATE_SCHEMA, ("source",))
@@ -434,17 +407,11 @@ AGG_RESULTS = Table("gold/agg_results", AGG_RESULTS_SCHEMA, ("source",))
 AGG_REPAIRS = Table("gold/agg_repairs", AGG_REPAIRS_SCHEMA, ("source",))
 AGG_LEDGER = Table("silver/agg_ledger", AGG_LEDGER_SCHEMA, ("source",))
 AGG_STATE = Table("silver/agg_state", AGG_STATE_SCHEMA, ("source",))
-AGG_BUFFER = Table("silver/agg_buffer", AGG_BUFFER_SCHEMA, ("source",))
-AGG_WATCH = Table("silver/agg_watch", AGG_WATCH_SCHEMA, ("source",))
-AGG_CONTROL = Table("silver/agg_control", AGG_CONTROL_SCHEMA, ("source",))
 THETA_RESULTS = Table("gold/theta_results", THETA_RESULTS_SCHEMA, ("source",))
 THETA_WINDOWS = Table("gold/theta_windows", THETA_WINDOWS_SCHEMA, ("source",))
 TOPK_STATE = Table("silver/topk_state", TOPK_STATE_SCHEMA, ("source",))
-TOPK_WINDOWS = Table("gold/topk_windows", TOPK_WINDOWS_SCHEMA, ("source",))
 TOPK_RESULTS = Table("gold/topk_results", TOPK_RESULTS_SCHEMA, ("source",))
-TOPK_LATE = Table("silver/topk_late", TOPK_LATE_SCHEMA, ("source",))
-TOPK_CACHE = Table("silver/topk_cache", TOPK_CACHE_SCHEMA, ("source",))
-TOPK_SETTLED = Table("silver/topk_settled", TOPK_SETTLED_SCHEMA, ("source",))
+TOPK_LEDGER = Table("silver/topk_ledger", TOPK_LEDGER_SCHEMA, ("source",))
 
 QUALITY_MEASURES_SCHEMA = _s(  # what each validation judged, per period or window (the report's curves)
     ("source", StringType(), False),
@@ -478,8 +445,8 @@ QUALITY_RUNS = Table("gold/quality_runs", QUALITY_RUNS_SCHEMA)
 ALL_TABLES = (
     BRONZE, QUARANTINE, INGEST_LOG, KAFKA_OFFSETS,
     JOIN_METRICS, JOIN_RESULTS, JOIN_STATE, JOIN_PARAMS,
-    AGG_RESULTS, AGG_REPAIRS, AGG_LEDGER, AGG_STATE, AGG_BUFFER, AGG_WATCH, AGG_CONTROL,
+    AGG_RESULTS, AGG_REPAIRS, AGG_LEDGER, AGG_STATE,
     THETA_RESULTS, THETA_WINDOWS,
-    TOPK_STATE, TOPK_WINDOWS, TOPK_RESULTS, TOPK_LATE, TOPK_CACHE, TOPK_SETTLED,
+    TOPK_STATE, TOPK_RESULTS, TOPK_LEDGER,
     QUALITY_MEASURES, QUALITY_RUNS,
 )  # fmt: skip

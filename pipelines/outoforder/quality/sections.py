@@ -92,18 +92,29 @@ def _join_section(lake: LakeTables, w: Window) -> Section | None:
 
 
 def _aggregate_section(lake: LakeTables, w: Window) -> Section | None:
-    from outoforder.io.tables import (
-        AGG_BUFFER,
-        AGG_CONTROL,
-        AGG_REPAIRS,
-        AGG_RESULTS,
-        QUALITY_MEASURES,
-    )
+    from outoforder.io.tables import AGG_LEDGER, AGG_REPAIRS, AGG_RESULTS, AGG_STATE, QUALITY_MEASURES
 
     measures = w.keep(lake.get(QUALITY_MEASURES), "end_us")
     errors = measures[measures["measure"] == "agg_error"]
-    control = w.keep(lake.get(AGG_CONTROL), "interval_end_us")
-    buffers = w.keep(lake.counts(AGG_BUFFER, ["source", "job", "as_of_us"]), "as_of_us")
+    ledger = lake.fields(
+        AGG_LEDGER,
+        {
+            c: c
+            for c in (
+                "source",
+                "job",
+                "kind",
+                "window_id",
+                "seq",
+                "arrival_us",
+                "needed_us",
+                "slack_after_us",
+            )
+        },
+    )
+    control = w.keep(ledger[ledger["kind"] == "observed"], "arrival_us")
+    kept = lake.counts(AGG_STATE, ["source", "job", "as_of_us", "kind"])
+    buffers = w.keep(kept[kept["kind"] != "state"], "as_of_us")
     results = lake.get(
         AGG_RESULTS,
         [
@@ -152,8 +163,8 @@ def _aggregate_section(lake: LakeTables, w: Window) -> Section | None:
             )
         )
     for source, job, part in jobs(control):
-        part = part.sort_values(["interval_end_us", "obs_at_seq"])
-        if "needed_us" in part and part["needed_us"].notna().any():
+        part = part.sort_values("seq")
+        if part["needed_us"].notna().any():
             fig, ax = figure("K (ms)", "coverage observations, in arrival order")
             x = range(len(part))
             ax.plot(x, part["needed_us"] / 1e3, ".", ms=3, color=COLOURS[1], label="K the window needed")
@@ -163,30 +174,21 @@ def _aggregate_section(lake: LakeTables, w: Window) -> Section | None:
                 Panel(
                     f"{source} · {job}: the K each window needed",
                     "Each observed window's need: the shortest constant wait under which its result would "
-                    "have been within ε, read off when its tuples arrived; and the lateness controller's "
-                    "K after it (what a high share of the recent windows needed, capped at the job's "
-                    "bound). Needs above the bound are windows the bound put out of reach.",
+                    "have been within ε, read off when its tuples arrived; and the controller's K after "
+                    "it (the lateness controller: what a high share of the recent windows needed, capped "
+                    "at the job's bound; the paper's: α times the largest delay seen). Needs above the "
+                    "bound are windows the bound put out of reach.",
                     svg=svg(fig),
                 )
             )
-            continue
-        fig, ax = figure("α", "coverage observations, in arrival order")
-        ax.step(range(len(part)), part["alpha_after"], where="post", color=COLOURS[0])
-        s.panels.append(
-            Panel(
-                f"{source} · {job}: controller α",
-                "The controller's output after each coverage observation (K = α · the largest delay seen): "
-                "it lowers α while windows are covered well enough and raises it when they are not.",
-                svg=svg(fig),
-            )
-        )
     for source, job, part in jobs(buffers):
         sizes = part.groupby("as_of_us")["rows"].sum().rename("n").reset_index()
         s.panels.append(
             steps_panel(
                 sizes, "as_of_us", {"tuples": lambda f: f["n"]}, "tuples buffered",
                 f"{source} · {job}: buffered tuples (memory)",
-                "Tuples held for windows not emitted yet, at the end of every interval.", step=False,
+                "Values held for windows not emitted yet and windows awaiting their coverage, at the end "
+                "of each pass.", step=False,
             )
         )  # fmt: skip
     if not results.empty:
@@ -239,14 +241,24 @@ def _aggregate_section(lake: LakeTables, w: Window) -> Section | None:
 def _topk_section(lake: LakeTables, w: Window) -> Section | None:
     import pandas as pd
 
-    from outoforder.io.tables import QUALITY_MEASURES, TOPK_CACHE, TOPK_LATE, TOPK_WINDOWS
+    from outoforder.io.tables import QUALITY_MEASURES, TOPK_LEDGER, TOPK_RESULTS
 
     measures = w.keep(lake.get(QUALITY_MEASURES), "end_us")
     hits = measures[measures["measure"] == "topk_hit_rate"]
-    cache = w.keep(lake.get(TOPK_CACHE), "progress_us")
-    windows = w.keep(lake.get(TOPK_WINDOWS), "interval_start_us")
+    ledger = lake.fields(
+        TOPK_LEDGER, {c: c for c in ("source", "job", "kind", "arrival_us", "progress_us", "k_min_us")}
+    )
+    cache = w.keep(ledger[ledger["kind"] == "decision"], "arrival_us")
+    emissions = lake.fields(
+        TOPK_RESULTS,
+        {c: c for c in ("source", "job", "window_id", "emitted_at_us", "cache_us", "rank")},
+    )
+    windows = w.keep(emissions[emissions["rank"].isna() | (emissions["rank"] == 1)], "emitted_at_us")
     late = w.keep(
-        lake.counts(TOPK_LATE, ["source", "job", "interval_start_us", "window_id"]), "interval_start_us"
+        lake.counts(TOPK_LEDGER, ["source", "job", "kind", "arrival_us", "window_id"]).query(
+            "kind == 'late'"
+        ),
+        "arrival_us",
     )
     if hits.empty and cache.empty and windows.empty:
         return None

@@ -103,7 +103,13 @@ class _Pass:
         self.pending: list[pa.RecordBatch] = []
         self.pending_rows = 0
         self.op: AdaptiveQJoin | None = None
-        self.figures = {"arrivals": 0, "pairs": 0, "late": 0, "decisions": 0, "no_location": 0}
+        self.figures: dict[str, Any] = {
+            "arrivals": 0,
+            "pairs": 0,
+            "late": 0,
+            "decisions": 0,
+            "no_location": 0,
+        }
         self.first_seq: int | None = None
         self.last_seq: int | None = None
         self.error: str | None = None
@@ -204,6 +210,7 @@ class _Pass:
             yield _batch("r", int(rows["seq"].size), **{c: rows[c] for c in ROW_COLUMNS})
         figures = {
             **self.figures,
+            "rows": {"p": self.figures["pairs"], "d": self.figures["decisions"], "r": int(rows["seq"].size)},
             "first_seq": self.first_seq,
             "last_seq": self.last_seq,
             "kept": st.kept,

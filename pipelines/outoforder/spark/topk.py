@@ -12,8 +12,8 @@ emission of window ``w`` is ``min(seq)`` over the tuples whose *last due window*
 ``floor((ts − K − size) / slide)`` is ``>= w``: a minimum per due window followed by a suffix
 minimum over the (few) distinct due windows, without ordering the whole stream.
 
-:func:`operator_step` runs the stream operator itself over one interval of arrivals in a Spark
-task, so that the arrivals never pass through the driver.
+:func:`topk_pass` runs the stream operator itself over a pass's arrivals in a Spark task, so that
+the arrivals never pass through the driver.
 """
 
 from __future__ import annotations
@@ -125,65 +125,127 @@ def as_lists(rows: DataFrame) -> dict[int, list[int]]:
     return out
 
 
-# Rows of one run of the operator: w an emitted window (a = window end, b = size, seq = the arrival
-# that emitted it, x = K in force), r a result (a = rank), l a late membership (a = ts, x = score),
-# c a cache decision (seq = the arrival after which it was made, a = progress, x/y/z = K_min, K_down,
-# K_up, text = {"move", "accuracy", "needed_us", "reachable"}), q a settled window (a = window end,
-# x = hit rate, y = K for an exact list, z = awaited, text = {"cache_us", "lateness"}), s the new
-# state and the figures, with the number of rows of each other kind (text, JSON; one row).
-STEP_SCHEMA = (
-    "kind string, window_id long, seq long, a long, b long, x double, y double, z double, text string"
+# The pass's output rows, ``kind`` saying what a row is: "r" a member of an emitted window's list
+# (rank, seq, ts, score; at_seq / at_us the arrival that emitted it, x = K in force; a window emitted
+# empty is one row with a null rank); "l" a late membership (seq, ts, score, at_us its arrival time);
+# "c" a cache decision (at_seq / at_us, a = progress, x/y/z = K_min, K_down, K_up, text = {"move",
+# "accuracy", "needed_us", "reachable"}); "q" a window settled (seq / at_us the arrival at which it
+# settled, x = hit rate, y = K for an exact list, z = awaited, text = {"cache_us", "lateness"}); "s"
+# the new state and the figures (JSON, one row); "x" arrivals out of order (the driver raises it).
+PASS_SCHEMA = (
+    "kind string, window_id long, window_end_us long, size long, rank long, seq long, ts long, "
+    "score double, at_seq long, at_us long, a long, x double, y double, z double, text string"
 )
 
 
-def operator_step(
-    batch: DataFrame, query: TopKQuery, cache: LatenessSettings | CacheSettings | float, snapshot: str | None
+def topk_pass(
+    arrivals: DataFrame,
+    query: TopKQuery,
+    cache: LatenessSettings | CacheSettings | float,
+    snapshot: str | None,
 ) -> DataFrame:
-    """The operator over one interval's arrivals (``seq``, ``ts``, ``score``) in a Spark task.
+    """The operator over a pass's arrivals (``seq``, ``ts``, ``score``, ``arrival_ts``) in one Spark task.
 
-    The operator is a state machine over one arrival order, so the interval runs in one task, in
-    arrival order, from ``snapshot`` (:meth:`~outoforder.core.topk.operator.TopK.snapshot` as JSON;
-    None: a fresh operator). Its output rows are :data:`STEP_SCHEMA`; the driver receives only the
-    one ``s`` row (the new state, small by construction: k entries per open window) and writes the
-    others from the executors. Lazy: cache or checkpoint it.
+    The operator is a state machine over one arrival order, so the pass runs in one task, the
+    arrivals sorted by Spark, from ``snapshot`` (:meth:`~outoforder.core.topk.operator.TopK.snapshot`
+    as JSON; None: a fresh operator). Its output rows are :data:`PASS_SCHEMA`; the driver learns
+    only the ``s`` row (observed on the job that checkpoints the output). Lazy: checkpoint it.
     """
-    run = functools.partial(_operator_task, query=query, cache=cache, snapshot=snapshot)
-    return batch.select("seq", "ts", "score").coalesce(1).mapInArrow(run, STEP_SCHEMA)
+    run = functools.partial(_pass_task, query=query, cache=cache, snapshot=snapshot)
+    return (
+        arrivals.select("seq", "ts", "score", "arrival_ts")
+        .repartition(1)
+        .sortWithinPartitions("seq")
+        .mapInArrow(run, PASS_SCHEMA)
+    )
 
 
 def run_operator(
-    seq: np.ndarray[Any, Any], ts: np.ndarray[Any, Any], score: np.ndarray[Any, Any], op: TopK
+    seq: np.ndarray[Any, Any],
+    ts: np.ndarray[Any, Any],
+    score: np.ndarray[Any, Any],
+    arrived: np.ndarray[Any, Any],
+    op: TopK,
 ) -> list[dict[str, Any]]:
-    """Arrivals in arrival order through ``op``; the :data:`STEP_SCHEMA` rows it produced (no ``s`` row)."""
+    """Arrivals in arrival order through ``op``; the :data:`PASS_SCHEMA` rows it produced (no ``s`` row)."""
     batch = [
         Arrival(int(q), int(t), float(v))
         for q, t, v in zip(seq.tolist(), ts.tolist(), score.tolist(), strict=True)
     ]
-    ranked = [a for a in batch if not math.isnan(a.value)]  # the operator's arrival index counts these
+    ranked = [i for i, a in enumerate(batch) if not math.isnan(a.value)]  # the operator's index counts these
     first, decided = op.op.index, len(op.op.decisions)
     out = op.process(batch)
     w = op.query.windows
     rows: list[dict[str, Any]] = []
+
+    def arrival(index: int) -> tuple[int, int]:
+        i = ranked[index - first]
+        return int(seq[i]), int(arrived[i])
+
     for e in out.emitted:
-        rows.append({"kind": "w", "window_id": e.window_id, "seq": ranked[e.at_index - first].id,
-                     "a": w.bounds(e.window_id)[1], "b": len(e.tids), "x": e.cache_us})  # fmt: skip
+        at_seq, at_us = arrival(e.at_index)
+        head = {
+            "window_id": e.window_id,
+            "window_end_us": w.bounds(e.window_id)[1],
+            "size": len(e.tids),
+            "at_seq": at_seq,
+            "at_us": at_us,
+            "x": e.cache_us,
+        }
+        if not e.tids:
+            rows.append({"kind": "r", **head})
         rows += [
-            {"kind": "r", "window_id": e.window_id, "a": r, "seq": t} for r, t in enumerate(e.tids, start=1)
+            {"kind": "r", **head, "rank": r, "seq": t, "ts": tt, "score": sc}
+            for r, (t, tt, sc) in enumerate(zip(e.tids, e.times, e.scores, strict=True), start=1)
         ]
-    score_of = {a.id: a.value for a in ranked}
+    where = {int(q): i for i, q in enumerate(seq.tolist())}
     rows += [
-        {"kind": "l", "window_id": x.window, "seq": x.id, "a": x.ts, "x": score_of[x.id]} for x in out.late
+        {
+            "kind": "l",
+            "window_id": x.window,
+            "seq": x.id,
+            "ts": x.ts,
+            "score": float(score[where[x.id]]),
+            "at_us": int(arrived[where[x.id]]),
+        }
+        for x in out.late
     ]
     for d, (at, progress) in zip(op.op.decisions[decided:], op.op.decided_at[decided:], strict=True):
-        text = json.dumps({"move": d.move, "accuracy": [float(v) for v in d.accuracies],
-                           "needed_us": _finite(d.needed_us), "reachable": d.reachable})  # fmt: skip
-        rows.append({"kind": "c", "seq": ranked[at - first].id, "a": int(progress), "x": d.k_min_us,
-                     "y": d.k_down_us, "z": d.k_up_us, "text": text})  # fmt: skip
+        at_seq, at_us = arrival(at)
+        text = json.dumps(
+            {
+                "move": d.move,
+                "accuracy": [float(v) for v in d.accuracies],
+                "needed_us": _finite(d.needed_us),
+                "reachable": d.reachable,
+            }
+        )
+        rows.append(
+            {
+                "kind": "c",
+                "at_seq": at_seq,
+                "at_us": at_us,
+                "a": int(progress),
+                "x": d.k_min_us,
+                "y": d.k_down_us,
+                "z": d.k_up_us,
+                "text": text,
+            }
+        )
     rows += [
-        {"kind": "q", "window_id": x.window_id, "a": w.bounds(x.window_id)[1], "x": x.hit, "y": x.exact_us,
-         "z": x.awaited_us, "text": json.dumps({"cache_us": x.cache_us, "lateness": list(x.lateness)})}
-        for x in out.settled
-    ]  # fmt: skip
+        {
+            "kind": "q",
+            "window_id": x.window_id,
+            "window_end_us": w.bounds(x.window_id)[1],
+            "x": x.hit,
+            "y": x.exact_us,
+            "z": x.awaited_us,
+            "seq": at,
+            "at_us": int(arrived[where[at]]),
+            "text": json.dumps({"cache_us": x.cache_us, "lateness": list(x.lateness)}),
+        }
+        for x, at in zip(out.settled, out.settled_at, strict=True)
+    ]
     return rows
 
 
@@ -191,33 +253,55 @@ def _finite(v: float | None) -> float | None:
     return v if v is None or math.isfinite(v) else None
 
 
-def _operator_task(
+def _pass_task(
     it: Iterator[pa.RecordBatch],
     query: TopKQuery,
     cache: LatenessSettings | CacheSettings | float,
     snapshot: str | None,
 ) -> Iterator[pa.RecordBatch]:
-    received = [b for b in it if b.num_rows]
-    table = pa.Table.from_batches(received).sort_by("seq") if received else None
     op = TopK(query, cache)
+    last: int | None = None
     if snapshot is not None:
-        op.restore(json.loads(snapshot))
-    if table is None:
-        cols = [np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float64)]
-    else:
-        # a null score becomes NaN: not ranked, counted
-        cols = [table.column(c).to_numpy(zero_copy_only=False) for c in ("seq", "ts", "score")]
-        cols[2] = cols[2].astype(np.float64)
-    rows = run_operator(cols[0], cols[1], cols[2], op)
+        snap = json.loads(snapshot)
+        op.restore(snap["operator"])
+        last = snap.get("last_seq")
     figures: dict[str, Any] = {
-        "arrivals": int(cols[0].size),
-        "unscored": int(np.isnan(cols[2]).sum()),
-        "rows": {kind: sum(r["kind"] == kind for r in rows) for kind in "wrlcq"},  # what is to be written
+        "arrivals": 0,
+        "unscored": 0,
+        "windows": 0,
+        "rows": dict.fromkeys("rlcq", 0),
+        "last_seq": last,
     }
-    last = op.op.decisions[-1] if op.op.decisions else None  # the newest statement of this run
-    state = {"snapshot": op.snapshot(), "figures": figures, "k_min_us": float(op.op.cache.k_min_us),
-             "state_rows": op.op.state_rows, "candidates": op.op.candidate_count,
-             "needed_us": None if last is None else _finite(last.needed_us),
-             "reachable": None if last is None else last.reachable}  # fmt: skip
-    rows.append({"kind": "s", "text": json.dumps(state)})
-    yield pa.RecordBatch.from_pylist(rows, schema=arrow_schema(STEP_SCHEMA))
+    schema = arrow_schema(PASS_SCHEMA)
+    for b in it:
+        if not b.num_rows:
+            continue
+        cols = [b.column(c).to_numpy(zero_copy_only=False) for c in ("seq", "ts", "score", "arrival_ts")]
+        cols[2] = cols[2].astype(np.float64)  # a null score becomes NaN: not ranked, counted
+        if last is not None and int(cols[0][0]) <= last:
+            text = f"arrival {int(cols[0][0])} comes after {last}: arrival order and time disagree"
+            yield pa.RecordBatch.from_pylist([{"kind": "x", "text": text}], schema=schema)
+            return
+        last = int(cols[0][-1])
+        rows = run_operator(cols[0], cols[1], cols[2], cols[3], op)
+        figures["arrivals"] += int(cols[0].size)
+        figures["unscored"] += int(np.isnan(cols[2]).sum())
+        for r in rows:
+            figures["rows"][r["kind"]] += 1
+            figures["windows"] += r["kind"] == "r" and r.get("rank") in (None, 1)
+        if rows:
+            yield pa.RecordBatch.from_pylist(rows, schema=schema)
+    figures["last_seq"] = last
+    newest = op.op.decisions[-1] if op.op.decisions else None  # the newest statement
+    state = {
+        "scalars": {"operator": op.snapshot(), "last_seq": last},
+        "figures": {
+            **figures,
+            "kept": op.op.state_rows,
+            "k_min_us": float(op.op.cache.k_min_us),
+            "candidates": op.op.candidate_count,
+            "needed_us": None if newest is None else _finite(newest.needed_us),
+            "reachable": None if newest is None else newest.reachable,
+        },
+    }
+    yield pa.RecordBatch.from_pylist([{"kind": "s", "text": json.dumps(state)}], schema=schema)

@@ -39,7 +39,7 @@ from outoforder.stages.topk.spec import DEMO_JOB as TOPK_JOB
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from outoforder.stages.interval import IntervalStage
+    from outoforder.stages.passes import PassStage
     from outoforder.stages.spec import Job
 
 log = logging.getLogger(__name__)
@@ -201,50 +201,48 @@ def _verdicts(check: Callable[[], list[Any]]) -> list[Any]:
         return []
 
 
-def _catch_up(step: str, stage: IntervalStage[Any, Any], head: str) -> list[Any]:
-    """Run a stream stage over the arrivals it has not processed, in the main job's intervals."""
-    span = stage.pending_span()
+def _passes(step: str, stage: PassStage[Any, Any], head: str) -> list[Any]:
+    """Run a stream stage over the arrivals it has not processed: a pass per main-job step of arrivals.
+
+    As the scheduler would, a run a step; the results are those of any other cadence.
+    """
+    span = stage.pending()
     if span is None:
         _announce(step, f"{head}: up to date; checking it")
         return []
     every = _stream_step(stage.settings)
-    _announce(step, f"{head}: {-(-(span[1] - span[0]) // every)} arrival intervals")
-    return stage.run(*span, every_us=every)
+    _announce(
+        step,
+        f"{head}: a pass every {every / 1e6:g} s of arrivals ({-(-(span[1] - span[0]) // every)} passes)",
+    )
+    done = []
+    for end in range(span[0] + every, span[1] + every, every):
+        summary = stage.run(span[0], min(end, span[1]), catch_up=True)
+        if summary is not None:
+            done.append(summary)
+    return done
 
 
 def stream_join(run: MainRun) -> dict[str, Any]:
     """Step 6: the production path -- a pass per run with state in Delta, adapting inside, GX checks."""
-    settings, source, job, run_name = run.settings, run.source, JoinJob(), run.run_name
+    source, job, run_name = run.source, JoinJob(), run.run_name
     from outoforder.stages.join.stream import JoinStream
     from outoforder.stages.join.validate import validate_join
 
     ctx = run.with_job(job)
     stage = JoinStream(ctx)
-    span = stage.pending()
-    step = _stream_step(settings)
-    passes: list[Any] = []
-    if span is None:  # a second run of the main job: everything is joined already
-        _announce("stream-join", f"the stream join of {source} is up to date; checking it")
-        pos = stage.position()
-        if pos is None:
-            msg = f"the stream join of {source} has no state to check"
-            raise InputError(msg)
-        until = pos.as_of_us
-    else:
-        until = span[1]
-        _announce(
-            "stream-join",
-            f"the stream join as the pipeline runs it (DAG join_stream): a pass every {step / 1e6:g} s of "
-            f"arrivals ({-(-(span[1] - span[0]) // step)} passes), state in Delta, the retention adapted "
-            f"every L = {job.interval_us / 1e6:g} s of stream progress inside them, then the recall and "
-            "duplicate checks",
-        )
-        for end in range(span[0] + step, span[1] + step, step):
-            summary = stage.run(span[0], min(end, span[1]), catch_up=True)
-            if summary is not None:
-                passes.append(summary)
+    head = (
+        f"the stream join as the pipeline runs it (DAG join_stream): state in Delta, the retention adapted "
+        f"every L = {job.interval_us / 1e6:g} s of stream progress inside the passes, then the recall and "
+        "duplicate checks"
+    )
+    passes = _passes("stream-join", stage, head)
+    pos = stage.position()
+    if pos is None:
+        msg = f"the stream join of {source} has no state to check"
+        raise InputError(msg)
     # a missed target is reported here, not fatal: the demo shows the verdict; the DAG fails on it
-    suites = _verdicts(lambda: validate_join(ctx, until, fail=False, run_name=run_name))
+    suites = _verdicts(lambda: validate_join(ctx, pos.as_of_us, fail=False, run_name=run_name))
     return {"intervals": passes, "suites": suites}
 
 
@@ -264,7 +262,7 @@ def aggregates(run: MainRun) -> dict[str, Any]:
         f"Γ {job.gamma_us / 1e6:g} s"
     )
     ctx = run.with_job(job)
-    intervals = _catch_up("aggregates", AggregateStream(ctx, repair_each=True), head)
+    intervals = _passes("aggregates", AggregateStream(ctx, repair_each=True), head)
     # the stream is over: repair what is still pending, so every window is exact
     final = repair(ctx, force=True)
     log.info("%s", final.line())
@@ -307,6 +305,6 @@ def topk(run: MainRun) -> dict[str, Any]:
         f"{job.initial_cache_us / 1e6:g} s initially, adapted for ε_min {job.eps_min} (m {job.m}, n {job.n})"
     )
     ctx = run.with_job(job)
-    intervals = _catch_up("topk", TopKStream(ctx), head)
+    intervals = _passes("topk", TopKStream(ctx), head)
     suites = _verdicts(lambda: validate_topk(ctx, fail=False, run_name=run_name))
     return {"intervals": intervals, "suites": suites}

@@ -130,16 +130,6 @@ def verdict(args: argparse.Namespace) -> bool | None:
 
 # --- groups several stages share --------------------------------------------------------------
 
-START = arg("--start", help="arrival-time interval start (µs or ISO 8601; default: where the job stopped)")
-END = arg("--end", help="interval end, exclusive (default: after the newest arrival in bronze)")
-EVERY = arg("--every-s", type=seconds, help="split [start, end) into intervals of this many seconds")
-CATCH_UP = arg(
-    "--catch-up", action="store_true",
-    help="start where the job stopped when that is before --end (scheduled runs: no gap, no overlap)",
-)  # fmt: skip
-INTERVAL = (START, END, EVERY, CATCH_UP)
-"""What a stream stage over arrival-time intervals takes."""
-
 PASS = (
     arg("--start", help="where the job's first pass starts, by arrival time (µs or ISO 8601; default: the "
         "source's first arrival); later passes start where the job stands"),

@@ -126,6 +126,10 @@ class PassStage(ABC, Generic[J, S]):
     state_table: ClassVar[Table]
     outputs: ClassVar[tuple[Table, ...]]  # written before the state, in this order
     counters: ClassVar[tuple[str, ...]] = ("arrivals",)  # cumulative columns of the state row
+    kinds: ClassVar[Mapping[str, tuple[str, ...]]]  # an output table's name -> its rows' kinds in the output
+    error_kind: ClassVar[str] = "x"  # the kind of the row a task writes when it refuses its input
+    seq_columns: ClassVar[Mapping[str, str]]  # an output table's name -> its column of arrival order
+    stream_only: ClassVar[tuple[str, ...]] = ()  # output tables other stages write too (produced_by)
     summary_type: type[S]
 
     def __init__(self, ctx: StageContext) -> None:
@@ -157,9 +161,26 @@ class PassStage(ABC, Generic[J, S]):
     def state_rows(self, c: Computed, p: Pass, row: Mapping[str, Any]) -> DataFrame:
         """The new state snapshot: ``row`` (the state row's values) and the operator's kept rows."""
 
-    @abstractmethod
     def orphans(self, table: Table, position: Position | None) -> str:
-        """A SQL condition on ``table``'s rows that a pass from ``position`` writes (and nothing else)."""
+        """A SQL condition on ``table``'s rows that a pass from ``position`` writes (and nothing else).
+
+        A pass writes the rows of arrivals after the position's newest (on a first pass, all), and
+        in the tables it shares with the repair (:attr:`stream_only`), only ``stream`` rows.
+        """
+        from outoforder.io.delta import where_sql
+
+        cond = where_sql({"source": self.source, "job": self.jid})
+        if table.name in self.stream_only:
+            cond += " AND produced_by = 'stream'"
+        last = None if position is None else position.last_seq
+        if last is not None:
+            cond += f" AND {self.seq_columns[table.name]} > {int(last)}"
+        return cond
+
+    def refused(self, p: Pass, error: str) -> Exception:
+        """The error to raise when the task refused its input (``error``: the task's message)."""
+        where = f"{self.source} ({self.jid}) in [{p.start_us}, {p.end_us})"
+        return StateError(f"the {self.what} of {where} cannot run: {error}")
 
     def summary(self, p: Pass, c: Computed, seconds: float) -> S:
         """The run's summary (stages add their figures)."""
@@ -348,6 +369,50 @@ class PassStage(ABC, Generic[J, S]):
             self._prune(hi)
         return self.summary(p, c, time.monotonic() - t0)
 
+    # --- helpers for compute() ---------------------------------------------------------------
+
+    def checkpointed(self, p: Pass, out: DataFrame) -> Computed:
+        """``out`` checkpointed (one job), then its ``s`` and error rows read back (one small job).
+
+        The ``s`` row's text is the task's JSON: the operator's new scalars and the pass's figures,
+        among them ``rows``, the rows it emitted per kind (summed per output table by :attr:`kinds`).
+        Raises :meth:`refused`'s error if the task refused its input, StateError if it wrote no state.
+        """
+        from pyspark.sql import functions as F
+
+        out = out.localCheckpoint()
+        got = {
+            r["kind"]: r["text"]
+            for r in out.where(F.col("kind").isin("s", self.error_kind)).select("kind", "text").collect()
+        }
+        if got.get(self.error_kind) is not None:
+            raise self.refused(p, got[self.error_kind])
+        if not got.get("s"):  # the task always ends with its state row
+            msg = f"the {self.what} pass of {self.source} ({self.jid}) returned no state"
+            raise StateError(msg)
+        state = json.loads(got["s"])
+        counts = state.get("figures", {}).get("rows", {})
+        rows = {name: sum(int(counts.get(k, 0)) for k in ks) for name, ks in self.kinds.items()}
+        return Computed(out, state, rows)
+
+    def kept(self, p: Pass, kinds: tuple[str, ...], columns: list[str], schema: Any) -> DataFrame | None:
+        """The position's kept rows of ``kinds`` (None on a first pass), read on the driver: no Spark job.
+
+        Small by construction (what a pass carries to the next: bounded by the operator's windows and
+        history, and by ``stream.state_budget_rows``); they reach the task with the plan.
+        """
+        from outoforder.io import deltars
+
+        if p.position is None:
+            return None
+        filters: list[deltars.Filter] = [
+            ("source", "=", self.source), ("job", "=", self.jid), ("as_of_us", "=", p.position.as_of_us),
+            ("kind", "in", list(kinds)),
+        ]  # fmt: skip
+        lake, storage = self.settings.lake_root, self.settings.storage
+        got = deltars.read_table(self.state_table, lake, storage, filters, columns=columns)
+        return self.spark.createDataFrame([] if got is None else got.to_pandas(), schema)
+
     def _own_commit(self, table: Table, tag: str) -> int:
         from outoforder.io import deltalog
 
@@ -434,29 +499,3 @@ def state_row(
         return None
     newest: dict[str, Any] = max(rows.to_pylist(), key=lambda r: int(r["as_of_us"]))
     return newest
-
-
-def observed_state(out: DataFrame, kinds: Mapping[str, str]) -> tuple[DataFrame, Any]:
-    """``out`` with an observation of its ``s`` row's text and of its rows per kind.
-
-    ``kinds`` maps an output table's name to the kind of its rows. The observation is filled by
-    the action that materializes ``out`` (its checkpoint): no job of its own.
-    """
-    from pyspark.sql import Observation
-    from pyspark.sql import functions as F
-
-    obs = Observation("pass")
-    metrics = [F.max(F.when(F.col("kind") == "s", F.col("text"))).alias("state")]
-    metrics += [
-        F.sum(F.when(F.col("kind") == k, 1).otherwise(0)).alias(f"n_{k}") for k in sorted(set(kinds.values()))
-    ]
-    metrics += [F.max(F.when(F.col("kind") == "e", F.col("text"))).alias("error")]
-    return out.observe(obs, *metrics), obs
-
-
-def observed_rows(obs: Any, kinds: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, int], str | None]:
-    """The state JSON, the rows per output table and the error text (:func:`observed_state`)."""
-    got = obs.get
-    state = json.loads(got["state"]) if got.get("state") else {}
-    rows = {name: int(got.get(f"n_{k}") or 0) for name, k in kinds.items()}
-    return state, rows, got.get("error")

@@ -1,26 +1,23 @@
-"""The operator state's tables: where a job stopped, its snapshots, and what it may run next.
+"""What the stream stages and their checks ask of a source and a job, beside the pass skeleton.
 
-A stream stage keeps its state as snapshots *as of* an interval end (one row in a state table keyed
-by (source, job, as_of_us), larger state in snapshot tables with the same key):
-:mod:`outoforder.stages.interval` writes them; this module reads them: the point an interval
-resumes from (:func:`resume_point`), the state as of a time (:func:`state_at`), what a job has
-processed (:func:`last_processed`, :func:`pending_span`), the checks that judge only what closed
-(:func:`check_states`, :func:`nothing_judged`), and the housekeeping (:func:`prune_snapshots`,
-:func:`check_state_budget`).
+The filter on a job's rows (:func:`where_job`), whether a job's input exists at all
+(:func:`check_input`), the arrivals still to process (:func:`pending_span`), the error of a check
+that found nothing to judge (:func:`nothing_judged`) and the state budget
+(:func:`check_state_budget`). The state itself is read and written by
+:mod:`outoforder.stages.passes`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from outoforder.config import Settings
 from outoforder.errors import InputError, NothingToJudge, StateError
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import Column, SparkSession
 
     from outoforder.io.tables import Table
 
@@ -32,172 +29,6 @@ def where_job(source: str, job: str) -> Column:
     from pyspark.sql import functions as F
 
     return (F.col("source") == source) & (F.col("job") == job)
-
-
-@dataclass(frozen=True)
-class Resume:
-    """Where an interval starts from.
-
-    The state row (None: the job's first interval), the snapshot tables' rows when they are at
-    hand (else they are read), and the ends of the snapshots kept so far.
-    """
-
-    state: Mapping[str, Any] | None
-    snapshots: Mapping[str, DataFrame]
-    kept: list[int]
-
-
-def resume_point(
-    spark: SparkSession,
-    settings: Settings,
-    state_table: Table,
-    source: str,
-    job: str,
-    start_us: int,
-    has_arrivals: Callable[[int, int], bool],
-    what: str,
-) -> Resume:
-    """The state row to resume from at ``start_us`` and the ends of every snapshot; the table exists.
-
-    ``has_arrivals(lo, hi)`` says whether the job has input in ``[lo, hi)``: a run may start after
-    the newest snapshot only if nothing arrived in between.
-    """
-    from pyspark.sql import functions as F
-
-    from outoforder.io import delta
-    from outoforder.spark.rows import one_row
-
-    states = delta.read(spark, state_table, settings.lake_root).where(where_job(source, job))
-    # one query: every snapshot's bounds (one row per kept snapshot), and the whole newest row as
-    # of start_us (max_by skips the rows after it, whose ordering is null)
-    found = one_row(
-        states.agg(
-            F.collect_list(F.struct("as_of_us", "interval_start_us")).alias("ends"),
-            F.max_by(
-                F.struct(*states.columns), F.when(F.col("as_of_us") <= start_us, F.col("as_of_us"))
-            ).alias("newest"),
-        )
-    )
-    ends = found["ends"]
-    kept = sorted(int(r["as_of_us"]) for r in ends)
-    usable = [t for t in kept if t <= start_us]
-    if not usable:
-        first = min((int(r["interval_start_us"]) for r in ends), default=None)
-        if first is not None and first < start_us:
-            msg = (
-                f"no {what} state of {source} ({job}) at or before {start_us}: its snapshots were "
-                "removed (keep_snapshots); re-running this far back needs a restart of the job"
-            )
-            raise StateError(msg)
-        if first is not None and first > start_us:
-            msg = f"the {what} of {source} ({job}) starts at {first}; [{start_us}, ...) lies before it"
-            raise StateError(msg)
-        return Resume(None, {}, kept)
-    as_of = usable[-1]
-    if as_of < start_us and has_arrivals(as_of, start_us):
-        msg = (
-            f"the {what} of {source} ({job}) has processed arrivals up to {as_of}; "
-            f"run [{as_of}, {start_us}) first (intervals depend on the previous one)"
-        )
-        raise StateError(msg)
-    row = found["newest"]
-    if row is None or int(row["as_of_us"]) != as_of:  # a broken invariant: both come from one read
-        msg = f"the {what} state of {source} ({job}) as of {as_of} was not read whole while resuming"
-        raise StateError(msg)
-    return Resume(row.asDict(), {}, kept)
-
-
-def job_extent(
-    spark: SparkSession, settings: Settings, state_table: Table, source: str, job: str
-) -> tuple[int | None, int | None]:
-    """(:func:`last_processed`, :func:`first_start`) in one query."""
-    from pyspark.sql import functions as F
-
-    from outoforder.io import delta
-
-    delta.ensure(spark, state_table, settings.lake_root)
-    row = (
-        delta.read(spark, state_table, settings.lake_root)
-        .where(where_job(source, job))
-        .agg(F.max("as_of_us"), F.min("interval_start_us"))
-        .first()
-    )
-    last, first = (None, None) if row is None else (row[0], row[1])
-    return (None if last is None else int(last)), (None if first is None else int(first))
-
-
-def state_at(
-    spark: SparkSession, settings: Settings, state_table: Table, source: str, job: str, at_us: int
-) -> dict[str, Any] | None:
-    """The job's newest state row as of ``at_us`` or earlier (None if there is none)."""
-    return states_at(spark, settings, state_table, source, job, [at_us])[0]
-
-
-def states_at(
-    spark: SparkSession,
-    settings: Settings,
-    state_table: Table,
-    source: str,
-    job: str,
-    instants: Sequence[int],
-) -> list[dict[str, Any] | None]:
-    """:func:`state_at` for each of ``instants``, in one query.
-
-    A check asks for two: where it judges up to, and where the previous check stopped.
-    """
-    from pyspark.sql import functions as F
-
-    from outoforder.io import delta
-    from outoforder.spark.rows import one_row
-
-    delta.ensure(spark, state_table, settings.lake_root)
-    if not instants:
-        return []
-    states = delta.read(spark, state_table, settings.lake_root)
-    row = F.struct(*states.columns)
-    newest = one_row(
-        states.where(where_job(source, job) & (F.col("as_of_us") <= F.lit(max(instants)))).agg(
-            *(
-                # max_by skips the rows whose ordering is null: those after the instant
-                F.max_by(row, F.when(F.col("as_of_us") <= F.lit(at), F.col("as_of_us"))).alias(f"s{i}")
-                for i, at in enumerate(instants)
-            )
-        )
-    )
-    return [None if newest[f"s{i}"] is None else newest[f"s{i}"].asDict() for i in range(len(instants))]
-
-
-def check_states(
-    spark: SparkSession,
-    settings: Settings,
-    state_table: Table,
-    source: str,
-    job: str,
-    until_us: int | None,
-    since_us: int | None,
-) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """What a check over ``[since_us, until_us)`` judges from, in one query (:func:`states_at`).
-
-    The state in force at ``until_us`` (the newest when None) and the one at ``since_us`` (None
-    when not given: the check judges from the start).
-    """
-    instants = [until_us if until_us is not None else 2**62] + ([] if since_us is None else [since_us])
-    now, *before = states_at(spark, settings, state_table, source, job, instants)
-    return now, before[0] if before else None
-
-
-def last_processed(
-    spark: SparkSession, settings: Settings, state_table: Table, source: str, job: str
-) -> int | None:
-    """The end of the newest interval the job has processed (None before its first run)."""
-    return job_extent(spark, settings, state_table, source, job)[0]
-
-
-def first_start(
-    spark: SparkSession, settings: Settings, state_table: Table, source: str, job: str
-) -> int | None:
-    """The start of the job's first interval (None before its first run)."""
-    return job_extent(spark, settings, state_table, source, job)[1]
 
 
 def check_input(
@@ -321,26 +152,6 @@ def pending_span(
     start = int(span[0]) if done is None else done
     end = int(span[1]) + 1
     return (start, end) if start < end else None
-
-
-def prune_snapshots(
-    spark: SparkSession,
-    settings: Settings,
-    state_table: Table,
-    snapshot_tables: Sequence[Table],
-    source: str,
-    job: str,
-    oldest_kept: int,
-) -> None:
-    """Delete the snapshots older than ``oldest_kept`` (bounded history: what a re-run may still need)."""
-    from outoforder.io import delta
-
-    match: dict[str, str | int] = {"source": source, "job": job}
-    below = ("as_of_us", oldest_kept)
-    # the snapshot tables first and the state table last: a run killed in between leaves state
-    # rows behind, and the next prune deletes the rest
-    for t in (*snapshot_tables, state_table):
-        delta.delete_where(spark, t, settings.lake_root, match, below, look_first=False)
 
 
 def check_state_budget(settings: Settings, what: str, source: str, job: str, end_us: int, rows: int) -> None:

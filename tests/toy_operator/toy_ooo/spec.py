@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from outoforder.stages.options import INTERVAL, arg, since, until, validation
+from outoforder.stages.options import PASS, arg, since, until, validation
 from outoforder.stages.registry import Operator, Stage
 from outoforder.stages.spec import Job, param
 
@@ -32,7 +32,7 @@ OPERATOR = Operator(
             "count a file's arrivals per window (or a bronze interval's)",
             "toy_ooo.commands:toy_stream",
             ToyJob,
-            args=(*INTERVAL, arg("--file", help="a CSV file with an event_ts column (µs)")),
+            args=(*PASS, arg("--file", help="a CSV file with an event_ts column (µs)")),
         ),
         Stage(
             "validate-toy",

@@ -62,9 +62,8 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from outoforder.core.joins.kslack import arrival_delays
-from outoforder.core.joins.progress import NEG, joint_progress
-from outoforder.core.joins.query import JoinInput, JoinQuery, PairArray, R, S, exact_join
+from outoforder.core.joins.progress import NEG
+from outoforder.core.joins.query import JoinInput, JoinQuery, PairArray, R, S
 from outoforder.core.joins.requirements import (
     RegimeView,
     choose_retention,
@@ -226,49 +225,6 @@ def adaptation_points(progress: IntArray, interval_us: int) -> list[int]:
     marks = t0 + interval_us * np.arange(1, max(1, (int(progress[-1]) - t0) // interval_us) + 1)
     pts = np.searchsorted(progress, marks, side="left")
     return sorted({int(p) for p in pts if 0 < p < progress.size})
-
-
-def decide(
-    inp: JoinInput,
-    query: JoinQuery,
-    settings: AdaptationSettings,
-    produced: npt.NDArray[np.bool_],
-    truth: PairArray | None = None,
-    remembered: Sequence[tuple[int, int]] = (),
-) -> Adaptation:
-    """One adaptation after the last arrival of ``inp`` (the history so far).
-
-    ``produced[k]`` tells whether true pair ``truth[k]`` was produced by the running join (the
-    stream stage reads it from its results table); ``remembered`` are the earlier decisions' measured
-    needs (:func:`earlier_needs`; the stage keeps them with its parameters), which the robust
-    estimator remembers. For the scheduled, periodic adaptation of the pipeline;
-    :func:`run_adaptive_qjoin` makes the same decision at every L of one sequence.
-    """
-    pairs = exact_join(inp, query) if truth is None else truth
-    if produced.shape[0] != pairs.shape[0]:
-        msg = f"produced flags ({produced.shape[0]}) must match the true pairs ({pairs.shape[0]})"
-        raise ConfigError(msg)
-    earlier, later = pairs.min(axis=1), pairs.max(axis=1)
-    t = joint_progress(inp)
-    decided = np.ones(pairs.shape[0], dtype=bool)
-    valid = t > NEG
-    first = int(t[np.argmax(valid)]) if valid.any() else NEG
-    return _decide(
-        inp,
-        query,
-        settings,
-        pairs,
-        earlier,
-        later,
-        inp.side[earlier],
-        t,
-        arrival_delays(inp),
-        decided,
-        produced,
-        len(inp),
-        remembered,
-        first,
-    )
 
 
 def decide_at(

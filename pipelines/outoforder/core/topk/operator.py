@@ -76,12 +76,17 @@ class TopKQuery:
 
 @dataclass(frozen=True)
 class Emission:
-    """A window's result: tuple ids best first, the arrival index that triggered it, K in force."""
+    """A window's result: tuple ids best first, the arrival index that triggered it, K in force.
+
+    ``scores`` and ``times`` are the listed tuples' scores and event times, in the same order.
+    """
 
     window_id: int
     tids: list[int]
     at_index: int
     cache_us: float
+    scores: tuple[float, ...] = field(default=(), repr=False, compare=False)
+    times: tuple[int, ...] = field(default=(), repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -275,6 +280,8 @@ class ContinuousTopK:
     def _emit(self, wid: int, cache_us: float) -> Emission:
         tids = self._top(wid)
         top = self.open.pop(wid, [])
+        scores = tuple(-s for s, _ in top)
+        times = tuple(self.candidates[t].ts for _, t in top)
         exact = [(-s, t, self.candidates[t].seen) for s, t in top]
         for _, t in top:
             self._leave(t, wid)
@@ -285,7 +292,7 @@ class ContinuousTopK:
             self.settling[wid] = _Settling(self.progress + self.query.horizon_us, rec, exact, cache_us)
             self._changed = True
         self.next_emit = max(self.next_emit, wid + 1)
-        return Emission(wid, tids, self.index, cache_us)
+        return Emission(wid, tids, self.index, cache_us, scores, times)
 
     def _settle_late(self, wid: int, score: float, tid: int) -> None:
         s = self.settling.get(wid) or self._settle_empty(wid)
@@ -335,19 +342,31 @@ class ContinuousTopK:
             self._changed = True  # the window left the unsettled ones
 
     def snapshot(self) -> dict[str, Any]:
-        """The operator's state as JSON-able data (the cache policy snapshots itself)."""
+        """The operator's state as JSON-able data (the cache policy snapshots itself).
+
+        Progress values are written as floats, as :meth:`restore` reads them: a snapshot of a
+        restored operator is the same text as one of an operator that never stopped.
+        """
         return {
-            "progress": None if self.progress == -math.inf else self.progress,
+            "progress": None if self.progress == -math.inf else float(self.progress),
             "index": self.index,
             "next_emit": self.next_emit,
             "open": [[w, [list(x) for x in top]] for w, top in self.open.items()],
-            "candidates": [[t, c.score, c.ts, sorted(c.windows), c.seen] for t, c in self.candidates.items()],
+            "candidates": [
+                [t, c.score, c.ts, sorted(c.windows), float(c.seen)] for t, c in self.candidates.items()
+            ],
             "recorded": [[w, rec] for w, rec in self.recorded.items()],
             "settling": [
-                [w, s.due_progress, s.recorded, [list(x) for x in s.exact], s.cache_us]
+                [
+                    w,
+                    float(s.due_progress),
+                    s.recorded,
+                    [[float(a), int(b), float(c)] for a, b, c in s.exact],
+                    float(s.cache_us),
+                ]
                 for w, s in self.settling.items()
             ],
-            "empty": [list(r) for r in self.empty],
+            "empty": [[int(a), int(b), float(c), float(d)] for a, b, c, d in self.empty],
         }
 
     def restore(self, snap: Mapping[str, Any]) -> None:
@@ -400,9 +419,13 @@ class ContinuousTopK:
 
 @dataclass(frozen=True)
 class TopKOutput(Output[Emission]):
-    """The protocol's output, and the windows settled during the call (see :class:`Settled`)."""
+    """The protocol's output, and the windows settled during the call (see :class:`Settled`).
+
+    ``settled_at`` holds, per settled window, the id of the arrival at which it settled.
+    """
 
     settled: list[Settled] = field(default_factory=list)
+    settled_at: list[int] = field(default_factory=list)
 
 
 class TopK:
@@ -443,9 +466,11 @@ class TopK:
             if math.isnan(a.value):
                 self.unscored += 1
                 continue
+            before = len(self.op.settled)
             step = self.op.process(int(a.ts), float(a.value), int(a.id))
             out.emitted.extend(step.emitted)
             out.late.extend(Late(a.id, a.ts, wid) for wid in step.late)
+            out.settled_at.extend([a.id] * (len(self.op.settled) - before))
         out.settled.extend(self.op.settled[settled:])
         del self.op.settled[:]  # handed over: the operator keeps no growing record
         return out

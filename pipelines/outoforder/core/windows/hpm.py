@@ -55,7 +55,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from typing import Any, Literal
 
@@ -95,6 +95,7 @@ class Observation:
     late: int
     lambda_thr: float
     needed_us: int = 0  # the smallest constant K from which on its result would have been within ε
+    slack_after_us: int | None = None  # K once the policy has seen it (``"arrival"`` control)
 
     @property
     def coverage(self) -> float:
@@ -256,6 +257,7 @@ class HPM:
         self.closed_upto = (self.frontier - w.size_us) // w.slide_us
         while self._open_heap and self._open_heap[0] <= self.closed_upto:
             self._close(heapq.heappop(self._open_heap), i, self.slack_now, out)
+        seen = []
         while self._watch_heap and int(w.end_of(self._watch_heap[0])) + horizon <= self.frontier:
             wid = heapq.heappop(self._watch_heap)
             n_rcv, n_late, lam = self.watched.pop(wid)
@@ -263,11 +265,15 @@ class HPM:
             self._unsettled.pop(wid, None)
             self._dirty = True
             ob = Observation(wid, i, int(n_rcv), int(n_late), lam, needed)
-            out.observations.append(ob)
+            seen.append(ob)
             self.pending.append((ob.coverage, lam, needed))
         self.index += 1
         if self.control == "arrival":
             self._observe()
+            if seen:  # what the policy answers once it has seen them
+                after = self.policy.slack(self.k)
+                seen = [replace(ob, slack_after_us=after) for ob in seen]
+        out.observations.extend(seen)
 
     def _observe(self) -> None:
         for coverage, lam, needed in self.pending:

@@ -6,17 +6,18 @@ import argparse
 import logging
 
 from outoforder.stages.context import StageContext
-from outoforder.stages.options import instant, us, verdict
+from outoforder.stages.options import instant, verdict
 
 log = logging.getLogger("outoforder.stages")
 
 
 def aggregate_stream(ctx: StageContext, args: argparse.Namespace) -> int:
-    """Run the HPM stream stage over [start, end) in steps of --every-s (and the Γ check after each)."""
+    """One pass of the HPM stream stage from where the job stands to --end (and the Γ check after it)."""
     from outoforder.stages.aggregate.stream import AggregateStream
 
-    stage = AggregateStream(ctx, repair_each=args.repair)
-    stage.run(instant(args.start), instant(args.end), us(args.every_s), catch_up=args.catch_up)
+    AggregateStream(ctx, repair_each=args.repair).run(
+        instant(args.start), instant(args.end), catch_up=args.catch_up
+    )
     return 0
 
 

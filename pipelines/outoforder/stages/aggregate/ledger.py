@@ -1,10 +1,12 @@
 """The late-tuple ledger of the aggregates: what is pending since the last repair, and HPM's Γ rule over it.
 
-Every late membership (a tuple that arrived after a window it belongs to was emitted) is a row of
-``silver/agg_ledger``; a repair records the interval end it repaired up to in ``gold/agg_repairs``,
-so the *pending* ledger is the entries newer than that. After every interval the stream stage
-leaves the ledger's status in a small JSON file (:func:`status_path`) that the ``aggregate_stream``
-DAG reads without Spark to decide whether to start ``late_repair``.
+Every late membership (a tuple that arrived after a window it belongs to was emitted) is a
+``late`` row of ``silver/agg_ledger`` with the tuple's arrival time; a repair records the arrival
+time it repaired the ledger up to in ``gold/agg_repairs``, so the *pending* ledger is the late rows
+that arrived since. After every pass the stream stage leaves the ledger's status in a small JSON
+file (:func:`status_path`) that the ``aggregate_stream`` DAG reads without Spark to decide whether
+to start ``late_repair``; the stage reads the pending ledger on the driver for it (delta-rs, no
+Spark job), the repair through Spark.
 """
 
 from __future__ import annotations
@@ -25,29 +27,51 @@ if TYPE_CHECKING:
 
     from outoforder.stages.context import StageContext
 
+NEVER = -(2**62)  # "repaired up to": before any repair
+
+
+def repaired_upto(settings: Settings, source: str, job: AggJob) -> int:
+    """The arrival time the job's newest repair covered the ledger up to (:data:`NEVER` before one)."""
+    import pyarrow.compute as pc
+
+    from outoforder.io import deltars
+    from outoforder.io.tables import AGG_REPAIRS
+
+    done = deltars.read_table(
+        AGG_REPAIRS,
+        settings.lake_root,
+        settings.storage,
+        [("source", "=", source), ("job", "=", job.job_id())],
+        columns=["repair_id"],
+    )
+    if done is None or done.num_rows == 0:
+        return NEVER
+    return int(pc.max(done.column("repair_id")).as_py())
+
 
 def pending_ledger(ctx: StageContext) -> DataFrame:
-    """Ledger entries newer than the last repair."""
+    """The late rows that arrived since the last repair (Spark: what the repair recomputes)."""
     spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(AggJob)
     from pyspark.sql import functions as F
 
     from outoforder.io import delta
-    from outoforder.io.tables import AGG_LEDGER, AGG_REPAIRS
+    from outoforder.io.tables import AGG_LEDGER
     from outoforder.stages.state import where_job
 
-    mine = where_job(source, job.job_id())
-    for t in (AGG_LEDGER, AGG_REPAIRS):
-        delta.ensure(spark, t, settings.lake_root)
-    done = delta.read(spark, AGG_REPAIRS, settings.lake_root).where(mine).agg(F.max("repair_id")).first()
-    upto = -(2**62) if done is None or done[0] is None else int(done[0])
+    delta.ensure(spark, AGG_LEDGER, settings.lake_root)
+    upto = repaired_upto(settings, source, job)
     return delta.read(spark, AGG_LEDGER, settings.lake_root).where(
-        mine & (F.col("interval_end_us") > F.lit(upto))
+        where_job(source, job.job_id()) & (F.col("kind") == "late") & (F.col("arrival_us") >= F.lit(upto))
     )
 
 
 @dataclass(frozen=True)
 class Pending:
-    """The pending ledger in figures: late tuples, their event-time range, newest interval, windows."""
+    """The pending ledger in figures: late tuples, their event-time range, up to when, windows.
+
+    ``upto_us`` is just after the newest pending late tuple's arrival: a repair covers the ledger
+    (and bronze) before it.
+    """
 
     late_tuples: int
     lo_ts: int
@@ -73,12 +97,43 @@ def summarize(pending: DataFrame) -> Pending | None:
         F.countDistinct("seq"),
         F.min("ts"),
         F.max("ts"),
-        F.max("interval_end_us"),
+        F.max("arrival_us") + 1,
         F.countDistinct("window_id"),
     ).first()
     if row is None or not row[0]:
         return None
     return Pending(*(int(x) for x in row))
+
+
+def pending_on_driver(settings: Settings, source: str, job: AggJob) -> Pending | None:
+    """:func:`summarize` of the pending ledger, read on the driver (no Spark job)."""
+    import pyarrow.compute as pc
+
+    from outoforder.io import deltars
+    from outoforder.io.tables import AGG_LEDGER
+
+    upto = repaired_upto(settings, source, job)
+    rows = deltars.read_table(
+        AGG_LEDGER,
+        settings.lake_root,
+        settings.storage,
+        [
+            ("source", "=", source),
+            ("job", "=", job.job_id()),
+            ("kind", "=", "late"),
+            ("arrival_us", ">=", upto),
+        ],
+        columns=["seq", "ts", "arrival_us", "window_id"],
+    )
+    if rows is None or rows.num_rows == 0:
+        return None
+    return Pending(
+        len(pc.unique(rows.column("seq"))),
+        int(pc.min(rows.column("ts")).as_py()),
+        int(pc.max(rows.column("ts")).as_py()),
+        int(pc.max(rows.column("arrival_us")).as_py()) + 1,
+        len(pc.unique(rows.column("window_id"))),
+    )
 
 
 def status_path(settings: Settings, source: str, job: AggJob) -> Path:
@@ -102,7 +157,7 @@ def status_of(source: str, job: AggJob, pending: Pending | None) -> dict[str, An
 def ledger_status(ctx: StageContext) -> dict[str, Any]:
     """The pending ledger's size and event-time span, and whether the Γ rule calls for a repair."""
     source, job = ctx.bronze_source, ctx.job_of(AggJob)
-    return status_of(source, job, summarize(pending_ledger(ctx)))
+    return status_of(source, job, pending_on_driver(ctx.settings, source, job))
 
 
 def write_ledger_status(ctx: StageContext, status: dict[str, Any] | None = None) -> dict[str, Any]:

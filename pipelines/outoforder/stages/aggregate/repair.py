@@ -2,7 +2,7 @@
 
 It looks at the *pending* ledger (:mod:`outoforder.stages.aggregate.ledger`). When the late
 tuples' event times span more than Γ (or when forced), it recomputes every affected window
-exactly from bronze (the arrivals up to the newest ledger interval), reading only the event-time
+exactly from bronze (the arrivals up to the newest pending late tuple), reading only the event-time
 ranges of those windows, and MERGEs: a changed value gets version + 1, ``final``, the previous
 value and the late tuples that caused it; an unchanged one only becomes ``final``; a window the
 stream never emitted (all its tuples were late) is inserted. The repair is recorded in

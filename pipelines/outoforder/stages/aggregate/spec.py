@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from outoforder.errors import ConfigError
-from outoforder.stages.options import INTERVAL, arg, since, until, validation, yes
+from outoforder.stages.options import PASS, arg, since, until, validation, yes
 from outoforder.stages.registry import Operator, Stage, Step
 from outoforder.stages.spec import Job, param
 
@@ -130,7 +130,7 @@ class AggJob(Job):
 
 
 _C = "outoforder.stages.aggregate.commands"
-_STATE = ("silver/agg_state", "silver/agg_buffer", "silver/agg_watch", "silver/agg_control")
+_STATE = ("silver/agg_state",)
 
 OPERATOR = Operator(
     name="aggregate",
@@ -141,14 +141,12 @@ OPERATOR = Operator(
     stages=(
         Stage(
             "aggregate-stream",
-            "sliding-window aggregates with HPM over arrival intervals (DAG aggregate_stream)",
+            "sliding-window aggregates with HPM: one pass over everything new (DAG aggregate_stream)",
             f"{_C}:aggregate_stream",
             AggJob,
             args=(
-                *INTERVAL,
-                arg(
-                    "--repair", action="store_true", help="check the Γ rule (and repair) after each interval"
-                ),
+                *PASS,
+                arg("--repair", action="store_true", help="check the Γ rule (and repair) after the pass"),
             ),
             reads=("bronze/arrivals", *_STATE),
             writes=("gold/agg_results", "silver/agg_ledger", *_STATE),
@@ -188,7 +186,7 @@ OPERATOR = Operator(
                     help="check only the windows the newest repair recomputed (DAG late_repair)",
                 ),
             ),
-            reads=("bronze/arrivals", "gold/agg_results", "gold/agg_repairs", "silver/agg_control"),
+            reads=("bronze/arrivals", "gold/agg_results", "gold/agg_repairs", "silver/agg_ledger", *_STATE),
             writes=("gold/quality_measures", "gold/quality_runs"),
         ),
     ),

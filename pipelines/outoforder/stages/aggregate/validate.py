@@ -5,7 +5,7 @@ meets (ε, δ) (the share of windows with error < ε is at least 1 − δ); ever
 pending late tuples equals the exact value. The per-window errors go to the quality measures.
 
 Under a latency bound (the job's ``max_k``) the check also asks whether (ε, δ) was reachable at
-all: from the K each judged window needed (``silver/agg_control``: read off when its tuples
+all: from the K each judged window needed (``silver/agg_ledger``'s observations: read off when its tuples
 arrived, :mod:`outoforder.core.windows.lateness`), the share of windows a wait of the whole bound
 would have let meet ε. A miss the bound allowed to avoid is the controller's shortfall and fails;
 a miss the bound made unavoidable is a configuration matter: it is reported as a warning naming
@@ -48,22 +48,21 @@ def judged_windows(
     """
     spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(AggJob)
     from outoforder.io.tables import AGG_STATE
-    from outoforder.stages.state import check_states, nothing_judged
+    from outoforder.stages.aggregate.stream import frontier_at
+    from outoforder.stages.state import nothing_judged
 
     jid, w = job.job_id(), job.query().windows
-    state, before = check_states(spark, settings, AGG_STATE, source, jid, until_us, since_us)
+    state = frontier_at(ctx, until_us)
+    before = None if since_us is None else frontier_at(ctx, since_us)
     if state is None:
         raise nothing_judged(spark, settings, AGG_STATE, source, jid, "validate-aggregate", "window")
-    if state["frontier"] is None:  # intervals ran, but nothing has arrived yet: no window closed
+    as_of, frontier = state
+    if frontier is None:  # passes ran, but nothing has arrived yet: no window closed
         log.info("[validate-aggregate] %s: no arrivals processed yet, no window closed", source)
-        return int(state["as_of_us"]), -1, -1
-    last = (int(state["frontier"]) - w.size_us) // w.slide_us
-    done = (
-        None
-        if before is None or before["frontier"] is None
-        else (int(before["frontier"]) - w.size_us) // w.slide_us
-    )
-    return int(state["as_of_us"]), last, done
+        return as_of, -1, -1
+    last = (frontier - w.size_us) // w.slide_us
+    done = None if before is None or before[1] is None else (before[1] - w.size_us) // w.slide_us
+    return as_of, last, done
 
 
 def repaired_windows(ctx: StageContext) -> tuple[int, int]:
@@ -288,7 +287,7 @@ def validate_aggregate(
 
 
 def window_needs(ctx: StageContext, window_ids: Iterable[int]) -> dict[int, int]:
-    """The K each of these windows needed (µs), from its coverage observation in ``silver/agg_control``.
+    """The K each of these windows needed (µs), from its coverage observation in ``silver/agg_ledger``.
 
     One row per observed window, read for the judged windows' range only: small by construction,
     like the per-window verdicts. Windows not observed yet (or before needs were kept) are left out.
@@ -297,17 +296,16 @@ def window_needs(ctx: StageContext, window_ids: Iterable[int]) -> dict[int, int]
     from pyspark.sql import functions as F
 
     from outoforder.io import delta
-    from outoforder.io.tables import AGG_CONTROL
+    from outoforder.io.tables import AGG_LEDGER
 
     ids = [int(w) for w in window_ids]
-    if not ids or not delta.exists(spark, AGG_CONTROL, settings.lake_root):
+    if not ids or not delta.exists(spark, AGG_LEDGER, settings.lake_root):
         return {}
-    control = delta.read(spark, AGG_CONTROL, settings.lake_root)
-    if "needed_us" not in control.columns:
-        return {}
+    control = delta.read(spark, AGG_LEDGER, settings.lake_root)
     rows = (
         control.where(
             where_job(source, job.job_id())
+            & (F.col("kind") == "observed")
             & F.col("window_id").between(min(ids), max(ids))
             & F.col("needed_us").isNotNull()
         )

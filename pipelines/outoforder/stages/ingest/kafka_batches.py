@@ -5,7 +5,7 @@ the log ended when the batch was planned (:func:`plan_batch`, which first checks
 still holds them: :func:`check_readable`). Batches are stored in ``bronze/kafka_offsets``, one row
 per partition (:func:`offset_rows`, :func:`stored_batch`). The newest committed batch's listing
 time is how far bronze covers the source (:func:`covered_until`); the stream stages wait on it
-(:func:`check_covered`), helped by a small hint file the ingest leaves after each commit. The
+(:func:`wait_covered`), helped by a small hint file the ingest leaves after each commit. The
 ingest itself is :mod:`outoforder.stages.ingest.kafka`.
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from outoforder.config import Settings
-from outoforder.errors import ConfigError, InputError, StateError
+from outoforder.errors import ConfigError, StateError
 from outoforder.io import status as status_files
 from outoforder.io.kafka import LOG_APPEND_TIME, TopicState
 from outoforder.io.tables import INGEST_LOG, KAFKA_OFFSETS
@@ -210,7 +210,7 @@ def cover_hint_path(settings: Settings, source: str) -> Path:
 
 
 def write_cover_hint(settings: Settings, source: str, covered_until_us: int) -> None:
-    """After a commit: the new coverage, for :func:`check_covered` to wait on without asking Spark.
+    """After a commit: the new coverage, for :func:`wait_covered` to wait on without asking Spark.
 
     A hint only: bronze's tables stay the truth (the stream stage looks there before it runs), and
     a process that cannot see the file (another machine's work dir) looks there every poll instead.
@@ -234,37 +234,6 @@ def read_cover_hint(settings: Settings, source: str) -> int | None:
         return None
     value = hint.get("covered_until_us")
     return value if isinstance(value, int) else None
-
-
-def check_covered(settings: Settings, source: str, end_us: int) -> None:
-    """Wait until the Kafka ingest of ``source`` covers arrivals up to ``end_us`` (stream stages' guard).
-
-    A stream run and the ingest run of the same minute start together; the stream run waits for the
-    ingest's commit (up to ``kafka.cover_wait_s``, every ``kafka.cover_poll_s``) rather than
-    failing and waiting for a retry. After that it fails (the task's retry waits longer). While the
-    ingest's hint (:func:`write_cover_hint`) says the interval is not covered yet, a poll reads the
-    hint, not bronze's tables; every :data:`HINT_POLLS` polls it looks anyway.
-    """
-    deadline = time.monotonic() + settings.kafka.cover_wait_s
-    covered = covered_until(settings, source)
-    waited, polls = False, 0
-    while (covered is None or covered < end_us) and time.monotonic() < deadline:
-        if not waited:
-            log.info("[kafka] %s: waiting for the ingest to cover the interval's end %d µs", source, end_us)
-            waited = True
-        time.sleep(settings.kafka.cover_poll_s)
-        polls += 1
-        hint = read_cover_hint(settings, source)
-        if hint is not None and hint < end_us and polls % HINT_POLLS:
-            continue
-        covered = covered_until(settings, source)
-    if covered is None or covered < end_us:
-        shown = "nothing yet" if covered is None else f"arrivals before {covered} µs"
-        msg = (
-            f"source {source!r}: the Kafka ingest covers {shown}; the interval ends at {end_us} µs. "
-            "Run `ingest-kafka` first (DAG ingest_kafka; a retried task waits for it)"
-        )
-        raise InputError(msg)
 
 
 def wait_covered(settings: Settings, source: str, end_us: int) -> int:

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from outoforder.core.joins.adaptive import ROW_COLUMNS
 from outoforder.errors import InputError, StateError
 from outoforder.io.tables import JOIN_PARAMS, JOIN_RESULTS, JOIN_STATE
 from outoforder.stages.context import StageContext
@@ -36,9 +37,6 @@ from outoforder.stages.passes import (
     Pass,
     PassStage,
     PassSummary,
-    Position,
-    observed_rows,
-    observed_state,
 )
 
 if TYPE_CHECKING:
@@ -49,7 +47,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 INITIAL_PARAMS_VERSION = -1
-KINDS = {JOIN_RESULTS.name: "p", JOIN_PARAMS.name: "d"}  # the pass's rows of each output table
+KEPT_SCHEMA = ", ".join(f"{c} {'double' if c in ('x', 'y') else 'long'}" for c in ROW_COLUMNS)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,6 +82,13 @@ class JoinStream(PassStage[JoinJob, JoinPassSummary]):
     state_table = JOIN_STATE
     outputs = (JOIN_RESULTS, JOIN_PARAMS)
     counters = ("arrivals", "pairs")
+    kinds: ClassVar[Mapping[str, tuple[str, ...]]] = {JOIN_RESULTS.name: ("p",), JOIN_PARAMS.name: ("d",)}
+    error_kind = "e"
+    seq_columns: ClassVar[Mapping[str, str]] = {
+        JOIN_RESULTS.name: "emitted_at_seq",
+        JOIN_PARAMS.name: "valid_from_seq",
+    }
+    stream_only = (JOIN_RESULTS.name,)
     summary_type = JoinPassSummary
 
     def streams(self) -> dict[str, tuple[str, ...]]:
@@ -92,8 +97,6 @@ class JoinStream(PassStage[JoinJob, JoinPassSummary]):
 
     def compute(self, p: Pass) -> Computed:
         """The span's arrivals and the kept rows through the operator, in one task."""
-        from pyspark.sql import functions as F
-
         from outoforder.io import delta
         from outoforder.io.tables import BRONZE
         from outoforder.spark.join_pass import join_pass
@@ -102,31 +105,16 @@ class JoinStream(PassStage[JoinJob, JoinPassSummary]):
         bronze = delta.read_arrivals(
             self.spark, BRONZE, lake, source=self.source, arrival_ts_range=(p.start_us, p.end_us)
         )
-        kept = None
-        scalars = None
-        if p.position is not None:
-            kept = delta.read(self.spark, JOIN_STATE, lake).where(
-                (F.col("source") == self.source)
-                & (F.col("job") == self.jid)
-                & (F.col("as_of_us") == p.position.as_of_us)
-                & (F.col("kind") == "row")
-            )
-            scalars = p.position.scalars
+        kept = self.kept(p, ("row",), list(ROW_COLUMNS), KEPT_SCHEMA)
+        scalars = None if p.position is None else p.position.scalars
         initial = job.initial_retention()
         out = join_pass(
             join_tuples(bronze, job), kept, job.query(), job.adaptation(), (initial, initial), scalars
         )
-        out, obs = observed_state(out, KINDS)
-        out = out.localCheckpoint()
-        state, rows, error = observed_rows(obs, KINDS)
-        if error is not None:
-            raise self._refused(p, error)
-        if not state:  # the task always ends with its state row
-            msg = f"the {self.what} pass of {self.source} ({self.jid}) returned no state"
-            raise StateError(msg)
-        return Computed(out, state, rows)
+        return self.checkpointed(p, out)
 
-    def _refused(self, p: Pass, error: str) -> Exception:
+    def refused(self, p: Pass, error: str) -> Exception:
+        """Arrivals without a location are the input's fault; anything else, the state's."""
         import json
 
         e = json.loads(error)
@@ -142,7 +130,7 @@ class JoinStream(PassStage[JoinJob, JoinPassSummary]):
         from pyspark.sql import functions as F
 
         lit = [F.lit(self.source).alias("source"), F.lit(self.jid).alias("job")]
-        rows = c.out.where(F.col("kind") == KINDS[table.name])
+        rows = c.out.where(F.col("kind").isin(*self.kinds[table.name]))
         if table is JOIN_RESULTS:
             return rows.select(
                 *lit, F.col("seq").alias("r_seq"), F.col("seq2").alias("s_seq"), F.col("ts").alias("r_ts"),
@@ -166,8 +154,6 @@ class JoinStream(PassStage[JoinJob, JoinPassSummary]):
         """The state row and the operator's kept arrivals (``r`` rows), as of the pass's end."""
         from pyspark.sql import functions as F
 
-        from outoforder.core.joins.adaptive import ROW_COLUMNS
-
         names = JOIN_STATE.schema.fieldNames()
         head = self.spark.createDataFrame([tuple(row.get(n) for n in names)], JOIN_STATE.schema)
         kept = c.out.where(F.col("kind") == "r").select(
@@ -175,19 +161,6 @@ class JoinStream(PassStage[JoinJob, JoinPassSummary]):
             F.lit(p.end_us).cast("long").alias("as_of_us"), F.lit("row").alias("kind"), *ROW_COLUMNS,
         )  # fmt: skip
         return head.unionByName(kept, allowMissingColumns=True)
-
-    def orphans(self, table: Table, position: Position | None) -> str:
-        """The rows a pass from ``position`` writes: after its newest arrival (on a first pass, all)."""
-        from outoforder.io.delta import where_sql
-
-        cond = where_sql({"source": self.source, "job": self.jid})
-        if table is JOIN_RESULTS:
-            cond += " AND produced_by = 'stream'"
-        last = None if position is None else position.last_seq
-        if last is not None:
-            col = "emitted_at_seq" if table is JOIN_RESULTS else "valid_from_seq"
-            cond += f" AND {col} > {int(last)}"
-        return cond
 
     def summary(self, p: Pass, c: Computed, seconds: float) -> JoinPassSummary:
         """The pass's figures (from its state row)."""

@@ -5,15 +5,14 @@ from __future__ import annotations
 import argparse
 
 from outoforder.stages.context import StageContext
-from outoforder.stages.options import instant, us, verdict
+from outoforder.stages.options import instant, verdict
 
 
 def topk_stream(ctx: StageContext, args: argparse.Namespace) -> int:
-    """Run the top-k stream stage over [start, end) in steps of --every-s."""
+    """One pass of the top-k stream stage from where the job stands to --end."""
     from outoforder.stages.topk.stream import TopKStream
 
-    stage = TopKStream(ctx)
-    stage.run(instant(args.start), instant(args.end), us(args.every_s), catch_up=args.catch_up)
+    TopKStream(ctx).run(instant(args.start), instant(args.end), catch_up=args.catch_up)
     return 0
 
 

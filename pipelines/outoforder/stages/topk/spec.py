@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from outoforder.errors import ConfigError
-from outoforder.stages.options import INTERVAL, since, until, validation
+from outoforder.stages.options import PASS, since, until, validation
 from outoforder.stages.registry import Operator, Stage, Step
 from outoforder.stages.spec import Job, param
 
@@ -130,7 +130,7 @@ DEMO_JOB = TopKJob(
 
 
 _C = "outoforder.stages.topk.commands"
-_STATE = ("silver/topk_state", "silver/topk_cache", "silver/topk_late", "silver/topk_settled")
+_STATE = ("silver/topk_state",)
 
 OPERATOR = Operator(
     name="topk",
@@ -141,12 +141,12 @@ OPERATOR = Operator(
     stages=(
         Stage(
             "topk-stream",
-            "continuous top-k with the adaptive cache duration over arrival intervals (DAG topk_stream)",
+            "continuous top-k, its cache duration adapted: one pass over everything new (DAG topk_stream)",
             f"{_C}:topk_stream",
             TopKJob,
-            args=INTERVAL,
+            args=PASS,
             reads=("bronze/arrivals", *_STATE),
-            writes=("gold/topk_windows", "gold/topk_results", *_STATE),
+            writes=("gold/topk_results", "silver/topk_ledger", *_STATE),
         ),
         Stage(
             "validate-topk",
@@ -160,7 +160,7 @@ OPERATOR = Operator(
                 ),
                 since("windows"),
             ),
-            reads=("bronze/arrivals", "gold/topk_windows", "gold/topk_results", "silver/topk_settled"),
+            reads=("bronze/arrivals", "gold/topk_results", "silver/topk_ledger", *_STATE),
             writes=("gold/quality_measures", "gold/quality_runs"),
         ),
     ),

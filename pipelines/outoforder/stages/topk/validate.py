@@ -7,7 +7,7 @@ A run over a data interval (``--since``) judges only the windows emitted or clos
 only their tuples.
 
 Under a latency bound (the job's ``max_cache``) the check also asks whether ε_min was reachable at
-all: from the lateness of each settled window's true top-k (``silver/topk_settled``), the accuracy
+all: from the lateness of each settled window's true top-k (``silver/topk_ledger``), the accuracy
 a cache waiting the whole bound would have had. A miss the bound allowed to avoid is the
 controller's shortfall and fails; a miss the bound made unavoidable is a configuration matter: it
 is reported as a warning naming the bound that ε_min needed, and does not fail the task.
@@ -61,37 +61,41 @@ def _standings(
 ) -> list[tuple[int, int, int] | None]:
     """(as_of, newest window emitted, newest window closed) of the states a check judges from.
 
-    For the state at ``until_us`` and the one at ``since_us``
-    (:func:`~outoforder.stages.state.check_states`); one query over the state rows and one over
-    the emitted windows answer both.
+    For the state at ``until_us`` and the one at ``since_us`` (read without Spark); one query over
+    the emitted windows answers both.
     """
     spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(TopKJob)
     from pyspark.sql import functions as F
 
     from outoforder.io import delta
-    from outoforder.io.tables import TOPK_STATE, TOPK_WINDOWS
+    from outoforder.io.tables import TOPK_RESULTS, TOPK_STATE
     from outoforder.spark.rows import one_row
-    from outoforder.stages.state import check_states
+    from outoforder.stages.passes import state_row
 
     jid = job.job_id()
-    states = check_states(spark, settings, TOPK_STATE, source, jid, until_us, since_us)
+    states = [state_row(settings, TOPK_STATE, source, jid, until_us)]
+    if since_us is not None:
+        states.append(state_row(settings, TOPK_STATE, source, jid, since_us))
     as_ofs = {i: int(st["as_of_us"]) for i, st in enumerate(states) if st is not None}
     if not as_ofs:
-        return [None for _ in states]
+        return [None, None]
+    # the newest window each state had emitted: emitted by an arrival before its end
     tops = one_row(
-        delta.read(spark, TOPK_WINDOWS, settings.lake_root)
-        .where(where_job(source, jid) & (F.col("interval_start_us") < F.lit(max(as_ofs.values()))))
+        delta.read(spark, TOPK_RESULTS, settings.lake_root)
+        .where(where_job(source, jid) & (F.col("emitted_at_us") < F.lit(max(as_ofs.values()))))
         .agg(
             *(
-                F.max(F.when(F.col("interval_start_us") < F.lit(a), F.col("window_id"))).alias(f"top{i}")
+                F.max(F.when(F.col("emitted_at_us") < F.lit(a), F.col("window_id"))).alias(f"top{i}")
                 for i, a in as_ofs.items()
             )
         )
     )
+    if since_us is None:
+        states.append(None)
     out: list[tuple[int, int, int] | None] = []
     for i, st in enumerate(states):
         top = None if st is None else tops[f"top{i}"]
-        progress = None if st is None else json.loads(st["snapshot"])["operator"]["progress"]
+        progress = None if st is None else json.loads(st["scalars"])["operator"]["operator"]["progress"]
         if st is None or top is None or progress is None:
             out.append(None)
             continue
@@ -108,9 +112,9 @@ def judged_windows(
     """The windows a check at ``until_us`` (None: the newest state) judges, after ``since_us`` if given."""
     spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(TopKJob)
     from outoforder.io import delta
-    from outoforder.io.tables import TOPK_LATE, TOPK_RESULTS, TOPK_STATE, TOPK_WINDOWS
+    from outoforder.io.tables import TOPK_LEDGER, TOPK_RESULTS, TOPK_STATE
 
-    for t in (TOPK_STATE, TOPK_WINDOWS, TOPK_RESULTS, TOPK_LATE):
+    for t in (TOPK_STATE, TOPK_RESULTS, TOPK_LEDGER):
         if not delta.exists(spark, t, settings.lake_root):
             msg = f"the top-k stream has not run yet (no {t.name} under {settings.lake_root})"
             raise QualityError(msg)
@@ -145,7 +149,7 @@ def window_accuracy(
     from pyspark.sql import functions as F
 
     from outoforder.io import delta
-    from outoforder.io.tables import BRONZE, TOPK_LATE, TOPK_RESULTS, TOPK_WINDOWS
+    from outoforder.io.tables import BRONZE, TOPK_LEDGER, TOPK_RESULTS
     from outoforder.spark.topk import window_topk
     from outoforder.spark.windows import pane_counts
 
@@ -166,20 +170,22 @@ def window_accuracy(
     # decoded once, not three times
     tuples = topk_tuples(bronze, job).where(F.col("score").isNotNull()).localCheckpoint()
     truth = window_topk(tuples, job.windows(), job.k).where(judged)
-    got = delta.read(spark, TOPK_RESULTS, settings.lake_root).where(mine & judged).select("window_id", "seq")
+    results = delta.read(spark, TOPK_RESULTS, settings.lake_root).where(mine & judged)
+    got = results.where(F.col("rank").isNotNull()).select("window_id", "seq")
     hits = (
         truth.join(got.withColumn("hit", F.lit(1)), ["window_id", "seq"], "left")
         .groupBy("window_id")
         .agg((F.sum(F.coalesce("hit", F.lit(0))) / F.count("*")).alias("hit_rate"))
     )
-    emitted = delta.read(spark, TOPK_WINDOWS, settings.lake_root).where(mine & judged)
+    # an emission is a list's first row (or the one row of a list emitted empty)
+    emitted = results.where(F.col("rank").isNull() | (F.col("rank") == 1))
     counts = emitted.groupBy("window_id").agg(F.count("*").alias("emissions"))
     # a window's tuples are all late when it has as many late rows (among the tuples judged) as
     # members; members are counted per pane and summed, not copied to each of their windows
     members = pane_counts(tuples, job.windows()).where(judged)
     late = (
-        delta.read(spark, TOPK_LATE, settings.lake_root)
-        .where(mine & judged)
+        delta.read(spark, TOPK_LEDGER, settings.lake_root)
+        .where(mine & judged & (F.col("kind") == "late"))
         .select("seq", "window_id")
         .distinct()
         .join(tuples.select("seq"), "seq", "left_semi")
@@ -231,10 +237,11 @@ def validate_topk(
         judged = window_accuracy(ctx, until_us, since_us).toPandas()
     except NothingYet as e:
         from outoforder.io.tables import TOPK_STATE
-        from outoforder.stages.state import last_processed, nothing_judged
+        from outoforder.stages.passes import state_row
+        from outoforder.stages.state import nothing_judged
 
         jid = job.job_id()
-        if since_us is None or last_processed(spark, settings, TOPK_STATE, source, jid) is None:
+        if since_us is None or state_row(settings, TOPK_STATE, source, jid) is None:
             raise nothing_judged(spark, settings, TOPK_STATE, source, jid, "validate-topk", "window") from e
         log.info("[quality] no top-k window emitted yet (%s): nothing to check", e)
         return []
@@ -289,7 +296,7 @@ def validate_topk(
 
 
 def settled_profiles(ctx: StageContext, window_ids: Iterable[int]) -> dict[int, list[float]]:
-    """The lateness of each settled window's true top-k (``silver/topk_settled``), for these windows.
+    """The lateness of each settled window's true top-k (``silver/topk_ledger``), for these windows.
 
     One row of at most k numbers per window (a window settles once), read for the judged
     windows' range only: small by construction, like the per-window verdicts.
@@ -298,14 +305,18 @@ def settled_profiles(ctx: StageContext, window_ids: Iterable[int]) -> dict[int, 
     from pyspark.sql import functions as F
 
     from outoforder.io import delta
-    from outoforder.io.tables import TOPK_SETTLED
+    from outoforder.io.tables import TOPK_LEDGER
 
     ids = [int(w) for w in window_ids]
-    if not ids or not delta.exists(spark, TOPK_SETTLED, settings.lake_root):
+    if not ids or not delta.exists(spark, TOPK_LEDGER, settings.lake_root):
         return {}
     rows = (
-        delta.read(spark, TOPK_SETTLED, settings.lake_root)
-        .where(where_job(source, job.job_id()) & F.col("window_id").between(min(ids), max(ids)))
+        delta.read(spark, TOPK_LEDGER, settings.lake_root)
+        .where(
+            where_job(source, job.job_id())
+            & (F.col("kind") == "settled")
+            & F.col("window_id").between(min(ids), max(ids))
+        )
         .select("window_id", "lateness")
         .collect()
     )
