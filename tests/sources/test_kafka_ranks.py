@@ -2,7 +2,9 @@
 
 ``ingest-kafka`` reads a batch twice. The first pass cuts each topic partition's records, in offset
 order, into runs (stretches of one log-append time; :func:`record_runs`); the runs are sorted and
-counted per share of the sort (:func:`runs_before`, one carry per share). The second pass parses
+counted, on the driver (:func:`record_meta`, :func:`rank_runs`, looked up by
+:func:`numbered_records`) or, for a large batch, per share of Spark's sort (:func:`runs_before`,
+one carry per share). The second pass parses
 the records where Spark read them (:func:`parse_records`), each with its run and place in it.
 Here both passes run the way the stage runs them and every record's number is compared with its
 rank in the sort by (log-append time, partition, offset): equal for any partition count, chunk
@@ -24,7 +26,18 @@ from outoforder.errors import InputError
 from outoforder.sources.declaration import parse_declaration
 from outoforder.sources.declared import DeclaredReader
 from outoforder.sources.declared_checks import check_sample
-from outoforder.stages.ingest.tasks import RECORD_SCHEMA, RUN_SCHEMA, parse_records, record_runs, runs_before
+from outoforder.stages.ingest.tasks import (
+    META_SCHEMA,
+    NUMBERED_SCHEMA,
+    RECORD_SCHEMA,
+    RUN_SCHEMA,
+    numbered_records,
+    parse_records,
+    rank_runs,
+    record_meta,
+    record_runs,
+    runs_before,
+)
 
 DECL = parse_declaration(
     "yard",
@@ -103,6 +116,22 @@ def test_runs_rank_the_records_as_the_sort_by_arrival_does(
     }
     # the definition: rank in the sort of every record by (time, partition, offset), 1-based; rows and
     # rejects are numbered, blank payloads are not
+    # the driver's ranking (a batch small enough): one metadata pass, the parsing tasks look runs up
+    meta = pa.Table.from_batches(
+        [b for recs in tasks for b in record_meta(iter(_batches(recs, chunk)), 2)], META_SCHEMA
+    )
+    ranked, total = rank_runs(meta)
+    assert total == sum(map(len, tasks))
+    assert sorted(meta.filter(pa.compute.equal(meta["count"], 0))["run"].to_pylist()) == sorted(
+        r[2] for recs in tasks for r in recs[:2]
+    )  # each task's first two records' payloads, for the declaration's check
+    here = {
+        (r["partition"], r["run"], r["place"]): r["before"] + r["place"] + 1
+        for recs in tasks
+        for b in numbered_records(iter(_batches(recs, chunk)), READER, 0, 10**12, parse_chunk, ranked)
+        for r in pa.Table.from_batches([b], NUMBERED_SCHEMA).to_pylist()
+    }
+    assert here == numbered
     everything = sorted(r[:3] for recs in tasks for r in recs)
     rank = {(p, o): i for i, (_, p, o) in enumerate(everything, start=1)}
     expected = {}

@@ -134,13 +134,15 @@ def append_once(
     return True
 
 
-def append(df: DataFrame, table: Table, lake_root: Path | str, tag: str) -> None:
+def append(
+    df: DataFrame, table: Table, lake_root: Path | str, tag: str, options: Mapping[str, str] | None = None
+) -> None:
     """Append ``df`` in one commit tagged ``tag`` (Delta's ``userMetadata``): one Spark job.
 
     No transaction id: Delta looks one up by reconstructing the table's state (three to six
     Spark jobs per write). A writer finds its own commits by the tag instead
     (:func:`outoforder.io.deltalog.tagged_commits`), which is how the stream stages keep a pass
-    that was killed between its commits from writing twice.
+    that was killed between its commits from writing twice. ``options``: the writer's (file sizes).
     """
     writer = (
         conform(df, table)
@@ -148,6 +150,7 @@ def append(df: DataFrame, table: Table, lake_root: Path | str, tag: str) -> None
         .mode("append")
         .option("userMetadata", tag)
         .option("mergeSchema", "true")  # tables written before a column was added gain it
+        .options(**(options or {}))
     )
     if table.partition_by:
         writer = writer.partitionBy(*table.partition_by)

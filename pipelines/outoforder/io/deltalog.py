@@ -183,6 +183,23 @@ def tagged_commits(
     ]
 
 
+def first_tagged(table_path: str, tags: set[str], storage: StorageSettings | None = None) -> str | None:
+    """Which of ``tags`` the oldest commit still in the log carries (None: none of them).
+
+    For the rare race of two writers that claimed the same thing by tagged appends: the first
+    commit wins, for every reader alike.
+    """
+    fs, path = filesystem(table_path, _storage_for(table_path, storage))
+    listing = _list(fs, f"{path.rstrip('/')}/{LOG}")
+    if listing is None:
+        return None
+    for v in sorted(listing.commits):
+        tag = _user_metadata(_read_text(fs, listing.commits[v]))
+        if tag in tags:
+            return tag
+    return None
+
+
 def own_commit(table_path: str, tag: str, storage: StorageSettings | None = None, look_back: int = 64) -> int:
     """The newest version whose commit carries ``tag`` (a writer's own, just made), among the newest few."""
     fs, path = filesystem(table_path, _storage_for(table_path, storage))

@@ -57,7 +57,7 @@ QUARANTINE_SCHEMA = _s(
 INGEST_LOG_SCHEMA = _s(
     ("ingest_id", StringType(), False),  # source + file content hash: the idempotence key
     ("status", StringType(), False),  # "started" (claims the ordinal) or "done" (with the counts)
-    ("file_ordinal", LongType(), False),  # arrival_seq = file_ordinal * SEQ_PER_FILE + line_no
+    ("file_ordinal", LongType(), False),  # arrival_seq = file_ordinal * SEQ_PER_FILE + line_no (files)
     ("source", StringType(), False),
     ("source_file", StringType(), False),
     ("file_sha256", StringType(), False),
@@ -76,8 +76,9 @@ INGEST_LOG_SCHEMA = _s(
 
 
 # The Kafka ingest (stages/ingest/kafka.py): one row per (source, batch, partition), claimed before
-# the batch is read. A batch's bronze and quarantine rows are committed with the transaction id of its
-# ingest_id, and its ingest-log row says done; the next batch starts where the newest one ends.
+# the batch is read (and copied with a newer listed_at_us by runs that find nothing new). A batch's
+# bronze and quarantine rows are appended in commits tagged with its ingest_id, and its ingest-log
+# row says done; the next batch starts where the newest one ends.
 KAFKA_OFFSETS_SCHEMA = _s(
     ("source", StringType(), False),
     ("batch", LongType(), False),
@@ -89,6 +90,10 @@ KAFKA_OFFSETS_SCHEMA = _s(
     # every record appended before this is in this batch or earlier (moved on by runs finding nothing new)
     ("listed_at_us", LongType(), False),
     ("ingest_id", StringType(), False),
+    # arrival_seq = file_ordinal * SEQ_PER_FILE + first_rank + the record's rank in the batch
+    ("file_ordinal", LongType(), True),
+    ("first_rank", LongType(), True),
+    ("bronze_after", LongType(), True),  # bronze's newest version at the claim: a resumed run looks after it
 )
 
 

@@ -15,7 +15,7 @@ import hashlib
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,7 +23,7 @@ from outoforder.config import Settings
 from outoforder.errors import ConfigError, StateError
 from outoforder.io import status as status_files
 from outoforder.io.kafka import LOG_APPEND_TIME, TopicState
-from outoforder.io.tables import INGEST_LOG, KAFKA_OFFSETS
+from outoforder.io.tables import INGEST_LOG, KAFKA_OFFSETS, SEQ_PER_FILE
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -42,6 +42,10 @@ class Batch:
     topic_id: str
     ranges: dict[int, tuple[int, int]]
     listed_at_us: int
+    ordinal: int = -1  # the ingest log's ordinal its arrival_seq counts under (-1: a new one is claimed)
+    first_rank: int = 0  # records of the earlier batches counted under the same ordinal
+    bronze_after: int = -1  # bronze's newest version at the claim (a resumed run looks after it)
+    copies: int = field(default=1, compare=False)  # row sets stored (its claim and the covers after it)
 
     @property
     def records(self) -> int:
@@ -72,7 +76,9 @@ class Batch:
 def stored_batch(settings: Settings, source: str, number: int | None = None) -> Batch | None:
     """Batch ``number`` of the source (default: its newest), or None.
 
-    Read on the driver (:mod:`outoforder.io.deltars`): no Spark job for a few small rows.
+    Read on the driver (:mod:`outoforder.io.deltars`): no Spark job for a few small rows. Of two
+    runs that claimed the same number, the first claim in the table's log stands
+    (:func:`first_claim`); a batch's listing time is its newest cover's.
     """
     import pyarrow.compute as pc
 
@@ -83,12 +89,37 @@ def stored_batch(settings: Settings, source: str, number: int | None = None) -> 
         return None  # no ingest has run yet
     if number is None:
         number = int(pc.max(rows.column("batch")).as_py())
-    got = rows.filter(pc.equal(rows.column("batch"), number)).to_pylist()  # one row per partition
+    got = rows.filter(pc.equal(rows.column("batch"), number)).to_pylist()  # per partition, per copy
     if not got:
         return None
+    claims = sorted({str(r["ingest_id"]) for r in got})
+    if len(claims) > 1:
+        won = first_claim(settings, claims)
+        got = [r for r in got if r["ingest_id"] == won]
     ranges = {int(r["partition"]): (int(r["start_offset"]), int(r["end_offset"])) for r in got}
     first = got[0]
-    return Batch(source, number, first["topic"], first["topic_id"], ranges, int(first["listed_at_us"]))
+
+    def num(name: str, default: int) -> int:  # columns added later are null in older rows
+        value = first.get(name)
+        return default if value is None else int(value)
+
+    return Batch(
+        source, number, first["topic"], first["topic_id"], ranges,
+        max(int(r["listed_at_us"]) for r in got), num("file_ordinal", -1), num("first_rank", 0),
+        num("bronze_after", -1), len(got) // max(1, len(ranges)),
+    )  # fmt: skip
+
+
+def first_claim(settings: Settings, claims: list[str]) -> str:
+    """Of batch claims (ingest ids) that raced for one number, the one the table's log holds first.
+
+    Each claim is a commit tagged with its ingest id. Should the log no longer hold them (cleaned up
+    long after), the smallest id stands, the same for every reader.
+    """
+    from outoforder.io import deltalog
+
+    tagged = deltalog.first_tagged(KAFKA_OFFSETS.path(settings.lake_root), set(claims), settings.storage)
+    return tagged if tagged is not None else claims[0]
 
 
 def batch_done(settings: Settings, ingest_id: str) -> bool:
@@ -165,25 +196,21 @@ def plan_batch(previous: Batch | None, source: str, state: TopicState, listed_at
     number = 0 if previous is None else previous.number + 1
     batch = Batch(source, number, state.topic, state.topic_id, ranges, listed_at_us)
     check_readable(batch, state)
+    if previous is not None and previous.ordinal >= 0:  # numbered on under the same ordinal while it lasts
+        first_rank = previous.first_rank + previous.records
+        if first_rank + batch.records < SEQ_PER_FILE:
+            return replace(batch, ordinal=previous.ordinal, first_rank=first_rank)
     return batch
 
 
 def offset_rows(spark: SparkSession, batch: Batch) -> DataFrame:
     """The batch as rows of bronze/kafka_offsets, one per partition."""
+    b = batch
     rows = [
-        (
-            batch.source,
-            batch.number,
-            batch.topic,
-            batch.topic_id,
-            p,
-            s,
-            e,
-            batch.listed_at_us,
-            batch.ingest_id,
-        )
-        for p, (s, e) in sorted(batch.ranges.items())
-    ]
+        (b.source, b.number, b.topic, b.topic_id, p, s, e, b.listed_at_us, b.ingest_id, b.ordinal,
+         b.first_rank, b.bronze_after)
+        for p, (s, e) in sorted(b.ranges.items())
+    ]  # fmt: skip
     return spark.createDataFrame(rows, KAFKA_OFFSETS.schema)
 
 

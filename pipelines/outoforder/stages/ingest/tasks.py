@@ -379,6 +379,42 @@ def record_runs(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     yield from runs.batches()
 
 
+# The one metadata pass over a Kafka batch: every run (RUN_SCHEMA, payload null), then the
+# task's first payloads for the declaration's check (count 0, run = the record's offset).
+META_SCHEMA = pa.schema([*RUN_SCHEMA, ("payload", pa.binary())])
+
+
+def record_meta(batches: Iterator[pa.RecordBatch], sample: int) -> Iterator[pa.RecordBatch]:
+    """The runs of Kafka records (``partition``, ``offset``, ``ts_us``, ``value``) and ``sample`` payloads.
+
+    >>> import pyarrow as pa
+    >>> b = pa.RecordBatch.from_pydict({"partition": pa.array([0, 0, 0], pa.int32()),
+    ...     "offset": [7, 8, 9], "ts_us": [5, 5, 6], "value": [b"a", b"b", b"c"]})
+    >>> [tuple(r.values()) for out in record_meta(iter([b]), 2) for r in out.to_pylist()]
+    [(0, 7, 5, 2, None), (0, 9, 6, 1, None), (0, 7, 0, 0, b'a'), (0, 8, 0, 0, b'b')]
+    """
+    runs = Runs()
+    taken: list[pa.RecordBatch] = []
+    left = sample
+    for b in batches:
+        ts, part, off = (b.column(c).to_numpy().astype(np.int64) for c in ("ts_us", "partition", "offset"))
+        runs.add(ts, part, off)
+        if left > 0 and b.num_rows:
+            k = min(left, b.num_rows)
+            taken.append(b.slice(0, k))
+            left -= k
+    for r in runs.batches():
+        yield pa.RecordBatch.from_arrays([*r.columns, pa.nulls(r.num_rows, pa.binary())], schema=META_SCHEMA)
+    for t in taken:
+        n = t.num_rows
+        zero = pa.array(np.zeros(n, dtype=np.int64))
+        yield pa.RecordBatch.from_arrays(
+            [t.column("partition").cast(pa.int64()), t.column("offset").cast(pa.int64()), zero, zero,
+             t.column("value").cast(pa.binary())],
+            schema=META_SCHEMA,
+        )  # fmt: skip
+
+
 def parse_records(
     batches: Iterator[pa.RecordBatch], reader: str, lo: int, hi: int, batch_lines: int
 ) -> Iterator[pa.RecordBatch]:
@@ -424,6 +460,56 @@ def parse_records(
                               place=pa.array(place[idx]), raw_line=q.column("raw_line"),
                               reason=q.column("reason"), detail=pa.array(detail, pa.string()))  # fmt: skip
             seen += len(lines)
+
+
+# a parsed record with the number of the batch's records before its run (from the driver's ranks)
+NUMBERED_SCHEMA = pa.schema([*RECORD_SCHEMA, ("before", pa.int64())])
+RunStarts = dict[int, tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]]  # partition -> runs, before
+
+
+def rank_runs(meta: pa.Table) -> tuple[RunStarts, int]:
+    """The driver's ranking of every task's runs (``record_meta``'s rows): where each starts, and the total.
+
+    The runs sorted by (log-append time, partition, first offset) are the batch's arrival order in
+    stretches; a run starts after the records of every run before it.
+
+    >>> t = pa.table({"partition": [0, 1, 0], "run": [10, 4, 20], "arrival_ts": [5, 5, 7],
+    ...               "count": [2, 3, 1], "payload": pa.nulls(3, pa.binary())})
+    >>> starts, total = rank_runs(t)
+    >>> {p: (r.tolist(), b.tolist()) for p, (r, b) in starts.items()}, total
+    ({0: ([10, 20], [0, 5]), 1: ([4], [2])}, 6)
+    """
+    import pyarrow.compute as pc
+
+    runs = meta.filter(pc.greater(meta.column("count"), 0))
+    part, run, ts, count = (runs.column(c).to_numpy() for c in ("partition", "run", "arrival_ts", "count"))
+    order = np.lexsort((run, part, ts))
+    before = np.empty_like(count)
+    before[order] = np.cumsum(count[order]) - count[order]
+    starts: RunStarts = {}
+    for p in np.unique(part):
+        mine = np.flatnonzero(part == p)
+        mine = mine[np.argsort(run[mine])]
+        starts[int(p)] = (run[mine], before[mine])
+    return starts, int(count.sum())
+
+
+def numbered_records(
+    batches: Iterator[pa.RecordBatch], reader: str, lo: int, hi: int, batch_lines: int, starts: RunStarts
+) -> Iterator[pa.RecordBatch]:
+    """:func:`parse_records`'s rows, each with ``before``: the records ahead of its run in the batch.
+
+    ``starts`` maps a partition to its runs (first offsets, sorted) and the records before each,
+    as the driver ranked them.
+    """
+    for b in parse_records(batches, reader, lo, hi, batch_lines):
+        part, run = b.column("partition").to_numpy(), b.column("run").to_numpy()
+        before = np.empty(b.num_rows, dtype=np.int64)
+        for p in np.unique(part):
+            runs, ahead = starts[int(p)]
+            mine = part == p
+            before[mine] = ahead[np.searchsorted(runs, run[mine])]
+        yield pa.RecordBatch.from_arrays([*b.columns, pa.array(before)], schema=NUMBERED_SCHEMA)
 
 
 def _ahead_of_arrival(
