@@ -2,7 +2,7 @@
 
 **maintain** (`python -m outoforder.stages maintain`) runs, table after table, Delta's OPTIMIZE
 (bin-packing small files into large ones) and VACUUM (deleting files that no snapshot of the
-table's retention period uses: `delta.deletedFileRetentionDuration`, 7 days by default).
+table's retention period uses: `delta.deletedFileRetentionDuration`, 2 days on the project's tables).
 
 Safe beside the other DAGs: both operations commit like any writer, so a conflict with a stage
 writing the same table at that moment is detected by Delta and the loser retries the whole
@@ -12,7 +12,7 @@ reading an older snapshot finds its files; the repairs read current snapshots on
 Thin: one out-of-process Spark stage (``maintain``). Interval stages append a few files per run,
 so tables fill with small files; OPTIMIZE rewrites them into few large ones, VACUUM deletes the
 files that no snapshot of the retention period (Delta's ``delta.deletedFileRetentionDuration``,
-7 days by default) uses.
+2 days on the project's tables, as the log's retention) uses.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from outoforder.io import delta, deltalog
+from outoforder.io import delta, deltalog, deltars
 from outoforder.io.tables import JOIN_STATE, QUALITY_MEASURES, QUALITY_RUNS
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta]
@@ -76,38 +76,47 @@ def test_the_log_reader_finds_transactions_in_checksums_checkpoints_and_commits(
     assert delta.read(spark, JOIN_STATE, lake).where(F.col("as_of_us") == 99).count() == 0
 
 
-def test_replace_rows_appends_new_slices_and_replaces_old_ones(spark, settings):
+# Spark's replaceWhere, and delta-rs's on the driver (the checks' small rows): the same slices
+WRITERS = {
+    "spark": lambda spark, *args: delta.replace_rows(spark, *args),
+    "driver": lambda spark, *args: deltars.replace_rows(*args),
+}
+
+
+@pytest.mark.parametrize("writer", list(WRITERS))
+def test_replace_rows_appends_new_slices_and_replaces_old_ones(spark, settings, writer):
     lake, storage = settings.lake_root, settings.storage
+    replace_rows = WRITERS[writer]
     match = {"source": SRC, "job": "qj-1", "measure": "join_recall"}
-    delta.replace_rows(
+    replace_rows(
         spark, QUALITY_MEASURES, lake, storage, measures("qj-1", range(0, 5), 1), match, ("item", 0, 5)
     )
-    delta.replace_rows(
+    replace_rows(
         spark, QUALITY_MEASURES, lake, storage, measures("qj-1", range(5, 9), 1), match, ("item", 5, 9)
     )
     # another job's slice of the same items: its own rows, not a replacement of qj-1's
     other = {**match, "job": "qj-2"}
-    delta.replace_rows(
+    replace_rows(
         spark, QUALITY_MEASURES, lake, storage, measures("qj-2", range(0, 5), 1), other, ("item", 0, 5)
     )
     # a rerun of an old slice replaces it; rows outside the slice (item 9) are dropped, not written
-    delta.replace_rows(
+    replace_rows(
         spark, QUALITY_MEASURES, lake, storage, measures("qj-1", range(3, 10), 2), match, ("item", 3, 9)
     )
     got = table(spark, QUALITY_MEASURES, settings, F.col("job") == "qj-1")
     assert got == sorted(measures("qj-1", range(0, 3), 1) + measures("qj-1", range(3, 9), 2))
     assert len(table(spark, QUALITY_MEASURES, settings, F.col("job") == "qj-2")) == 5
     # a whole-job slice (no range)
-    delta.replace_rows(spark, QUALITY_MEASURES, lake, storage, measures("qj-2", [1], 3), other)
+    replace_rows(spark, QUALITY_MEASURES, lake, storage, measures("qj-2", [1], 3), other)
     assert table(spark, QUALITY_MEASURES, settings, F.col("job") == "qj-2") == measures("qj-2", [1], 3)
 
 
-def test_replace_rows_into_an_unpartitioned_table(spark, settings):
+@pytest.mark.parametrize("writer", list(WRITERS))
+def test_replace_rows_into_an_unpartitioned_table(spark, settings, writer):
     lake, storage = settings.lake_root, settings.storage
+    replace_rows = WRITERS[writer]
     row = ("join", "join_recall", SRC, "qj-1", "run-1", True, 2, 2, [], "fail", None, 5)
     match = {"checkpoint": "join", "source": SRC, "job": "qj-1", "run_name": "run-1"}
-    delta.replace_rows(spark, QUALITY_RUNS, lake, storage, [row], match)
-    delta.replace_rows(
-        spark, QUALITY_RUNS, lake, storage, [(*row[:5], False, 1, 2, ["x"], "fail", None, 6)], match
-    )
+    replace_rows(spark, QUALITY_RUNS, lake, storage, [row], match)
+    replace_rows(spark, QUALITY_RUNS, lake, storage, [(*row[:5], False, 1, 2, ["x"], "fail", None, 6)], match)
     assert table(spark, QUALITY_RUNS, settings) == [(*row[:5], False, 1, 2, ["x"], "fail", None, 6)]

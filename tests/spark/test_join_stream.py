@@ -172,10 +172,10 @@ def test_recall_check_fails_or_warns_and_finds_no_duplicates(spark, settings, lo
     res = delta.read(spark, JOIN_RESULTS, settings.lake_root).where(F.col("produced_by") == "repair")
     assert res.count() == fixed.added
     # a pair stored twice fails the duplicate check, of a full run and of a run over the interval judging it
-    seqs = period_quality(ctx, end, cuts[2]).seqs
-    assert seqs is not None
+    judged = period_quality(ctx, end, cuts[2]).event_us
+    assert judged is not None
     twice = delta.read(spark, JOIN_RESULTS, settings.lake_root).where(
-        F.col("r_seq").between(*seqs) & F.col("s_seq").between(*seqs)
+        F.greatest("r_ts", "s_ts").between(judged[0], judged[1] - 1)
     )
     twice.limit(1).write.format("delta").mode("append").save(JOIN_RESULTS.path(settings.lake_root))
     for since in (None, cuts[2]):

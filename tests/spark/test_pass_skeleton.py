@@ -14,11 +14,14 @@ from outoforder.io.tables import AGG_RESULTS, AGG_STATE, INGEST_LOG
 from outoforder.stages import passes
 from outoforder.stages.aggregate.spec import AggJob
 from outoforder.stages.aggregate.stream import AggregateStream
+from outoforder.stages.aggregate.validate import validate_aggregate
 from outoforder.stages.context import StageContext
 from outoforder.stages.join.spec import JoinJob
 from outoforder.stages.join.stream import JoinStream
+from outoforder.stages.join.validate import validate_join
 from outoforder.stages.topk.spec import TopKJob
 from outoforder.stages.topk.stream import TopKStream
+from outoforder.stages.topk.validate import validate_topk
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta]
 
@@ -31,9 +34,9 @@ JOBS_PER_PASS = 8
 COMMITS_PER_PASS = 3
 
 
-def arrivals(n=300, seed=2):
+def arrivals(n=300, seed=2, span_us=300_000):
     rng = np.random.default_rng(seed)
-    ts = np.sort(rng.integers(0, 300_000, n)) + 10_000_000_000
+    ts = np.sort(rng.integers(0, span_us, n)) + 10_000_000_000
     return pd.DataFrame({
         "stream": np.where(rng.random(n) < 0.4, "ball", "team_a"), "event_ts": ts[rng.permutation(n)],
         "value": rng.gamma(2.0, 3.0, n), "x": rng.uniform(0, 10, n), "y": rng.uniform(0, 10, n),
@@ -148,3 +151,39 @@ def test_old_state_snapshots_are_pruned_in_steps(spark, settings, load_bronze, m
     assert kept == [at(150), at(180), at(210)]
     pos = AggregateStream(ctx).position()
     assert pos is not None and pos.passes == 7 and pos.as_of_us == at(210)
+
+
+JOBS_PER_CHECK = 3  # a check of one run's interval, whatever the history (issue 73)
+CHECKS = {
+    "join": lambda ctx, lo, hi: validate_join(ctx, hi, fail=False, since_us=lo),
+    "aggregate": lambda ctx, lo, hi: validate_aggregate(ctx, fail=False, until_us=hi, since_us=lo),
+    "topk": lambda ctx, lo, hi: validate_topk(ctx, fail=False, until_us=hi, since_us=lo),
+}
+
+
+@pytest.mark.parametrize("name", list(STAGES))
+def test_a_check_and_the_report_cost_a_handful_of_spark_jobs(spark, settings, load_bronze, name):
+    # what a DAG run does after its pass: the check of its interval and its page of the report
+    from outoforder.quality.report import build_reports
+
+    frame = arrivals(n=2_400, span_us=2_400_000)
+    frame["event_ts"] = np.sort(frame["event_ts"].to_numpy()) - np.random.default_rng(3).integers(
+        0, 30_000, 2_400
+    )
+    load_bronze(frame, SOURCE)  # mild disorder: the periods and windows close run by run
+    kind, job = STAGES[name]
+    ctx = StageContext.of(spark, settings, SOURCE, job)
+    sc = spark.sparkContext
+    spans = [(0, 800), (800, 1_600), (1_600, 2_400)]
+    for i, (lo, hi) in enumerate(spans):
+        kind(ctx).run(at(lo), at(hi))
+        sc.setJobGroup(f"check-{name}-{i}", "a check")
+        CHECKS[name](ctx, at(lo), at(hi))
+        sc.setJobGroup(f"report-{name}-{i}", "a report")
+        build_reports(spark, settings, f"run-{i}", at(lo), at(hi), sections=[name], due=(False, True))
+        sc.setJobGroup("", "")
+        checks = len(sc.statusTracker().getJobIdsForGroup(f"check-{name}-{i}"))
+        reports = len(sc.statusTracker().getJobIdsForGroup(f"report-{name}-{i}"))
+        # the first check of a job also finds where its periods start (the earliest event time: 2 jobs)
+        assert checks <= JOBS_PER_CHECK + (2 if i == 0 else 0), (i, checks)
+        assert reports == 0, (i, reports)  # the report reads small tables on the driver

@@ -124,12 +124,12 @@ def test_report_shows_targets_measures_and_validations_cumulative_and_per_run(sp
     period = 5_000_000
     t0 = 10_000_000_000
     record_measures(
-        spark, settings, "src", "qj-1", "join_recall",
+        settings, "src", "qj-1", "join_recall",
         [(i, t0 + i * period, t0 + (i + 1) * period, r, 0.9, r >= 0.9)
          for i, r in enumerate([0.95, 0.85, 1.0])],
     )  # fmt: skip
     record_measures(
-        spark, settings, "src", "tk-1", "topk_hit_rate",
+        settings, "src", "tk-1", "topk_hit_rate",
         [(i, t0 + i * period, t0 + (i + 1) * period, 1.0, 0.95, True) for i in range(4)],
     )  # fmt: skip
     run_checkpoint(
@@ -149,7 +149,7 @@ def test_report_shows_targets_measures_and_validations_cumulative_and_per_run(sp
     run_checkpoint(settings, "join", bound, source="src", job="qj-2", run_name="c", q_user=0.9)
     # re-recording replaces the job's measure rows (validations recompute the whole history)
     record_measures(
-        spark, settings, "src", "tk-1", "topk_hit_rate",
+        settings, "src", "tk-1", "topk_hit_rate",
         [(i, t0 + i * period, t0 + (i + 1) * period, 1.0, 0.95, True) for i in range(4)],
     )  # fmt: skip
     assert delta.read(spark, QUALITY_MEASURES, settings.lake_root).count() == 7

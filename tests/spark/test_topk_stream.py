@@ -107,7 +107,7 @@ def test_passes_rerun_nothing_and_the_checks_judge_what_closed(spark, settings, 
     for t in (TOPK_RESULTS, TOPK_LEDGER):
         pd.testing.assert_frame_equal(table(spark, settings, t), before[t.name])
 
-    judged = window_accuracy(ctx).toPandas()
+    judged = window_accuracy(ctx)
     assert judged["accounted"].all() and (judged["emissions"] <= 1).all()
     # "all late" by its definition: every scored member of the window has a late row for it
     late = table(spark, settings, TOPK_LEDGER, kind="late").groupby("window_id")["seq"].agg(set).to_dict()
@@ -124,11 +124,11 @@ def test_passes_rerun_nothing_and_the_checks_judge_what_closed(spark, settings, 
     closed = judged[judged["closed"]]
     assert len(closed) > 10 and closed["hit_rate"].mean() >= JOB.eps_min
     # a check over a data interval judges the windows emitted or closed in it, as a full check then would
-    then = window_accuracy(ctx, bounds[1]).toPandas()
+    then = window_accuracy(ctx, bounds[1])
     seen = {col: set(then.loc[then[col], "window_id"]) for col in ("complete", "closed")}
     for since, until in pairwise(bounds[1:]):
-        part = window_accuracy(ctx, until, since).toPandas()
-        then = judged if until == bounds[-1] else window_accuracy(ctx, until).toPandas()
+        part = window_accuracy(ctx, until, since)
+        then = judged if until == bounds[-1] else window_accuracy(ctx, until)
         for col, done in seen.items():
             mine = part[part[col]].sort_values("window_id").reset_index(drop=True)
             fresh = (

@@ -1,12 +1,15 @@
-"""Small Delta tables read on the driver without a Spark job: a job's position, coverage, bookkeeping.
+"""Small Delta tables read and written on the driver without a Spark job: positions, bookkeeping, checks.
 
 A stream stage run asks a few small questions before its pass (where the job stands, how far the
-ingest has covered the source); through Spark each is a Delta snapshot's state reconstruction
-and a scan (two to four Spark jobs, planned and compiled on the shared server's driver), which is
-most of a minute's work when the data is small. delta-rs reads the same tables from their log and
-Parquet files in the stage's own process, with partition pruning and file statistics. Only reads:
-every write stays Spark's, through the one application that owns the lake (Delta's single-driver
-log store on object storage).
+ingest has covered the source), and a check stores a few rows per period or window it judged;
+through Spark each is a Delta snapshot's state reconstruction and a scan or a write (two to eight
+Spark jobs, planned and compiled on the shared server's driver), which is most of a minute's work
+when the data is small. delta-rs reads and appends the same tables from their log and Parquet
+files in the stage's own process, with partition pruning and file statistics. Writes here are
+only for rows the driver already holds (a check's verdicts and measures); everything computed by
+Spark is written by Spark. Both writers commit the same way, by creating the next log file only
+if it does not exist (on an object store with a conditional PUT: docs/deploy.md), so they can
+share a table.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ def storage_options(path: str, storage: StorageSettings | None) -> dict[str, str
         "AWS_SECRET_ACCESS_KEY": storage.secret_key,
         "AWS_REGION": storage.region,
         "AWS_ALLOW_HTTP": str(storage.endpoint.startswith("http://")).lower(),
-        "AWS_S3_ALLOW_UNSAFE_RENAME": "true",  # read only: no log writes go through delta-rs
+        "AWS_CONDITIONAL_PUT": "etag",  # commits create the next log file with If-None-Match, as Spark's
         "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": str(not storage.path_style).lower(),
     }
 
@@ -85,3 +88,53 @@ def read_table(
         }[op](field, value)
         expr = term if expr is None else expr & term
     return data.to_table(filter=expr, columns=list(columns) if columns is not None else None)
+
+
+def _arrow(table: Table, rows: Sequence[Sequence[Any]]) -> pa.Table:
+    """Driver rows (the table's column order) as Arrow, with the table's types and nullability."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    fields = table.schema.fields
+    schema = pa.schema([pa.field(f.name, to_arrow_type(f.dataType), f.nullable) for f in fields])
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in fields]
+    return pa.table(
+        [pa.array(list(c), type=schema.field(i).type) for i, c in enumerate(columns)], schema=schema
+    )
+
+
+def replace_rows(
+    table: Table,
+    lake_root: Path | str,
+    storage: StorageSettings | None,
+    rows: Sequence[Sequence[Any]],
+    match: dict[str, str | int],
+    between: tuple[str, int, int] | None = None,
+) -> None:
+    """Overwrite exactly the rows whose columns equal ``match`` with ``rows``, in one commit: idempotent.
+
+    ``between = (col, lo, hi)`` narrows the slice to ``lo <= col < hi``. The driver-side twin of
+    :func:`outoforder.io.delta.replace_rows` (no Spark job); creates the table when it is new.
+    """
+    from deltalake import write_deltalake
+
+    from outoforder.io.delta import TABLE_PROPERTIES, sql_literal, where_sql
+
+    cond = where_sql(match)
+    names = table.schema.fieldNames()
+    keep = [(names.index(c), v) for c, v in match.items()]
+    if between is not None:
+        col, lo, hi = between
+        cond += f" AND {col} >= {sql_literal(lo)} AND {col} < {sql_literal(hi)}"
+        at = names.index(col)
+    # rows outside the slice are dropped rather than written: the write touches nothing else
+    rows = [
+        r for r in rows
+        if all(r[i] == v for i, v in keep) and (between is None or between[1] <= r[at] < between[2])
+    ]  # fmt: skip
+    path = table.path(lake_root)
+    write_deltalake(
+        _uri(path), _arrow(table, rows), mode="overwrite", predicate=cond,
+        partition_by=list(table.partition_by) or None, configuration=dict(TABLE_PROPERTIES),
+        storage_options=storage_options(path, storage),
+    )  # fmt: skip

@@ -176,9 +176,8 @@ def run_checkpoint(
             docs_assets.localize(settings.quality.docs_dir, since=built - 1)
         except OSError as e:
             log.warning("Data Docs: the pages keep their CDN addresses (%s)", e)
-    spark = next((s for s in map(_session, frames.values()) if s is not None), None)
     if frames:
-        _record(spark, settings, checkpoint, source, job, name, out)
+        _record(settings, checkpoint, source, job, name, out)
     return out
 
 
@@ -187,7 +186,6 @@ def _session(frame: object) -> SparkSession | None:
 
 
 def _record(
-    spark: SparkSession | None,
     settings: Settings,
     checkpoint: str,
     source: str,
@@ -195,16 +193,10 @@ def _record(
     run_name: str,
     results: Sequence[SuiteResult],
 ) -> None:
-    from outoforder.io import delta
+    """The run's verdicts in ``gold/quality_runs``, written on the driver (no Spark job)."""
+    from outoforder.io import deltars
     from outoforder.io.tables import QUALITY_RUNS
 
-    if spark is None:  # only pandas frames were judged: the session the check ran in
-        from pyspark.sql import SparkSession
-
-        spark = SparkSession.getActiveSession()
-        if spark is None:
-            msg = f"no Spark session to record the {checkpoint} checkpoint's verdicts with"
-            raise QualityError(msg)
     at = int(time.time() * 1e6)
     rows = [
         (
@@ -224,8 +216,7 @@ def _record(
         for r in results
     ]
     # a re-run of the same run replaces its rows (idempotent); other runs are history
-    delta.replace_rows(
-        spark,
+    deltars.replace_rows(
         QUALITY_RUNS,
         settings.lake_root,
         settings.storage,

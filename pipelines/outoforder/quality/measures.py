@@ -9,13 +9,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from outoforder.config import Settings
 from outoforder.errors import ConfigError
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
 
 # (item, start_us, end_us, value or None, target, met)
 Measure = tuple[int, int, int, float | None, float, bool]
@@ -28,7 +24,6 @@ MEASURES = {
 
 
 def record_measures(
-    spark: SparkSession,
     settings: Settings,
     source: str,
     job: str,
@@ -36,8 +31,11 @@ def record_measures(
     rows: Sequence[Measure],
     items: tuple[int, int] | None = None,
 ) -> None:
-    """Replace the job's ``measure`` rows with ``rows``: all of them, or those of ``items`` (inclusive)."""
-    from outoforder.io import delta
+    """Replace the job's ``measure`` rows with ``rows``: all of them, or those of ``items`` (inclusive).
+
+    Written on the driver (:func:`outoforder.io.deltars.replace_rows`): no Spark job.
+    """
+    from outoforder.io import deltars
     from outoforder.io.tables import QUALITY_MEASURES
 
     if measure not in MEASURES:
@@ -45,8 +43,7 @@ def record_measures(
         raise ConfigError(msg)
     at = int(time.time() * 1e6)
     between = None if items is None else ("item", items[0], items[1] + 1)
-    delta.replace_rows(
-        spark,
+    deltars.replace_rows(
         QUALITY_MEASURES,
         settings.lake_root,
         settings.storage,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -12,7 +12,9 @@ from outoforder.config import Settings
 
 if TYPE_CHECKING:
     import pandas as pd
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
+
+    from outoforder.io.deltars import Filter
 
 
 TARGET = "#c0392b"  # the target line, in every plot
@@ -47,6 +49,15 @@ class Window:
     start_us: int | None = None
     end_us: int | None = None
     run_name: str | None = None
+
+    def filters(self, col: str) -> list[Filter]:
+        """The interval as row filters on ``col`` (to read only its rows)."""
+        out: list[Filter] = []
+        if self.start_us is not None:
+            out.append((col, ">=", self.start_us))
+        if self.end_us is not None:
+            out.append((col, "<", self.end_us))
+        return out
 
     def keep(self, frame: pd.DataFrame, col: str) -> pd.DataFrame:
         """The rows of ``frame`` whose ``col`` lies in the interval."""
@@ -107,55 +118,33 @@ def clock(us: int) -> str:
 class LakeTables:
     """Reads tables once each, as pandas frames (empty when a table does not exist yet).
 
-    One instance serves every page and the headline of one report run.
+    Read on the driver (:mod:`outoforder.io.deltars`): only the columns asked for, and with
+    ``where`` only the files whose statistics can hold matching rows, so a run's page reads its
+    interval's rows, not the history, and no Spark job runs. One instance serves every page and
+    the headline of one report run.
     """
 
-    def __init__(self, spark: SparkSession, settings: Settings) -> None:
+    def __init__(self, spark: SparkSession | None, settings: Settings) -> None:
         self.spark, self.settings = spark, settings
-        self._cache: dict[str, pd.DataFrame] = {}
+        self._cache: dict[tuple[Any, ...], pd.DataFrame] = {}
 
-    def get(self, table: Any, columns: list[str] | None = None) -> pd.DataFrame:
-        """The table (only ``columns`` when given) as read the first time it was asked for."""
-        return self._read(
-            table,
-            table.name,
-            lambda df: df.select(*(columns or df.columns)),
-            columns or table.schema.fieldNames(),
-        )
-
-    def fields(self, table: Any, exprs: dict[str, str]) -> pd.DataFrame:
-        """The table as columns named by ``exprs``'s keys, each a SQL expression (fields of a JSON column)."""
-        return self._read(
-            table,
-            f"{table.name}#{','.join(exprs)}",
-            lambda df: df.selectExpr(*(f"{e} AS {n}" for n, e in exprs.items())),
-            list(exprs),
-        )
-
-    def counts(self, table: Any, by: list[str]) -> pd.DataFrame:
-        """Rows of ``table`` per value of ``by`` (column ``rows``), counted by Spark.
-
-        Tables of tuples or pairs are never brought to the driver, only their counts.
-        """
-        return self._read(
-            table, f"{table.name}#{','.join(by)}",
-            lambda df: df.groupBy(*by).count().withColumnRenamed("count", "rows"), [*by, "rows"],
-        )  # fmt: skip
-
-    def _read(
-        self, table: Any, name: str, shape: Callable[[DataFrame], DataFrame], empty: list[str]
-    ) -> pd.DataFrame:
-        """``shape`` of the table as pandas, cached under ``name``; no rows (columns ``empty``) if absent."""
+    def get(self, table: Any, columns: list[str] | None = None, where: Sequence[Filter] = ()) -> pd.DataFrame:
+        """The table's rows matching ``where`` (only ``columns`` when given), read the first time asked."""
         import pandas as pd
 
-        from outoforder.io import delta
+        from outoforder.io import deltars
 
-        if name not in self._cache:
-            if delta.exists(self.spark, table, self.settings.lake_root):
-                self._cache[name] = shape(delta.read(self.spark, table, self.settings.lake_root)).toPandas()
-            else:
-                self._cache[name] = pd.DataFrame(columns=empty)
-        return self._cache[name]
+        cols = columns or table.schema.fieldNames()
+        key = (table.name, tuple(cols), tuple(where))
+        if key not in self._cache:
+            got = deltars.read_table(table, self.settings.lake_root, self.settings.storage, where, cols)
+            self._cache[key] = pd.DataFrame(columns=cols) if got is None else got.to_pandas()
+        return self._cache[key]
+
+    def counts(self, table: Any, by: list[str], where: Sequence[Filter] = ()) -> pd.DataFrame:
+        """Rows of ``table`` matching ``where`` per value of ``by`` (column ``rows``): only ``by`` is read."""
+        frame = self.get(table, by, where)
+        return frame.groupby(by, dropna=False).size().rename("rows").reset_index()
 
 
 def jobs(frame: pd.DataFrame) -> Iterator[tuple[str, str, pd.DataFrame]]:

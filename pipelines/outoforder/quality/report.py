@@ -73,7 +73,7 @@ def _validations(lake: LakeTables, w: Window, docs_rel: str) -> tuple[list[dict[
 def _headline(lake: LakeTables, w: Window) -> list[dict[str, Any]]:
     from outoforder.io.tables import QUALITY_MEASURES
 
-    measures = w.keep(lake.get(QUALITY_MEASURES), "end_us")
+    measures = w.keep(lake.get(QUALITY_MEASURES, where=w.filters("end_us")), "end_us")
     rows = []
     names = {"join_recall": ("stream join", "recall ≥ {t:g} per period", True),
              "agg_error": ("aggregates", "error < {t:g} in ≥ (1 − δ) of windows", False),

@@ -7,6 +7,7 @@ time (:class:`Window`); :class:`LakeTables` reads each table the report uses onc
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -32,20 +33,22 @@ if TYPE_CHECKING:
 def _join_section(lake: LakeTables, w: Window) -> Section | None:
     from outoforder.io.tables import JOIN_PARAMS, JOIN_RESULTS, QUALITY_MEASURES
 
-    measures = w.keep(lake.get(QUALITY_MEASURES), "end_us")
+    measures = w.keep(lake.get(QUALITY_MEASURES, where=w.filters("end_us")), "end_us")
     recall = measures[measures["measure"] == "join_recall"]
     params = w.keep(
-        lake.fields(
+        lake.get(
             JOIN_PARAMS,
-            {
-                **{c: c for c in ("source", "job", "valid_from_us", "d_r_us", "d_s_us")},
-                "r": "CAST(get_json_object(stats_json, '$.buffered_r') AS BIGINT)",
-                "s": "CAST(get_json_object(stats_json, '$.buffered_s') AS BIGINT)",
-            },
+            ["source", "job", "valid_from_us", "d_r_us", "d_s_us", "stats_json"],
+            w.filters("valid_from_us"),
         ),
         "valid_from_us",
     )
-    results = lake.counts(JOIN_RESULTS, ["source", "job", "produced_by"])
+    stats = [json.loads(t) if isinstance(t, str) else {} for t in params["stats_json"]]
+    params = params.assign(
+        r=[st.get("buffered_r") for st in stats], s=[st.get("buffered_s") for st in stats]
+    ).drop(columns=["stats_json"])
+    # a run's page: the pairs its interval emitted; the cumulative page: every pair, the repair's too
+    results = lake.counts(JOIN_RESULTS, ["source", "job", "produced_by"], w.filters("emitted_at_us"))
     if recall.empty and params.empty:
         return None
     s = Section(
@@ -94,26 +97,15 @@ def _join_section(lake: LakeTables, w: Window) -> Section | None:
 def _aggregate_section(lake: LakeTables, w: Window) -> Section | None:
     from outoforder.io.tables import AGG_LEDGER, AGG_REPAIRS, AGG_RESULTS, AGG_STATE, QUALITY_MEASURES
 
-    measures = w.keep(lake.get(QUALITY_MEASURES), "end_us")
+    measures = w.keep(lake.get(QUALITY_MEASURES, where=w.filters("end_us")), "end_us")
     errors = measures[measures["measure"] == "agg_error"]
-    ledger = lake.fields(
+    ledger = lake.get(
         AGG_LEDGER,
-        {
-            c: c
-            for c in (
-                "source",
-                "job",
-                "kind",
-                "window_id",
-                "seq",
-                "arrival_us",
-                "needed_us",
-                "slack_after_us",
-            )
-        },
+        ["source", "job", "kind", "window_id", "seq", "arrival_us", "needed_us", "slack_after_us"],
+        [("kind", "=", "observed"), *w.filters("arrival_us")],
     )
-    control = w.keep(ledger[ledger["kind"] == "observed"], "arrival_us")
-    kept = lake.counts(AGG_STATE, ["source", "job", "as_of_us", "kind"])
+    control = w.keep(ledger, "arrival_us")
+    kept = lake.counts(AGG_STATE, ["source", "job", "as_of_us", "kind"], w.filters("as_of_us"))
     buffers = w.keep(kept[kept["kind"] != "state"], "as_of_us")
     results = lake.get(
         AGG_RESULTS,
@@ -127,9 +119,10 @@ def _aggregate_section(lake: LakeTables, w: Window) -> Section | None:
             "slack_us",
             "written_by_us",
         ],
+        w.filters("written_by_us"),
     )
     results = w.keep(results, "written_by_us")
-    repairs = w.keep(lake.get(AGG_REPAIRS), "repair_id")
+    repairs = w.keep(lake.get(AGG_REPAIRS, where=w.filters("repair_id")), "repair_id")
     if errors.empty and control.empty and results.empty:
         return None
     s = Section(
@@ -243,20 +236,25 @@ def _topk_section(lake: LakeTables, w: Window) -> Section | None:
 
     from outoforder.io.tables import QUALITY_MEASURES, TOPK_LEDGER, TOPK_RESULTS
 
-    measures = w.keep(lake.get(QUALITY_MEASURES), "end_us")
+    measures = w.keep(lake.get(QUALITY_MEASURES, where=w.filters("end_us")), "end_us")
     hits = measures[measures["measure"] == "topk_hit_rate"]
-    ledger = lake.fields(
-        TOPK_LEDGER, {c: c for c in ("source", "job", "kind", "arrival_us", "progress_us", "k_min_us")}
+    ledger = lake.get(
+        TOPK_LEDGER,
+        ["source", "job", "kind", "arrival_us", "progress_us", "k_min_us"],
+        [("kind", "=", "decision"), *w.filters("arrival_us")],
     )
-    cache = w.keep(ledger[ledger["kind"] == "decision"], "arrival_us")
-    emissions = lake.fields(
+    cache = w.keep(ledger, "arrival_us")
+    emissions = lake.get(
         TOPK_RESULTS,
-        {c: c for c in ("source", "job", "window_id", "emitted_at_us", "cache_us", "rank")},
+        ["source", "job", "window_id", "emitted_at_us", "cache_us", "rank"],
+        w.filters("emitted_at_us"),
     )
     windows = w.keep(emissions[emissions["rank"].isna() | (emissions["rank"] == 1)], "emitted_at_us")
     late = w.keep(
-        lake.counts(TOPK_LEDGER, ["source", "job", "kind", "arrival_us", "window_id"]).query(
-            "kind == 'late'"
+        lake.counts(
+            TOPK_LEDGER,
+            ["source", "job", "kind", "arrival_us", "window_id"],
+            [("kind", "=", "late"), *w.filters("arrival_us")],
         ),
         "arrival_us",
     )
@@ -302,7 +300,7 @@ def _topk_section(lake: LakeTables, w: Window) -> Section | None:
 def _theta_section(lake: LakeTables, w: Window) -> Section | None:
     from outoforder.io.tables import THETA_WINDOWS
 
-    wins = w.keep(lake.get(THETA_WINDOWS), "window_end_us")
+    wins = w.keep(lake.get(THETA_WINDOWS, where=w.filters("window_end_us")), "window_end_us")
     if wins.empty:
         return None
     s = Section(
@@ -330,8 +328,7 @@ def _theta_section(lake: LakeTables, w: Window) -> Section | None:
 def _inputs_section(lake: LakeTables, w: Window) -> Section | None:
     from outoforder.io.tables import INGEST_LOG, QUARANTINE
 
-    log = lake.get(INGEST_LOG)
-    log = log[log["status"] == "done"] if not log.empty else log
+    log = lake.get(INGEST_LOG, where=[("status", "=", "done")])
     quarantine = lake.counts(QUARANTINE, ["source", "reason"])
     if log.empty and quarantine.empty:
         return None

@@ -24,14 +24,13 @@ from outoforder.core.windows.lateness import need_at
 from outoforder.core.windows.quality import rank_error, relative_error
 from outoforder.io.conflicts import retry_on_conflict
 from outoforder.stages.aggregate.inputs import agg_tuples
-from outoforder.stages.aggregate.ledger import pending_ledger
 from outoforder.stages.aggregate.spec import AggJob
 from outoforder.stages.context import StageContext
 from outoforder.stages.state import where_job
 
 if TYPE_CHECKING:
     import pandas as pd
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame
 
 log = logging.getLogger(__name__)
 
@@ -67,24 +66,25 @@ def judged_windows(
 
 def repaired_windows(ctx: StageContext) -> tuple[int, int]:
     """The windows the job's newest repair recomputed, ``(first, last)``; ``(0, -1)`` (none) before one."""
-    spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(AggJob)
-    from pyspark.sql import functions as F
-
-    from outoforder.io import delta
     from outoforder.io.tables import AGG_REPAIRS
 
-    if not delta.exists(spark, AGG_REPAIRS, settings.lake_root):
+    rows = _small(ctx, AGG_REPAIRS, [], ["repair_id", "first_window", "last_window"])
+    if not rows:
         return 0, -1
-    newest = (
-        delta.read(spark, AGG_REPAIRS, settings.lake_root)
-        .where(where_job(source, job.job_id()))
-        .orderBy(F.col("repair_id").desc())
-        .select("first_window", "last_window")
-        .first()
-    )
-    if newest is None or newest["first_window"] is None:
+    newest = max(rows, key=lambda r: str(r["repair_id"]))
+    if newest["first_window"] is None:
         return 0, -1
     return int(newest["first_window"]), int(newest["last_window"])
+
+
+def _small(ctx: StageContext, table: Any, filters: list[Any], columns: list[str]) -> list[dict[str, Any]]:
+    """The job's rows of a small table matching ``filters``, read on the driver (no Spark job)."""
+    from outoforder.io import deltars
+
+    job = ctx.job_of(AggJob)
+    mine = [("source", "=", ctx.bronze_source), ("job", "=", job.job_id()), *filters]
+    got = deltars.read_table(table, ctx.settings.lake_root, ctx.settings.storage, mine, columns=columns)
+    return [] if got is None else got.to_pylist()
 
 
 def window_quality(
@@ -97,89 +97,69 @@ def window_quality(
 
     Every window closed by ``until_us`` (the job's newest state when None), or with ``since_us``
     only those closed after it, or with ``windows = (first, last)`` only those ids: the tuples
-    read are those of the judged windows' event time, and the driver receives one row per judged
-    window. Columns: wid, exact, n, stream_value, value, version, produced_by, pending (late
-    tuples not yet repaired), stream_error, met_at_emission, exact_now.
+    read are those of the judged windows' event time, their exact values are computed in Spark
+    tasks (:func:`outoforder.spark.judge.exact_windows`: two Spark jobs), and the stored results
+    and pending late tuples of those windows are read on the driver. Columns: wid, exact, n,
+    stream_value, value, version, produced_by, pending (late tuples not yet repaired),
+    stream_error, met_at_emission, exact_now.
     """
     spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(AggJob)
+    import pandas as pd
     from pyspark.sql import functions as F
 
+    from outoforder.core.windows.aggregate import parse_aggregate
     from outoforder.io import delta
-    from outoforder.io.tables import AGG_RESULTS, BRONZE
-    from outoforder.spark.windows import exact_windows
+    from outoforder.io.tables import AGG_LEDGER, AGG_RESULTS, BRONZE
+    from outoforder.spark.judge import exact_windows
+    from outoforder.stages.aggregate.ledger import repaired_upto
 
-    jid = job.job_id()
-    lake = settings.lake_root
     horizon, last, done = judged_windows(ctx, until_us, since_us)
     if windows is not None:
         last, done = min(last, windows[1]), max(done if done is not None else -1, windows[0] - 1)
     w = job.query().windows
-    bronze = delta.read_arrivals(spark, BRONZE, lake, source=source).where(
-        F.col("arrival_ts") < F.lit(horizon)
+    first = None if done is None else done + 1
+    in_range = [("window_id", "<=", last)] + ([] if first is None else [("window_id", ">=", first)])
+    stored = pd.DataFrame(
+        _small(ctx, AGG_RESULTS, in_range, ["window_id", "stream_value", "value", "version", "produced_by"]),
+        columns=["window_id", "stream_value", "value", "version", "produced_by"],
+    ).rename(columns={"window_id": "wid"})
+    late = _small(
+        ctx, AGG_LEDGER,
+        [("kind", "=", "late"), ("arrival_us", ">=", repaired_upto(settings, source, job)), *in_range],
+        ["window_id"],
+    )  # fmt: skip
+    pending = pd.Series([r["window_id"] for r in late], dtype="int64").value_counts().rename("pending")
+    kind, q = parse_aggregate(job.aggregate)
+    emitted = {
+        int(wid): float(v)
+        for wid, v in zip(stored["wid"], stored["stream_value"], strict=True)
+        if pd.notna(v)
+    }
+    bronze = delta.read_arrivals(spark, BRONZE, settings.lake_root, source=source).where(
+        (F.col("arrival_ts") < F.lit(horizon)) & (F.col("event_ts") < F.lit(last * w.slide_us + w.size_us))
     )
-    bronze = bronze.where(F.col("event_ts") < F.lit(last * w.slide_us + w.size_us))
-    in_range = F.col("wid") <= F.lit(last)
-    if done is not None:
-        bronze = bronze.where(F.col("event_ts") >= F.lit((done + 1) * w.slide_us))
-        in_range = in_range & (F.col("wid") > F.lit(done))
-    tuples = agg_tuples(bronze, job)
-    exact = exact_windows(tuples, w, job.aggregate).where(in_range)
-    results = (
-        delta.read(spark, AGG_RESULTS, lake)
-        .where(where_job(source, jid))
-        .select(F.col("window_id").alias("wid"), "stream_value", "value", "version", "produced_by")
-        .where(in_range)
-    )
-    pending = (
-        pending_ledger(ctx)
-        .groupBy(F.col("window_id").alias("wid"))
-        .agg(F.count("*").alias("pending"))
-        .where(in_range)
-    )
-    ranked = exact.select("wid", F.col("value").alias("exact"), F.col("n_rcv").alias("n"))
+    if first is not None:
+        bronze = bronze.where(F.col("event_ts") >= F.lit(first * w.slide_us))
+    exact = exact_windows(
+        agg_tuples(bronze, job), w, job.aggregate, (first, last), emitted if kind == "quantile" else None
+    ).toPandas()  # one row per judged window
     frame = (
-        ranked.join(results, "wid", "left")
-        .join(pending, "wid", "left")
-        .toPandas()  # one row per judged window
+        exact.merge(stored, on="wid", how="left")
+        .merge(pending.rename_axis("wid").reset_index(), on="wid", how="left")
         .sort_values("wid")
         .reset_index(drop=True)
     )
     frame["pending"] = frame["pending"].fillna(0).astype("int64")
-    frame["stream_error"] = _errors(spark, tuples, job, frame)
+    values = frame["stream_value"].to_numpy(dtype=float)
+    if kind == "quantile":
+        err = rank_error(q, frame["below"].to_numpy(), frame["at"].to_numpy(), frame["n"].to_numpy())
+    else:
+        err = relative_error(values, frame["exact"].to_numpy(dtype=float))
+    frame["stream_error"] = np.where(np.isnan(values), np.inf, err)
     frame["met_at_emission"] = frame["stream_error"] < job.eps
     same = np.isclose(frame["value"].to_numpy(float), frame["exact"].to_numpy(float), rtol=1e-9, atol=1e-12)
     frame["exact_now"] = same
-    return frame
-
-
-def _errors(spark: SparkSession, tuples: DataFrame, job: AggJob, frame: pd.DataFrame) -> np.ndarray[Any, Any]:
-    """The stream value's error per window (relative; rank error for quantiles; inf if never emitted)."""
-    from pyspark.sql import functions as F
-
-    from outoforder.core.windows.aggregate import parse_aggregate
-    from outoforder.spark.windows import window_members
-
-    kind, q = parse_aggregate(job.aggregate)
-    emitted = frame["stream_value"].to_numpy(dtype=float)
-    if kind != "quantile":
-        err = relative_error(emitted, frame["exact"].to_numpy(dtype=float))
-        return np.where(np.isnan(emitted), np.inf, err)
-    sv = spark.createDataFrame(frame[["wid", "stream_value"]].dropna(), "wid long, stream_value double")
-    ranks = (
-        window_members(tuples, job.query().windows)
-        .join(F.broadcast(sv), "wid")
-        .groupBy("wid")
-        .agg(
-            F.sum((F.col("v") < F.col("stream_value")).cast("long")).alias("below"),
-            F.sum((F.col("v") <= F.col("stream_value")).cast("long")).alias("at"),
-        )
-        .toPandas()
-    )
-    merged = frame[["wid", "n"]].merge(ranks, on="wid", how="left")
-    err = rank_error(
-        q, merged["below"].fillna(0).to_numpy(), merged["at"].fillna(0).to_numpy(), merged["n"].to_numpy()
-    )
-    return np.where(np.isnan(emitted), np.inf, err)
+    return frame.drop(columns=["below", "at"])
 
 
 @retry_on_conflict
@@ -200,7 +180,6 @@ def validate_aggregate(
     """
     spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(AggJob)
     import pandas as pd
-    from pyspark.sql import functions as F
 
     from outoforder.io import delta
     from outoforder.io.tables import AGG_RESULTS
@@ -215,13 +194,18 @@ def validate_aggregate(
         from outoforder.stages.state import nothing_judged
 
         raise nothing_judged(spark, settings, AGG_STATE, source, jid, "validate-aggregate", "window")
-    stored = delta.read(spark, AGG_RESULTS, settings.lake_root).where(where_job(source, jid))
-    results: DataFrame | pd.DataFrame = stored
+    results: DataFrame | pd.DataFrame = delta.read(spark, AGG_RESULTS, settings.lake_root).where(
+        where_job(source, jid)
+    )
     items = None
     if since_us is not None or windows is not None:  # replaces and checks the windows it judged
         items = (int(frame["wid"].min()), int(frame["wid"].max())) if len(frame) else (0, -1)
-        # their stored rows are a few per window judged: GX judges them in the driver too
-        results = stored.where(F.col("window_id").between(*items)).toPandas()
+        # their stored rows are a few per window judged: read and judged in the driver
+        columns = AGG_RESULTS.schema.fieldNames()
+        rows = _small(
+            ctx, AGG_RESULTS, [("window_id", ">=", items[0]), ("window_id", "<=", items[1])], columns
+        )
+        results = pd.DataFrame(rows, columns=columns)
     settled = frame[frame["pending"] == 0]
     # one row per window judged, in the driver already: GX judges it there
     wid_col = frame["wid"].astype("int64")
@@ -254,7 +238,7 @@ def validate_aggregate(
     errors = frame["stream_error"].to_numpy(dtype=float)
     if windows is None:  # a repair changes values, not the error at emission
         record_measures(
-            spark, settings, source, jid, "agg_error",
+            settings, source, jid, "agg_error",
             [
                 (int(w), int(s), int(s) + job.window_us, None if not np.isfinite(e) else float(e),
                  float(job.eps), bool(m))
@@ -289,28 +273,23 @@ def validate_aggregate(
 def window_needs(ctx: StageContext, window_ids: Iterable[int]) -> dict[int, int]:
     """The K each of these windows needed (µs), from its coverage observation in ``silver/agg_ledger``.
 
-    One row per observed window, read for the judged windows' range only: small by construction,
-    like the per-window verdicts. Windows not observed yet (or before needs were kept) are left out.
+    One row per observed window, read on the driver for the judged windows' range only: small by
+    construction, like the per-window verdicts. Windows not observed yet (or before needs were
+    kept) are left out.
     """
-    spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(AggJob)
-    from pyspark.sql import functions as F
-
-    from outoforder.io import delta
     from outoforder.io.tables import AGG_LEDGER
 
     ids = [int(w) for w in window_ids]
-    if not ids or not delta.exists(spark, AGG_LEDGER, settings.lake_root):
+    if not ids:
         return {}
-    control = delta.read(spark, AGG_LEDGER, settings.lake_root)
-    rows = (
-        control.where(
-            where_job(source, job.job_id())
-            & (F.col("kind") == "observed")
-            & F.col("window_id").between(min(ids), max(ids))
-            & F.col("needed_us").isNotNull()
-        )
-        .select("window_id", "needed_us")
-        .collect()
-    )
+    rows = _small(
+        ctx, AGG_LEDGER,
+        [("kind", "=", "observed"), ("window_id", ">=", min(ids)), ("window_id", "<=", max(ids))],
+        ["window_id", "needed_us"],
+    )  # fmt: skip
     wanted = set(ids)
-    return {int(r["window_id"]): int(r["needed_us"]) for r in rows if int(r["window_id"]) in wanted}
+    return {
+        int(r["window_id"]): int(r["needed_us"])
+        for r in rows
+        if r["needed_us"] is not None and int(r["window_id"]) in wanted
+    }

@@ -35,6 +35,7 @@ class Horizon:
     first_us: int  # the start of the job's first pass
     as_of_us: int  # the end of the newest pass that ended at or before the time asked
     progress_us: int | None  # the joint progress min(M_R, M_S) then (None until both streams had one)
+    last_seq: int | None = None  # the newest arrival the job had processed then
 
 
 def horizon(ctx: StageContext, at_us: int) -> Horizon | None:
@@ -49,7 +50,8 @@ def horizon(ctx: StageContext, at_us: int) -> Horizon | None:
         return None
     m = json.loads(row["scalars"])["m"]
     progress = None if min(m) <= NEG else min(int(m[0]), int(m[1]))
-    return Horizon(int(row["first_us"]), int(row["as_of_us"]), progress)
+    last = row.get("last_seq")
+    return Horizon(int(row["first_us"]), int(row["as_of_us"]), progress, None if last is None else int(last))
 
 
 def first_start(ctx: StageContext) -> int | None:

@@ -28,7 +28,6 @@ from outoforder.stages.join.spec import JoinJob
 
 if TYPE_CHECKING:
     import pandas as pd
-    from pyspark.sql import Column
 
 log = logging.getLogger(__name__)
 
@@ -37,23 +36,24 @@ def _origin(ctx: StageContext, h: history.Horizon, reuse: bool) -> int | None:
     """The event time periods count from: the earliest event time of the job's history.
 
     With ``reuse``, the origin of the periods already stored (so that periods judged by earlier
-    runs keep their numbers); otherwise, or before the first, it is computed over the history.
+    runs keep their numbers; read without Spark); otherwise, or before the first, it is computed
+    over the history (a job's first check: one more Spark job).
     """
-    spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(JoinJob)
+    settings, source, job = ctx.settings, ctx.bronze_source, ctx.job_of(JoinJob)
     from pyspark.sql import functions as F
 
-    from outoforder.io import delta
+    from outoforder.io import deltars
     from outoforder.spark.rows import one_row
 
-    if reuse and delta.exists(spark, JOIN_METRICS, settings.lake_root):
-        row = (
-            delta.read(spark, JOIN_METRICS, settings.lake_root)
-            .where((F.col("source") == source) & (F.col("method") == f"stream:{job.job_id()}"))
-            .select((F.col("start_us") - F.col("period") * F.lit(job.period_us)).alias("origin"))
-            .first()
-        )
-        if row is not None:
-            return int(row["origin"])
+    if reuse:
+        method = f"stream:{job.job_id()}"
+        got = deltars.read_table(
+            JOIN_METRICS, settings.lake_root, settings.storage,
+            [("source", "=", source), ("method", "=", method)], columns=["period", "start_us"],
+        )  # fmt: skip
+        if got is not None and got.num_rows:
+            row = got.slice(0, 1).to_pylist()[0]
+            return int(row["start_us"]) - int(row["period"]) * job.period_us
     arrivals = history.job_arrivals(ctx, (h.first_us, h.as_of_us))
     found = one_row(arrivals.agg(F.min("ts").alias("origin")))["origin"]
     return None if found is None else int(found)
@@ -70,16 +70,15 @@ def _no_rows(columns: list[str]) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class PeriodQuality:
-    """What a check judged: one row per period, the periods' range and the arrivals read (inclusive).
+    """What a check judged: one row per period, the periods' range and their event time (inclusive, µs).
 
     ``stored`` counts, per period of a pair's later event time, the result rows the job stored and
-    the distinct pairs among them, over the results read (those among the arrivals judged, or all
-    of the job's in a full check): equal counts mean no pair was stored twice.
+    the distinct pairs among them: equal counts mean no pair was stored twice.
     """
 
     frame: pd.DataFrame  # period, start_us, true_pairs, produced_pairs, recall, met
     periods: tuple[int, int] | None = None
-    seqs: tuple[int, int] | None = None
+    event_us: tuple[int, int] | None = None  # [start, end) of the judged periods' event time
     stored: pd.DataFrame = field(default_factory=lambda: _no_rows(STORED_COLUMNS))
 
 
@@ -94,15 +93,17 @@ def period_quality(
     tuples of typical disorder have arrived). With ``since_us``, only the periods that closed after
     it (a run over the data interval ``[since, until)`` judges what closed in it, so its cost
     follows the interval, not the history); without, every closed period. The truth is the exact
-    join of the arrivals the stream had processed by ``until_us``, computed by Spark, and the driver
-    receives one row per period. The same pass over the stored results counts their copies
-    (``stored``), for the duplicate check.
+    join of the arrivals the stream had processed by ``until_us``; it and the stored pairs meet
+    per period in Spark tasks (:func:`outoforder.spark.judge.join_periods`: two Spark jobs), and the
+    driver receives one row per period, with the stored rows' copies for the duplicate check.
     """
     spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(JoinJob)
     import pandas as pd
     from pyspark.sql import functions as F
 
-    from outoforder.spark.rows import one_row
+    from outoforder.io import delta
+    from outoforder.io.tables import JOIN_RESULTS
+    from outoforder.spark.judge import join_periods
 
     cols = ["period", "start_us", "true_pairs", "produced_pairs", "recall", "met"]
     none = PeriodQuality(_no_rows(cols))
@@ -110,7 +111,7 @@ def period_quality(
     if h is None:
         msg = f"the stream join of {source} ({job.job_id()}) has not run by {until_us}: nothing to check"
         raise StateError(msg)
-    if h.progress_us is None:
+    if h.progress_us is None or h.last_seq is None:
         return none
     origin = _origin(ctx, h, reuse=since_us is not None)
     if origin is None:
@@ -124,56 +125,46 @@ def period_quality(
             first = (before.progress_us - 2 * p - origin) // p + 1
     if first is not None and first > last:
         return none
-    lo_ts = None if first is None else origin + first * p - job.window_us  # a pair's earlier tuple
+    lo = None if first is None else origin + first * p
+    hi = origin + (last + 1) * p
     arrivals = history.job_arrivals(
-        ctx, (h.first_us, h.as_of_us), (lo_ts, origin + (last + 1) * p)
-    ).localCheckpoint()
-    span = one_row(arrivals.agg(F.min("seq").alias("lo"), F.max("seq").alias("hi")))
-    if span["lo"] is None:
-        return none
-
-    def period_of(ts: Column) -> Column:
-        return F.floor((ts - F.lit(origin)) / F.lit(p)).cast("long")
-
-    pairs = history.truth(arrivals, job).select(
-        "r_seq", "s_seq", period_of(F.greatest("r_ts", "s_ts")).alias("period")
+        ctx, (h.first_us, h.as_of_us), (None if lo is None else lo - job.window_us, hi)
     )
-    pairs = pairs.where(F.col("period") <= last)
-    if first is not None:
-        pairs = pairs.where(F.col("period") >= first)
-    seqs = (int(span["lo"]), int(span["hi"]))
-    # read once for both checks; a full check looks for duplicates among all of the job's pairs
-    got = history.stored(spark, settings, source, job.job_id(), None if since_us is None else seqs)
-    got = got.withColumn("period", period_of(F.col("ts"))).localCheckpoint()
-    stored = (
-        got.groupBy("period")
-        .agg(F.sum("copies").alias("stored_rows"), F.count("*").alias("distinct_pairs"))
-        .orderBy("period")
-        .toPandas()
-    )  # one row per period
-    counts = (
-        pairs.join(got.select("r_seq", "s_seq", F.lit(1).alias("hit")), ["r_seq", "s_seq"], "left")
-        .groupBy("period")
-        .agg(F.count("*").alias("true_pairs"), F.sum(F.coalesce("hit", F.lit(0))).alias("produced_pairs"))
-        .orderBy("period")
-        .collect()
-    )  # one row per period
-    rows = []
-    for r in counts:
-        n_true, n_prod = int(r["true_pairs"]), int(r["produced_pairs"])
-        recall = n_prod / n_true
-        rows.append(
-            (
-                int(r["period"]),
-                origin + int(r["period"]) * p,
-                n_true,
-                n_prod,
-                recall,
-                recall >= job.q_user - 1e-12,
-            )
+    # the pairs stored by the passes up to the state judged (and the repair's among them)
+    results = delta.read(spark, JOIN_RESULTS, settings.lake_root).where(
+        (F.col("source") == source)
+        & (F.col("job") == job.job_id())
+        & (F.col("emitted_at_seq") <= F.lit(h.last_seq))
+    )
+    if lo is not None:  # files of other event times are skipped by their statistics
+        earliest = F.lit(lo - job.window_us)
+        results = results.where(
+            (F.col("r_ts") >= earliest)
+            & (F.col("s_ts") >= earliest)
+            & (F.greatest("r_ts", "s_ts") < F.lit(hi))
         )
-    lo = first if first is not None else (rows[0][0] if rows else last)
-    return PeriodQuality(pd.DataFrame(rows, columns=cols), (lo, last), seqs, stored)
+    counts = (
+        join_periods(
+            arrivals, results.select("r_seq", "s_seq", "r_ts", "s_ts"), job.query(), origin, p, (first, last)
+        )
+        .toPandas()
+        .sort_values("period")
+        .reset_index(drop=True)
+    )  # one row per period
+    stored = counts.loc[counts["stored_rows"] > 0, STORED_COLUMNS].reset_index(drop=True)
+    judged = counts[(counts["true_pairs"] > 0) & (counts["period"] <= last)]
+    rows = []
+    for period, n_true, n_prod in zip(
+        judged["period"].tolist(),
+        judged["true_pairs"].tolist(),
+        judged["produced_pairs"].tolist(),
+        strict=True,
+    ):
+        recall = n_prod / n_true
+        rows.append((period, origin + period * p, n_true, n_prod, recall, recall >= job.q_user - 1e-12))
+    lo_period = first if first is not None else (rows[0][0] if rows else last)
+    frame = pd.DataFrame(rows, columns=cols)
+    return PeriodQuality(frame, (lo_period, last), (origin + lo_period * p, hi), stored)
 
 
 @retry_on_conflict
@@ -193,7 +184,7 @@ def validate_join(
     spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(JoinJob)
     import pandas as pd
 
-    from outoforder.io import delta
+    from outoforder.io import deltars
     from outoforder.io.tables import JOIN_STATE
     from outoforder.quality.checkpoints import conclude, run_checkpoint
     from outoforder.quality.measures import record_measures
@@ -220,9 +211,9 @@ def validate_join(
     if items is None or items[0] <= items[1]:
         between = None if items is None else ("period", items[0], items[1] + 1)
         match: dict[str, str | int] = {"source": source, "method": method}
-        delta.replace_rows(spark, JOIN_METRICS, settings.lake_root, settings.storage, rows, match, between)
+        deltars.replace_rows(JOIN_METRICS, settings.lake_root, settings.storage, rows, match, between)
         record_measures(
-            spark, settings, source, jid, "join_recall",
+            settings, source, jid, "join_recall",
             [
                 (int(r["period"]), int(r["start_us"]), int(r["start_us"]) + job.period_us, float(r["recall"]),
                  float(job.q_user), bool(r["met"]))
@@ -268,25 +259,21 @@ def validate_join(
 def period_statements(ctx: StageContext) -> pd.DataFrame:
     """The job's adaptations with their statements: progress, recall reachable, retention needed.
 
-    One row per adaptation (small: one per interval L of the stream's history).
+    One row per adaptation (small: one per interval L of the stream's history), read without Spark.
     """
-    spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(JoinJob)
+    settings, source, job = ctx.settings, ctx.bronze_source, ctx.job_of(JoinJob)
     import json
 
     import pandas as pd
 
-    from outoforder.io import delta
+    from outoforder.io import deltars
     from outoforder.io.tables import JOIN_PARAMS
-    from outoforder.stages.state import where_job
 
-    if not delta.exists(spark, JOIN_PARAMS, settings.lake_root):
-        return pd.DataFrame({"progress_us": [], "reachable": [], "needed_us": []})
-    rows = (
-        delta.read(spark, JOIN_PARAMS, settings.lake_root)
-        .where(where_job(source, job.job_id()))
-        .select("progress_us", "stats_json")
-        .collect()
-    )
+    got = deltars.read_table(
+        JOIN_PARAMS, settings.lake_root, settings.storage,
+        [("source", "=", source), ("job", "=", job.job_id())], columns=["progress_us", "stats_json"],
+    )  # fmt: skip
+    rows = [] if got is None else got.to_pylist()
     stats = [json.loads(r["stats_json"]) for r in rows]
     return pd.DataFrame(
         {

@@ -19,22 +19,22 @@ import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from outoforder.core.topk.cache import accuracy_at, needed_cache
 from outoforder.errors import QualityError
 from outoforder.io.conflicts import retry_on_conflict
 from outoforder.stages.context import StageContext
-from outoforder.stages.state import where_job
 from outoforder.stages.topk.spec import TopKJob
 from outoforder.stages.topk.stream import topk_tuples
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    import pandas as pd
 
     from outoforder.quality.checkpoints import SuiteResult
 
 log = logging.getLogger(__name__)
+NOTHING_EMITTED = -(2**62)  # the operator's next_emit before its first emission
 
 
 class NothingYet(QualityError):
@@ -61,46 +61,30 @@ def _standings(
 ) -> list[tuple[int, int, int] | None]:
     """(as_of, newest window emitted, newest window closed) of the states a check judges from.
 
-    For the state at ``until_us`` and the one at ``since_us`` (read without Spark); one query over
-    the emitted windows answers both.
+    For the state at ``until_us`` and the one at ``since_us``, read without Spark: the operator's
+    snapshot says where it stands (every window below ``next_emit`` is emitted, or was due empty).
     """
-    spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(TopKJob)
-    from pyspark.sql import functions as F
-
-    from outoforder.io import delta
-    from outoforder.io.tables import TOPK_RESULTS, TOPK_STATE
-    from outoforder.spark.rows import one_row
+    settings, source, job = ctx.settings, ctx.bronze_source, ctx.job_of(TopKJob)
+    from outoforder.io.tables import TOPK_STATE
     from outoforder.stages.passes import state_row
 
     jid = job.job_id()
     states = [state_row(settings, TOPK_STATE, source, jid, until_us)]
-    if since_us is not None:
-        states.append(state_row(settings, TOPK_STATE, source, jid, since_us))
-    as_ofs = {i: int(st["as_of_us"]) for i, st in enumerate(states) if st is not None}
-    if not as_ofs:
-        return [None, None]
-    # the newest window each state had emitted: emitted by an arrival before its end
-    tops = one_row(
-        delta.read(spark, TOPK_RESULTS, settings.lake_root)
-        .where(where_job(source, jid) & (F.col("emitted_at_us") < F.lit(max(as_ofs.values()))))
-        .agg(
-            *(
-                F.max(F.when(F.col("emitted_at_us") < F.lit(a), F.col("window_id"))).alias(f"top{i}")
-                for i, a in as_ofs.items()
-            )
-        )
-    )
-    if since_us is None:
-        states.append(None)
+    states.append(None if since_us is None else state_row(settings, TOPK_STATE, source, jid, since_us))
     out: list[tuple[int, int, int] | None] = []
-    for i, st in enumerate(states):
-        top = None if st is None else tops[f"top{i}"]
-        progress = None if st is None else json.loads(st["scalars"])["operator"]["operator"]["progress"]
-        if st is None or top is None or progress is None:
+    for st in states:
+        snap = None if st is None else json.loads(st["scalars"])["operator"]["operator"]
+        if (
+            st is None
+            or snap is None
+            or snap["progress"] is None
+            or int(snap["next_emit"]) <= NOTHING_EMITTED
+        ):
             out.append(None)
             continue
-        closed = (int(progress) - job.horizon_us - job.window_us) // job.slide_us
-        out.append((as_ofs[i], int(top), min(closed, int(top))))
+        top = int(snap["next_emit"]) - 1
+        closed = (int(snap["progress"]) - job.horizon_us - job.window_us) // job.slide_us
+        out.append((int(st["as_of_us"]), top, min(closed, top)))
     return out
 
 
@@ -112,12 +96,11 @@ def judged_windows(
     """The windows a check at ``until_us`` (None: the newest state) judges, after ``since_us`` if given."""
     spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(TopKJob)
     from outoforder.io import delta
-    from outoforder.io.tables import TOPK_LEDGER, TOPK_RESULTS, TOPK_STATE
+    from outoforder.io.tables import TOPK_STATE
 
-    for t in (TOPK_STATE, TOPK_RESULTS, TOPK_LEDGER):
-        if not delta.exists(spark, t, settings.lake_root):
-            msg = f"the top-k stream has not run yet (no {t.name} under {settings.lake_root})"
-            raise QualityError(msg)
+    if not delta.exists(spark, TOPK_STATE, settings.lake_root):
+        msg = f"the top-k stream has not run yet (no {TOPK_STATE.name} under {settings.lake_root})"
+        raise QualityError(msg)
     now, before = _standings(ctx, until_us, since_us)
     if now is None:
         msg = f"{source}, job {job.job_id()}"
@@ -128,87 +111,81 @@ def judged_windows(
     return Judged(as_of, (before[1], top), (before[2], closed))
 
 
-def _within(lo: int | None, hi: int) -> Column:
-    from pyspark.sql import functions as F
+def _rows(ctx: StageContext, table: Any, lo: int | None, hi: int, columns: list[str], **match: Any) -> Any:
+    """The job's rows of a small table for windows ``(lo, hi]``, read on the driver (pandas)."""
+    import pandas as pd
 
-    inside = F.col("window_id") <= F.lit(hi)
-    return inside if lo is None else inside & (F.col("window_id") > F.lit(lo))
+    from outoforder.io import deltars
+
+    filters: list[Any] = [("source", "=", ctx.bronze_source), ("job", "=", ctx.job_of(TopKJob).job_id())]
+    filters += [("window_id", "<=", hi)] + ([] if lo is None else [("window_id", ">", lo)])
+    filters += [(c, "=", v) for c, v in match.items()]
+    got = deltars.read_table(table, ctx.settings.lake_root, ctx.settings.storage, filters, columns=columns)
+    return pd.DataFrame(columns=columns) if got is None else got.to_pandas()
 
 
 def window_accuracy(
     ctx: StageContext,
     until_us: int | None = None,
     since_us: int | None = None,
-) -> DataFrame:
+) -> pd.DataFrame:
     """Per judged window: emissions, all late, hit rate, whether it is judged complete and closed.
 
-    The exact top-k comes from :func:`outoforder.spark.topk.window_topk` over the job's tuples that
-    arrived by the state judged, of the judged windows' event time only (:func:`judged_windows`).
+    The exact top-k of the job's tuples that arrived by the state judged, of the judged windows'
+    event time only (:func:`judged_windows`), comes from Spark tasks with each window's members
+    (:func:`outoforder.spark.judge.exact_topk_windows`: two Spark jobs); the emitted lists and the
+    late memberships of those windows are read on the driver.
     """
     spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(TopKJob)
+    import numpy as np
+    import pandas as pd
     from pyspark.sql import functions as F
 
     from outoforder.io import delta
     from outoforder.io.tables import BRONZE, TOPK_LEDGER, TOPK_RESULTS
-    from outoforder.spark.topk import window_topk
-    from outoforder.spark.windows import pane_counts
+    from outoforder.spark.judge import exact_topk_windows
 
-    jid = job.job_id()
     j = judged_windows(ctx, until_us, since_us)
     lows = [lo for lo in (j.complete[0], j.closed[0]) if lo is not None]
     lo = min(lows) if len(lows) == 2 else None
     hi = max(j.complete[1], j.closed[1])
-    mine = where_job(source, jid)
-    judged = _within(lo, hi)
     bronze = delta.read_arrivals(spark, BRONZE, settings.lake_root, source=source).where(
         (F.col("arrival_ts") < F.lit(j.as_of_us))
         & (F.col("event_ts") < F.lit(hi * job.slide_us + job.window_us))
     )
     if lo is not None:
         bronze = bronze.where(F.col("event_ts") >= F.lit((lo + 1) * job.slide_us))
-    # read three times below (truth, members per pane, late rows): the judged part of bronze is
-    # decoded once, not three times
-    tuples = topk_tuples(bronze, job).where(F.col("score").isNotNull()).localCheckpoint()
-    truth = window_topk(tuples, job.windows(), job.k).where(judged)
-    results = delta.read(spark, TOPK_RESULTS, settings.lake_root).where(mine & judged)
-    got = results.where(F.col("rank").isNotNull()).select("window_id", "seq")
-    hits = (
-        truth.join(got.withColumn("hit", F.lit(1)), ["window_id", "seq"], "left")
-        .groupBy("window_id")
-        .agg((F.sum(F.coalesce("hit", F.lit(0))) / F.count("*")).alias("hit_rate"))
-    )
+    tuples = topk_tuples(bronze, job).where(F.col("score").isNotNull())
+    wids = (None if lo is None else lo + 1, hi)
+    truth = exact_topk_windows(tuples, job.windows(), job.k, wids).toPandas()
+    results = _rows(ctx, TOPK_RESULTS, lo, hi, ["window_id", "rank", "seq"])
+    late = _rows(ctx, TOPK_LEDGER, lo, hi, ["window_id", "seq", "arrival_us"], kind="late")
+    late = late[late["arrival_us"] < j.as_of_us].drop_duplicates(["window_id", "seq"])
+    members = truth.groupby("window_id")["members"].first()
+    got = results.dropna(subset=["rank"])[["window_id", "seq"]].assign(hit=1)
+    hits = truth.merge(got, on=["window_id", "seq"], how="left").fillna({"hit": 0})
+    hit_rate = hits.groupby("window_id")["hit"].mean()
     # an emission is a list's first row (or the one row of a list emitted empty)
-    emitted = results.where(F.col("rank").isNull() | (F.col("rank") == 1))
-    counts = emitted.groupBy("window_id").agg(F.count("*").alias("emissions"))
-    # a window's tuples are all late when it has as many late rows (among the tuples judged) as
-    # members; members are counted per pane and summed, not copied to each of their windows
-    members = pane_counts(tuples, job.windows()).where(judged)
-    late = (
-        delta.read(spark, TOPK_LEDGER, settings.lake_root)
-        .where(mine & judged & (F.col("kind") == "late"))
-        .select("seq", "window_id")
-        .distinct()
-        .join(tuples.select("seq"), "seq", "left_semi")
-        .groupBy("window_id")
-        .agg(F.count("*").alias("late"))
+    emissions = results[results["rank"].isna() | (results["rank"] == 1)].groupby("window_id").size()
+    frame = pd.DataFrame({"window_id": members.index.astype("int64")})
+    frame["emissions"] = frame["window_id"].map(emissions).fillna(0).astype("int64")
+    frame["all_late"] = frame["window_id"].map(late.groupby("window_id").size()).fillna(0).to_numpy() == (
+        members.to_numpy()
     )
-    all_late = members.join(late, "window_id", "left").select(
-        "window_id", (F.coalesce("late", F.lit(0)) == F.col("members")).alias("all_late")
-    )
-    return (
-        all_late.join(hits, "window_id", "left")
-        .join(counts, "window_id", "left")
-        .select(
-            "window_id",
-            F.coalesce("emissions", F.lit(0)).alias("emissions"),
-            "all_late",
-            (F.coalesce("emissions", F.lit(0)) == 1).alias("emitted_once"),
-            ((F.coalesce("emissions", F.lit(0)) == 1) | F.col("all_late")).alias("accounted"),
-            "hit_rate",
-            _within(*j.complete).alias("complete"),
-            _within(*j.closed).alias("closed"),
-        )
-    )
+    frame["emitted_once"] = frame["emissions"] == 1
+    frame["accounted"] = frame["emitted_once"] | frame["all_late"]
+    frame["hit_rate"] = frame["window_id"].map(hit_rate).astype("float64")
+    ids = frame["window_id"].to_numpy()
+
+    def within(lo_: int | None, hi_: int) -> Any:
+        return (ids <= hi_) & (np.ones_like(ids, dtype=bool) if lo_ is None else ids > lo_)
+
+    frame["complete"] = within(*j.complete)
+    frame["closed"] = within(*j.closed)
+    if since_us is None and not len(frame):  # only windows without tuples were due: none emitted yet
+        msg = f"{source}, job {job.job_id()}"
+        raise NothingYet(msg)
+    return frame
 
 
 @retry_on_conflict
@@ -234,7 +211,7 @@ def validate_topk(
 
     try:
         # one row per window judged: the verdicts are computed in the driver, GX's included
-        judged = window_accuracy(ctx, until_us, since_us).toPandas()
+        judged = window_accuracy(ctx, until_us, since_us)
     except NothingYet as e:
         from outoforder.io.tables import TOPK_STATE
         from outoforder.stages.passes import state_row
@@ -266,7 +243,7 @@ def validate_topk(
     ]
     items = None if since_us is None else ((rows[0][0], rows[-1][0]) if rows else (0, -1))
     record_measures(
-        spark, settings, source, jid, "topk_hit_rate",
+        settings, source, jid, "topk_hit_rate",
         [
             (w, w * job.slide_us, w * job.slide_us + job.window_us, h, float(job.eps_min),
              h is not None and h >= job.eps_min)
@@ -298,27 +275,18 @@ def validate_topk(
 def settled_profiles(ctx: StageContext, window_ids: Iterable[int]) -> dict[int, list[float]]:
     """The lateness of each settled window's true top-k (``silver/topk_ledger``), for these windows.
 
-    One row of at most k numbers per window (a window settles once), read for the judged
-    windows' range only: small by construction, like the per-window verdicts.
+    One row of at most k numbers per window (a window settles once), read on the driver for the
+    judged windows' range only: small by construction, like the per-window verdicts.
     """
-    spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(TopKJob)
-    from pyspark.sql import functions as F
-
-    from outoforder.io import delta
     from outoforder.io.tables import TOPK_LEDGER
 
     ids = [int(w) for w in window_ids]
-    if not ids or not delta.exists(spark, TOPK_LEDGER, settings.lake_root):
+    if not ids:
         return {}
-    rows = (
-        delta.read(spark, TOPK_LEDGER, settings.lake_root)
-        .where(
-            where_job(source, job.job_id())
-            & (F.col("kind") == "settled")
-            & F.col("window_id").between(min(ids), max(ids))
-        )
-        .select("window_id", "lateness")
-        .collect()
-    )
+    rows = _rows(ctx, TOPK_LEDGER, min(ids) - 1, max(ids), ["window_id", "lateness"], kind="settled")
     wanted = set(ids)
-    return {int(r["window_id"]): list(r["lateness"]) for r in rows if int(r["window_id"]) in wanted}
+    return {
+        int(w): list(lateness)
+        for w, lateness in zip(rows["window_id"], rows["lateness"], strict=True)
+        if int(w) in wanted
+    }
