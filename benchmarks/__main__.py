@@ -30,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
             "live",
             "families",
             "tuning",
+            "growth",
         ],
         help="which benchmark",
     )
@@ -47,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks import (
         aggregate,
         families,
+        growth,
         join,
         live,
         longrun,
@@ -74,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         "live": live.main,
         "families": families.main,
         "tuning": tuning.main,
+        "growth": growth.main,
     }
     bench = benches[args.name]
     try:

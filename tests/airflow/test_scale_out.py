@@ -158,6 +158,59 @@ print("COMMITS" + json.dumps({"race": race, "single": single, "tags": sorted(tag
 """
 
 
+# The three stream stages over one synthetic stream, in two scheduled-like runs each, wherever the
+# environment points (the shared server on the cluster with the s3a lake, or a classic local[1]
+# session on a folder): the digests of their outputs, and the master the passes ran on.
+STREAMS = r"""
+import json
+import numpy as np
+from outoforder.config import load_settings
+from outoforder.io import delta
+from outoforder.io.tables import BRONZE
+from outoforder.spark.session import get_spark
+from outoforder.stages.aggregate.spec import AggJob
+from outoforder.stages.aggregate.stream import AggregateStream
+from outoforder.stages.context import StageContext
+from outoforder.stages.join.spec import JoinJob
+from outoforder.stages.join.stream import JoinStream
+from outoforder.stages.topk.spec import TopKJob
+from outoforder.stages.topk.stream import TopKStream
+s = load_settings()
+spark = get_spark(s)
+n, t0, step, source = 3_000, 1_700_000_000_000_000, 1_000, "test/cluster-streams"
+rng = np.random.default_rng(5)
+ts = np.sort(rng.integers(0, 3_000_000, n)) + 10_000_000_000
+ts = ts[np.argsort(np.arange(n) + rng.integers(0, 40, n))]  # arrival order: a little disorder
+rows = [
+    (source, "ball" if rng.random() < 0.4 else "team_a", "k", int(ts[i]), i, t0 + i * step,
+     float(rng.uniform(0, 10)), float(rng.uniform(0, 10)), None, float(rng.gamma(2.0, 3.0)), None,
+     i, "test", "test", i + 1)
+    for i in range(n)
+]
+bronze = spark.createDataFrame(rows, BRONZE.schema)
+delta.append_once(bronze, BRONZE, s.lake_root, "test-cluster", 0, s.storage)
+stages = [
+    (JoinStream, JoinJob(s_streams=("team_a",), window_us=20_000, theta=3.0, period_us=400_000,
+                         interval_us=100_000)),
+    (AggregateStream, AggJob(window_us=50_000, slide_us=10_000, coverage_horizon_us=100_000,
+                             initial_k_us=20_000)),
+    (TopKStream, TopKJob(score="value", k=3, window_us=100_000, slide_us=50_000, initial_cache_us=20_000,
+                         n=3, m=3, horizon_us=100_000)),
+]
+arrivals = []
+for stage, job in stages:
+    ctx = StageContext.of(spark, s, source, job)
+    for i, cut in enumerate((1_234, n)):
+        summary = stage(ctx).run(t0 if i == 0 else None, t0 + cut * step)
+        arrivals.append(summary.arrivals)
+tables = [t for stage, _ in stages for t in stage.outputs]
+print("STREAMS" + json.dumps({
+    "master": spark.conf.get("spark.master"), "arrivals": arrivals,
+    "digests": delta.content_digests(spark, s.lake_root, tables),
+}))
+"""
+
+
 def _declared(folder: Path) -> Path:
     path = folder / "declared.toml"
     path.write_text(
@@ -328,3 +381,21 @@ def test_the_secret_is_in_no_serialized_dag_or_rendered_field(stack):
     assert rendered
     assert not [d for d, text in dags if text and secret in text]
     assert not [r for r in rendered if secret in r]
+
+
+def test_the_stream_stages_pass_on_the_cluster_as_they_do_locally(stack, tmp_path):
+    """A stream stage's pass runs on the standalone cluster through the shared server, over s3a, and
+    writes what the same passes write in a local session; a job's pass is one task, so jobs (and
+    sources) are what run side by side (docs/architecture.md, "Scaling out")."""
+    spark_python = str(Path(os.environ["OOO_SPARK_VENV"]) / "bin" / "python")
+    env = {k: v for k, v in stack.items() if k != "client"}
+    on_cluster = run_probe(
+        spark_python, STREAMS, "STREAMS", {**env, **stack["client"], "OOO_LAKE_ROOT": "s3a://lake/streams"}
+    )
+    local = {**env, "OOO_SPARK_REMOTE": "", "OOO_SPARK_MASTER": "local[1]"}
+    local["OOO_LAKE_ROOT"] = str(tmp_path / "lake")
+    here = run_probe(spark_python, STREAMS, "STREAMS", local)
+    assert on_cluster["master"] == stack["OOO_SPARK_MASTER"] != here["master"]
+    assert on_cluster["arrivals"] == here["arrivals"] == [1_234, 1_766] * 3
+    assert all(d["rows"] > 0 for d in here["digests"].values()), here["digests"]
+    assert on_cluster["digests"] == here["digests"]
