@@ -211,8 +211,10 @@ def test_interval_reads_are_half_open(spark, settings, data_dir):
 def test_quality_suite_fails_when_bronze_is_corrupted(spark, settings, tmp_path, capsys):
     f = write(tmp_path / "q.csv", soccer_lines(5))
     ingest_file(spark, settings, f, "debs2013", "t/q")
-    results = validate_bronze(spark, settings)
+    results = validate_bronze(spark, settings)  # the whole table: a Spark frame for GX
     assert all(r.success for r in results)
+    # and GX left nothing in the server's cache: every later write would re-plan what it kept
+    assert spark._jsparkSession.sharedState().cacheManager().isEmpty()
     dup = delta.read(spark, BRONZE, settings.lake_root).limit(1)
     dup.write.format("delta").mode("append").save(BRONZE.path(settings.lake_root))
     failed = {r.suite: r.success for r in validate_bronze(spark, settings, fail=False)}

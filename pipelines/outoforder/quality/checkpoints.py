@@ -143,9 +143,13 @@ def run_checkpoint(
         out = []
         rendered: list[Any] = []
         for suite_name, frame in frames.items():
-            spark_frame = _session(frame) is not None
-            add = context.data_sources.add_spark if spark_frame else context.data_sources.add_pandas
-            source_ = add(name=f"{suite_name}_source")
+            if _session(frame) is not None:
+                # not persisted: GX would cache the frame in the server's cache, shared by every
+                # session and never released, and every later write to a table under it re-plans
+                # each cached frame (on the shared server, a growing cost per write, run after run)
+                source_ = context.data_sources.add_spark(name=f"{suite_name}_source", persist=False)
+            else:
+                source_ = context.data_sources.add_pandas(name=f"{suite_name}_source")
             batch = source_.add_dataframe_asset(name=suite_name).add_batch_definition_whole_dataframe("all")
             suite = context.suites.add(
                 gx.ExpectationSuite(name=suite_name, expectations=expectations(suite_name, **params))

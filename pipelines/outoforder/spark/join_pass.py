@@ -14,7 +14,9 @@ come, in one wide schema whose ``kind`` says what a row is (:data:`PASS_SCHEMA`)
 - ``d``: a decision (from ``at_seq``, arrival time ``at_us``; ``progress``, ``q_l``, ``d_r``,
   ``d_s``, ``est`` and the statistics as JSON in ``text``);
 - ``r``: a row of the new state (the operator's kept arrivals);
-- ``s``: the pass's figures and the operator's scalars (JSON in ``text``), one row;
+- ``s``: the pass's figures and the operator's scalars (JSON in ``text``), one row; beside the
+  operator's own, the scalars carry :data:`ORIGIN`, the earliest event time of the job's tuples so
+  far, from which the checks count periods (so that a job's first check need not scan its history);
 - ``e``: what makes the pass unusable (arrivals out of arrival order, tuples without a location
   under a distance join): the driver raises it before anything is written.
 
@@ -44,6 +46,7 @@ from outoforder.errors import ConfigError
 # arrivals per call of the operator: each call joins its chunk with the history the operator
 # keeps, so chunks much smaller than the history repeat that work
 CHUNK_ROWS = 250_000
+ORIGIN = "origin_us"  # the key of the earliest event time seen, in the state row's scalars
 
 PASS_SCHEMA = pa.schema(
     [
@@ -113,6 +116,8 @@ class _Pass:
         self.first_seq: int | None = None
         self.last_seq: int | None = None
         self.error: str | None = None
+        # the earliest event time the job has seen: its periods count from there (the checks')
+        self.origin_us: int | None = None if self.scalars is None else self.scalars.get(ORIGIN)
 
     def operator(self) -> AdaptiveQJoin:
         if self.op is None:
@@ -163,6 +168,8 @@ class _Pass:
         seqs, arrived = col["seq"], col["arrival_ts"]
         if self.first_seq is None:
             self.first_seq = int(seqs[0])
+        earliest = int(col["ts"].min())
+        self.origin_us = earliest if self.origin_us is None else min(self.origin_us, earliest)
         self.last_seq = int(seqs[-1])
         n = int(out.pairs.shape[0])
         self.figures["arrivals"] += int(seqs.size)
@@ -218,7 +225,8 @@ class _Pass:
             "d": list(st.d),
             "version": st.version,
         }
-        yield _batch("s", 1, text=[json.dumps({"scalars": st.scalars(), "figures": figures})])
+        scalars = {**st.scalars(), ORIGIN: self.origin_us}
+        yield _batch("s", 1, text=[json.dumps({"scalars": scalars, "figures": figures})])
 
 
 def _task(

@@ -36,22 +36,28 @@ class Horizon:
     as_of_us: int  # the end of the newest pass that ended at or before the time asked
     progress_us: int | None  # the joint progress min(M_R, M_S) then (None until both streams had one)
     last_seq: int | None = None  # the newest arrival the job had processed then
+    origin_us: int | None = None  # the earliest event time of its tuples then (None: not recorded)
 
 
 def horizon(ctx: StageContext, at_us: int) -> Horizon | None:
     """The job's :class:`Horizon` at ``at_us``; None when no pass of it ended by then."""
     import json
 
+    from outoforder.spark.join_pass import ORIGIN
     from outoforder.stages.passes import state_row
 
     job = ctx.job_of(JoinJob)
     row = state_row(ctx.settings, JOIN_STATE, ctx.bronze_source, job.job_id(), at_us)
     if row is None:
         return None
-    m = json.loads(row["scalars"])["m"]
+    scalars = json.loads(row["scalars"])
+    m = scalars["m"]
     progress = None if min(m) <= NEG else min(int(m[0]), int(m[1]))
-    last = row.get("last_seq")
-    return Horizon(int(row["first_us"]), int(row["as_of_us"]), progress, None if last is None else int(last))
+    last, origin = row.get("last_seq"), scalars.get(ORIGIN)
+    return Horizon(
+        int(row["first_us"]), int(row["as_of_us"]), progress, None if last is None else int(last),
+        None if origin is None else int(origin),
+    )  # fmt: skip
 
 
 def first_start(ctx: StageContext) -> int | None:

@@ -36,8 +36,9 @@ def _origin(ctx: StageContext, h: history.Horizon, reuse: bool) -> int | None:
     """The event time periods count from: the earliest event time of the job's history.
 
     With ``reuse``, the origin of the periods already stored (so that periods judged by earlier
-    runs keep their numbers; read without Spark); otherwise, or before the first, it is computed
-    over the history (a job's first check: one more Spark job).
+    runs keep their numbers; read without Spark); otherwise, or before the first, the one the
+    passes carry in the state (:data:`~outoforder.spark.join_pass.ORIGIN`); a state written before
+    they carried it has it computed over the history (one more Spark job).
     """
     settings, source, job = ctx.settings, ctx.bronze_source, ctx.job_of(JoinJob)
     from pyspark.sql import functions as F
@@ -54,6 +55,8 @@ def _origin(ctx: StageContext, h: history.Horizon, reuse: bool) -> int | None:
         if got is not None and got.num_rows:
             row = got.slice(0, 1).to_pylist()[0]
             return int(row["start_us"]) - int(row["period"]) * job.period_us
+    if h.origin_us is not None:
+        return h.origin_us
     arrivals = history.job_arrivals(ctx, (h.first_us, h.as_of_us))
     found = one_row(arrivals.agg(F.min("ts").alias("origin")))["origin"]
     return None if found is None else int(found)
