@@ -72,6 +72,26 @@ def job_args(operator: str) -> list[str]:
 LEDGER_DUE_URI = "outoforder://silver/agg_ledger/repair-due"
 
 
+def every(interval: timedelta) -> str | timedelta:
+    """A schedule firing every ``interval`` on the clock's multiples of it, where cron can say so.
+
+    A cron expression for a whole number of minutes that divides the hour; otherwise every
+    ``interval`` from when the DAG was unpaused.
+
+    Why aligned: the stream DAGs' runs end their intervals where the ingest's end theirs, so a
+    stage's interval is covered by the ingest run of the same minute; with a phase of their own
+    (each DAG's from its unpause time) a stage whose interval ends after the ingest listed the
+    topic waits a whole minute for the next batch.
+
+    >>> every(timedelta(minutes=1)), every(timedelta(minutes=5)), every(timedelta(seconds=30))
+    ('* * * * *', '*/5 * * * *', datetime.timedelta(seconds=30))
+    """
+    minutes, rest = divmod(int(interval.total_seconds()), 60)
+    if rest or not minutes or 60 % minutes or interval.microseconds:
+        return interval
+    return "* * * * *" if minutes == 1 else f"*/{minutes} * * * *"
+
+
 def default_args(retries: int = 2, retry_delay: timedelta = timedelta(seconds=30)) -> dict[str, Any]:
     """Every DAG's task defaults: the owner, and the retries its work can afford."""
     return {"retries": retries, "retry_delay": retry_delay, "owner": "outoforder"}
@@ -126,7 +146,7 @@ def interval_dag(operator: str, interval: timedelta = timedelta(minutes=1), doc:
 
     @dag(
         dag_id=f"{op.name}_stream",
-        schedule=interval,
+        schedule=every(interval),
         tags=["outoforder", op.name, "gold"],
         doc_md=doc
         or f"### {op.summary}\n\n1. **{stream.name}**: {stream.help}\n2. **{check.name}**: {check.help}",

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from _spark_stage import INTERVAL_DAG, LEDGER_DUE_URI, job_args, job_params, quality_report
+from _spark_stage import INTERVAL_DAG, LEDGER_DUE_URI, every, job_args, job_params, quality_report
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import Asset, dag, task
 from outoforder_airflow.operators import StageOperator, judged_args
@@ -63,7 +63,7 @@ def gamma_rule(params: dict[str, object] | None = None) -> bool:
 
 @dag(
     dag_id="aggregate_stream",
-    schedule=INTERVAL,
+    schedule=every(INTERVAL),
     tags=["outoforder", "aggregate", "gold"],
     doc_md=__doc__,
     params=job_params("aggregate"),

@@ -21,7 +21,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pendulum
-from _spark_stage import default_args, params
+from _spark_stage import default_args, every, params
 from airflow.sdk import dag
 from outoforder_airflow.operators import StageOperator
 
@@ -30,7 +30,7 @@ from outoforder.stages import spec
 
 @dag(
     dag_id="ingest_kafka",
-    schedule=timedelta(minutes=1),
+    schedule=every(timedelta(minutes=1)),  # on the minute, as the stream DAGs
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,

@@ -47,10 +47,11 @@ class StageFailed(RuntimeError):
     """The stage exited with an error (its last lines are in the message; all of them in the log)."""
 
 
-# Airflow 3 runs ``schedule=timedelta(...)`` as a trigger timetable: a run's data interval is empty,
-# at the logical date for scheduled and backfill runs but at the trigger time for manual runs,
-# whatever logical date was asked for. A run therefore covers the ``interval`` before its logical
-# date (the trigger time when a manual run has none), unless a timetable gives a real interval.
+# Airflow 3 runs ``schedule=timedelta(...)`` and cron strings as trigger timetables: a run's data
+# interval is empty, at the logical date for scheduled and backfill runs but at the trigger time
+# for manual runs, whatever logical date was asked for. A run therefore covers the ``interval``
+# before its logical date (the trigger time when a manual run has none), unless a timetable gives
+# a real interval.
 INTERVAL_END = (
     "{{ data_interval_end if data_interval_start < data_interval_end "
     "else (logical_date or data_interval_end) }}"
