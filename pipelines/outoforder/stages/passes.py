@@ -298,11 +298,14 @@ class PassStage(ABC, Generic[J, S]):
             raise InputError(msg)
         t0 = time.monotonic()
         pos = self.position()
-        if pos is None and self._kafka and end_us is not None and not self.covered(start_us or 0, end_us):
-            # a declared topic the ingest has not delivered from yet (live mode's first minute):
-            # nothing to do, not a missing input
-            log.info("[%s] %s: nothing ingested from its topic yet", self.name, self.source)
-            return None
+        reach: int | None = None  # how far the ingest covers the run's end, once asked (a wait)
+        if pos is None and self._kafka and end_us is not None:
+            reach = self.covered(start_us or 0, end_us)
+            if not reach:
+                # a declared topic the ingest has not delivered from yet (live mode's first
+                # minute): nothing to do, not a missing input
+                log.info("[%s] %s: nothing ingested from its topic yet", self.name, self.source)
+                return None
         if pos is None:
             from outoforder.stages.state import check_input
 
@@ -322,7 +325,8 @@ class PassStage(ABC, Generic[J, S]):
         if hi <= lo:
             log.info("[%s] %s: processed up to %d already: nothing to do", self.name, self.source, lo)
             return None
-        reach = self.covered(lo, hi)
+        if reach is None:
+            reach = self.covered(lo, hi)
         if reach < hi:
             if end_us is not None:
                 log.info("[%s] %s: the ingest covers arrivals up to %d: the pass stops there", self.name,
