@@ -68,6 +68,20 @@ def spark(base_settings: Settings) -> Iterator[object]:
     session.stop()
 
 
+@pytest.fixture(autouse=True)
+def _nothing_left_cached(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A Spark test leaves nothing cached: in the long-lived server a frame left cached (say by a
+    stage that failed between its ``persist`` and its ``unpersist``) stays for good, and every later
+    write plans against it."""
+    yield
+    if "spark" not in request.fixturenames:
+        return
+    manager = request.getfixturevalue("spark")._jsparkSession.sharedState().cacheManager()
+    if not manager.isEmpty():
+        request.getfixturevalue("spark").catalog.clearCache()  # the next test starts clean
+        pytest.fail("the test left frames cached in the Spark session (a persist without its unpersist)")
+
+
 @pytest.fixture
 def settings(base_settings: Settings, tmp_path: Path) -> Settings:
     """Settings with a fresh, empty lake (and reports folder) for one test."""

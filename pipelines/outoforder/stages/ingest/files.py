@@ -265,32 +265,42 @@ def _commit(
             F.col("dup_detail").alias("detail"),
         )  # fmt: skip
         rejects = rejects.unionByName(dup_rows)
-    with_meta = F.broadcast(meta.select("file_idx", "source", "ingest_id", "source_file"))
-    bronze = accepted.join(with_meta, "file_idx")
-    quarantine = rejects.join(with_meta, "file_idx")
-    seq_range: dict[int, tuple[int, int]] = {}
-    for r in (
-        bronze.groupBy("file_idx").agg(F.count("*"), F.min("arrival_seq"), F.max("arrival_seq")).collect()
-    ):
-        counts[int(r[0])]["accepted"] = int(r[1])
-        seq_range[int(r[0])] = (int(r[2]), int(r[3]))
-    reasons: dict[int, dict[str, int]] = defaultdict(dict)
-    for r in rejects.groupBy("file_idx", "reason").count().collect():
-        reasons[int(r["file_idx"])][r["reason"]] = int(r["count"])
+    # in a finally: a failed ingest must not leave its frame cached in the long-lived server, where
+    # every later write would plan against it
+    try:
+        with_meta = F.broadcast(meta.select("file_idx", "source", "ingest_id", "source_file"))
+        bronze = accepted.join(with_meta, "file_idx")
+        quarantine = rejects.join(with_meta, "file_idx")
+        seq_range: dict[int, tuple[int, int]] = {}
+        for r in (
+            bronze.groupBy("file_idx").agg(F.count("*"), F.min("arrival_seq"), F.max("arrival_seq")).collect()
+        ):
+            counts[int(r[0])]["accepted"] = int(r[1])
+            seq_range[int(r[0])] = (int(r[2]), int(r[3]))
+        reasons: dict[int, dict[str, int]] = defaultdict(dict)
+        for r in rejects.groupBy("file_idx", "reason").count().collect():
+            reasons[int(r["file_idx"])][r["reason"]] = int(r["count"])
 
-    def commit_file(f: PlannedFile) -> None:
-        mine = F.col("file_idx") == f.idx
-        if counts[f.idx]["accepted"]:
-            delta.append_once(
-                bronze.where(mine), BRONZE, lake, f.ingest_id, 0, storage, options=bronze_options(settings)
-            )
-        if reasons[f.idx]:
-            delta.append_once(quarantine.where(mine), QUARANTINE, lake, f.ingest_id, 0, storage)
+        def commit_file(f: PlannedFile) -> None:
+            mine = F.col("file_idx") == f.idx
+            if counts[f.idx]["accepted"]:
+                delta.append_once(
+                    bronze.where(mine),
+                    BRONZE,
+                    lake,
+                    f.ingest_id,
+                    0,
+                    storage,
+                    options=bronze_options(settings),
+                )
+            if reasons[f.idx]:
+                delta.append_once(quarantine.where(mine), QUARANTINE, lake, f.ingest_id, 0, storage)
 
-    _side_by_side(spark, files, commit_file)
-    summaries = _finish(spark, settings, files, counts, reasons, seq_range, now, t0)
-    if decided is not None:
-        decided.unpersist()
+        _side_by_side(spark, files, commit_file)
+        summaries = _finish(spark, settings, files, counts, reasons, seq_range, now, t0)
+    finally:
+        if decided is not None:
+            decided.unpersist()
     return summaries
 
 
