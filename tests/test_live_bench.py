@@ -122,3 +122,21 @@ def test_records_in_flight_at_the_end_are_not_judged_lost_nor_duplicates_forgive
         "accounting": {"bronze": landed, "quarantine": 0, "verdicts": {}},
     }
     assert verdict(rec)["nothing_lost"] is expected
+
+
+def test_the_verdict_judges_the_issue_targets_mean_lag_shares_memory_and_pace():
+    dag = {"lag_mean_s": 40.0, "lag_max_s": 95.0, "lag_trend": 1.0, "freshness": {"p95_s": 80.0}}
+    rec = {
+        "per_dag": {"join_stream": dag}, "records_sent": 10, "rate": 0.1, "tuples_per_s": 1_050,
+        "server_mb_max": 3_000, "runs": {},
+        "accounting": {"bronze": 10, "quarantine": 0, "verdicts": {},
+                       "judged": {"join_recall": {"items": 100, "met": 96}}},
+    }  # fmt: skip
+    v = verdict(rec)
+    # the start-up run's lag (max 95 s) does not decide it: the target is the mean
+    assert all(v[k] for k in ("lag_ok", "trend_ok", "fresh_ok", "judged_ok", "server_ok", "rate_ok"))
+    assert not verdict({**rec, "tuples_per_s": 1_000})["rate_ok"]  # below 95 % of 1,080 tuples/s
+    assert not verdict({**rec, "server_mb_max": 4_500})["server_ok"]
+    missed = {**rec["accounting"], "judged": {"join_recall": {"items": 100, "met": 94}}}
+    assert not verdict({**rec, "accounting": missed})["judged_ok"]
+    assert not verdict({**rec, "per_dag": {"join_stream": {**dag, "lag_mean_s": 61.0}}})["lag_ok"]

@@ -50,6 +50,9 @@ IntArray = npt.NDArray[np.int64]
 MAX_DELAY_S = 365 * 24 * 3600.0  # a year: far beyond any real disorder, far below int64 µs
 
 
+GAME_RATE_PER_S = 10_800.0  # the soccer game's sensors together (the seeds' DEBS 2013 rate)
+
+
 @dataclass(frozen=True)
 class Target:
     """The disorder a preset aims at (from the paper)."""
@@ -134,7 +137,7 @@ def _body_tail_preset(name: str, description: str, target: Target) -> Preset:
 def _exponential_preset(name: str, description: str, mean_s: float, late_frac: float) -> Preset:
     model = Exponential(mean_s, late_frac)
     n = 1_000_000
-    target = Target(late_frac, mean_s, model.expected_max_s(round(n * late_frac)), n, 10_800.0)
+    target = Target(late_frac, mean_s, model.expected_max_s(round(n * late_frac)), n, GAME_RATE_PER_S)
     return Preset(name, description, model, target)
 
 
@@ -147,7 +150,7 @@ REGIME_DEFAULTS: dict[str, float] = {
     "congested_xm": 0.1, "congested_alpha": 2.2, "congested_late_prob": 0.8,
     "congested_min": 20.0, "congested_max": 90.0, "congested_weight": 1.5,
     "outage_mean": 0.05, "outage_late_prob": 0.9, "outage_min": 2.0, "outage_max": 10.0, "outage_weight": 1.0,
-    "rate": 10_800.0,
+    "rate": GAME_RATE_PER_S,
 }  # fmt: skip
 
 
@@ -191,12 +194,12 @@ PRESETS: dict[str, Preset] = {
         _body_tail_preset(
             "hpm_game1",
             "HPM Game 1: DEBS 2013 soccer",
-            Target(313_405 / 544_223, 0.034, 14.2, 544_223, 10_800.0),
+            Target(313_405 / 544_223, 0.034, 14.2, 544_223, GAME_RATE_PER_S),
         ),
         _body_tail_preset(
             "hpm_game2",
             "HPM Game 2: DEBS 2013 soccer",
-            Target(373_664 / 559_211, 0.064, 17.1, 559_211, 10_800.0),
+            Target(373_664 / 559_211, 0.064, 17.1, 559_211, GAME_RATE_PER_S),
         ),
         _exponential_preset("topk_light", "top-k light disorder (our choice)", 0.5, 0.10),
         _exponential_preset("topk_medium", "top-k medium disorder (our choice)", 1.0, 0.30),
