@@ -60,6 +60,7 @@ CASES = {"tenth": 0.1, "full": 1.0}
 MINUTES = 32
 QUICK_MINUTES = 6
 DRAIN_S = 240  # after the replay stops: how long the last runs may take to finish
+SAMPLES = "samples.jsonl"  # the sampler's file in the session's folder
 SAMPLE_EVERY_S = 5.0
 # the stream DAGs and their stage task (whose end is when the run's results are committed)
 STAGE_TASKS = {
@@ -111,6 +112,7 @@ class Sampler:
 
     server_pid: Path
     airflow_pid: Path
+    out: Path | None = None  # each sample also appended here, as a JSON line (kept if the benchmark dies)
     samples: list[dict[str, float]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
 
@@ -141,8 +143,7 @@ class Sampler:
             busy0, total0 = busy, total
             server_b, server_s = self._tree(self.server_pid)
             airflow_b, airflow_s = self._tree(self.airflow_pid)
-            self.samples.append(
-                {
+            sample = {
                     "t_s": round(time.monotonic() - t0, 1),
                     "cpu_share": round(share, 4),
                     "server_mb": server_b >> 20,
@@ -151,8 +152,11 @@ class Sampler:
                     "busy_cpu_s": round(busy_s, 1),
                     "server_cpu_s": round(server_s, 1),
                     "airflow_cpu_s": round(airflow_s, 1),
-                }
-            )
+                }  # fmt: skip
+            self.samples.append(sample)
+            if self.out is not None:
+                with self.out.open("a") as f:
+                    f.write(json.dumps(sample) + "\n")
 
     def start(self) -> Sampler:
         """Sample in a thread of its own until :meth:`stop`."""
@@ -231,6 +235,78 @@ def run_lags(api: Api, since_s: float) -> dict[str, list[dict[str, Any]]]:
             )
         out[dag_id] = sorted(rows, key=lambda x: x["interval_end_s"])
     return out
+
+
+def run_lags_db(db: Path, since_s: float) -> dict[str, list[dict[str, Any]]]:
+    """:func:`run_lags` read from a stopped session's metadata database (SQLite) instead of the API."""
+    import sqlite3
+
+    def at(text: str | None) -> float | None:  # the database's UTC times, without a zone
+        return None if not text else _instant(text.replace(" ", "T") + "+00:00")
+
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    out: dict[str, list[dict[str, Any]]] = {}
+    try:
+        for dag_id, stage_task in STAGE_TASKS.items():
+            rows = []
+            runs = con.execute(
+                "SELECT run_id, state, logical_date, end_date FROM dag_run "
+                "WHERE dag_id = ? AND run_type = 'scheduled' ORDER BY logical_date",
+                (dag_id,),
+            ).fetchall()
+            for run_id, state, logical, ended in runs:
+                end = at(logical)
+                if end is None or end <= since_s:
+                    continue
+                stage = con.execute(
+                    "SELECT state, start_date, end_date, try_number FROM task_instance "
+                    "WHERE dag_id = ? AND run_id = ? AND task_id = ?",
+                    (dag_id, run_id, stage_task),
+                ).fetchone() or (None, None, None, None)
+                committed = at(stage[2]) if stage[0] == "success" else None
+                started, finished = at(stage[1]), at(ended)
+                rows.append(
+                    {
+                        "dag": dag_id, "interval_end_s": end, "state": state, "stage_tries": stage[3],
+                        "committed_s": committed,
+                        "lag_s": None if committed is None else round(committed - end, 1),
+                        "start_delay_s": None if started is None else round(started - end, 1),
+                        "run_end_lag_s": None if finished is None else round(finished - end, 1),
+                    }
+                )  # fmt: skip
+            out[dag_id] = rows
+    finally:
+        con.close()
+    return out
+
+
+def recover(session: Path, name: str, rate: float) -> dict[str, Any]:
+    """A case's record rebuilt from its session's folder, when the benchmark died before writing it.
+
+    Everything but the Spark REST figures comes from what the session keeps: the lags from
+    Airflow's database, freshness and accounting from the lake, the replay's count and pace from its
+    log, the machine's samples from the sampler's file (none for sessions older than that file).
+    The measured minutes start when the replay did: its log's last write less its duration.
+    """
+    replay = sent(session / "producer.log")
+    if replay is None:
+        msg = f"{session}: the replay's log has no summary line: nothing to recover"
+        raise StateError(msg)
+    replay_started = (session / "producer.log").stat().st_mtime - replay[1]
+    lags = run_lags_db(session / "airflow" / "airflow.db", replay_started)
+    env = case_env(session.parent.parent)
+    samples_file = session / SAMPLES
+    samples = (
+        [json.loads(line) for line in samples_file.read_text().splitlines() if line.strip()]
+        if samples_file.is_file()
+        else []
+    )
+    minutes = round(replay[1] / 60)
+    rec = summarize(name, rate, minutes, lags, freshness(env, session / "lake"),
+                    accounting(env, session / "lake"), samples, replay, 0.0)  # fmt: skip
+    rec["spark_work"] = None
+    rec["recovered_from"] = str(session.relative_to(REPO_ROOT))
+    return rec
 
 
 def trend(lags: list[float]) -> float | None:
@@ -397,8 +473,9 @@ def run_case(name: str, rate: float, minutes: int, work: Path) -> dict[str, Any]
         _live(env, "start", "--rate", str(rate), "--minutes", str(minutes + 6))
         session = Path(os.path.realpath(work / "live" / "current"))
         sampler = Sampler(
-            work / "spark-connect" / "supervisor.pid", session / "airflow" / "standalone.pid"
-        ).start()
+            work / "spark-connect" / "supervisor.pid", session / "airflow" / "standalone.pid",
+            session / SAMPLES,
+        ).start()  # fmt: skip
         url = f"http://127.0.0.1:{env['OOO_AIRFLOW_PORT']}"
         api = Api(url, session / "airflow")
         replay_started = time.time()
@@ -605,6 +682,7 @@ def markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             f"## {rec['stage']}: {rec['tuples_per_s'] or '?'} tuples/s for {rec['minutes']} min "
             f"(commit {rec.get('commit', '?')})",
             "",
+            *_recovered_note(rec),
             f"- mean lag within {TARGET_LAG_S:g} s: **{'yes' if v['lag_ok'] else 'no'}**; not growing: "
             f"**{'yes' if v['trend_ok'] else 'no'}**; fresh at p95 within {TARGET_FRESH_P95_S:g} s: "
             f"**{'yes' if v['fresh_ok'] else 'no'}**",
@@ -688,6 +766,15 @@ def markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _recovered_note(rec: dict[str, Any]) -> list[str]:
+    """The line saying a record was rebuilt from its session (:func:`recover`), if it was."""
+    if not rec.get("recovered_from"):
+        return []
+    kept = "" if rec["samples"] else "; no CPU or memory samples were kept"
+    return [f"- rebuilt from its session's folder (`{rec['recovered_from']}`): the benchmark died after the "
+            f"replay ended{kept}"]  # fmt: skip
+
+
 def _interrupted(signum: int, frame: object) -> None:
     del frame
     msg = f"signal {signum}"
@@ -710,7 +797,14 @@ def main(
     work = REPO_ROOT / ".local" / "bench" / "live"
     work.mkdir(parents=True, exist_ok=True)
     records, _, _ = earlier_results(out_dir / "live.json", set(names), "live")
-    for name in names:
+    recovering = os.environ.get("OOO_LIVE_RECOVER")
+    if recovering:  # a case whose benchmark died after its replay: its record from the session
+        if len(names) != 1:
+            msg = "OOO_LIVE_RECOVER rebuilds one case: name it in OOO_LIVE_CASES"
+            raise StateError(msg)
+        commit = os.environ.get("OOO_LIVE_RECOVER_COMMIT", "unknown")  # the code the session ran
+        records.append({**recover(Path(recovering).resolve(), names[0], CASES[names[0]]), "commit": commit})
+    for name in [] if recovering else names:
         commit = source_commit()  # the code the case ran, even if a commit lands while it runs
         records.append({**run_case(name, CASES[name], minutes, work), "commit": commit})
     order = list(CASES)

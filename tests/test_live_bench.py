@@ -140,3 +140,39 @@ def test_the_verdict_judges_the_issue_targets_mean_lag_shares_memory_and_pace():
     missed = {**rec["accounting"], "judged": {"join_recall": {"items": 100, "met": 94}}}
     assert not verdict({**rec, "accounting": missed})["judged_ok"]
     assert not verdict({**rec, "per_dag": {"join_stream": {**dag, "lag_mean_s": 61.0}}})["lag_ok"]
+
+
+def test_lags_are_read_from_a_stopped_sessions_database_as_from_the_api(tmp_path):
+    import sqlite3
+
+    from benchmarks.live import run_lags_db
+
+    db = tmp_path / "airflow.db"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE dag_run (dag_id, run_id, run_type, state, logical_date, end_date)")
+    con.execute(
+        "CREATE TABLE task_instance (dag_id, run_id, task_id, state, start_date, end_date, try_number)"
+    )
+    t = "1970-01-01 00:0{}.000000".format  # the database's UTC times
+    runs = [  # before the replay started; two scheduled runs; a manual one
+        ("join_stream", "s0", "scheduled", "success", t("0:00"), t("0:30")),
+        ("join_stream", "s1", "scheduled", "success", t("1:00"), t("1:40")),
+        ("join_stream", "s2", "scheduled", "failed", t("2:00"), t("2:50")),
+        ("join_stream", "m", "manual", "success", t("2:30"), t("3:00")),
+    ]
+    con.executemany("INSERT INTO dag_run VALUES (?, ?, ?, ?, ?, ?)", runs)
+    con.executemany(
+        "INSERT INTO task_instance VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [("join_stream", "s1", "join_interval", "success", "1970-01-01 00:01:02.000000",
+          "1970-01-01 00:01:25.500000", 1),
+         ("join_stream", "s2", "join_interval", "failed", "1970-01-01 00:02:01.000000",
+          "1970-01-01 00:02:40.000000", 3)],
+    )  # fmt: skip
+    con.commit()
+    con.close()
+    got = run_lags_db(db, since_s=30.0)["join_stream"]
+    assert [(r["interval_end_s"], r["state"], r["lag_s"], r["stage_tries"]) for r in got] == [
+        (60.0, "success", 25.5, 1),
+        (120.0, "failed", None, 3),  # a failed stage committed nothing: no lag
+    ]
+    assert got[0]["start_delay_s"] == 2.0 and got[1]["run_end_lag_s"] == 50.0
