@@ -135,7 +135,7 @@ def interval_dag(operator: str, interval: timedelta = timedelta(minutes=1), doc:
     operator's folder names the two stages (:class:`outoforder.stages.registry.Operator`).
     """
     from airflow.sdk import dag
-    from outoforder_airflow.operators import StageOperator, judged_args
+    from outoforder_airflow.operators import StageOperator, close_run, judged_args
 
     op = registry.operator(operator)
     if op.stream is None or op.check is None:
@@ -168,5 +168,6 @@ def interval_dag(operator: str, interval: timedelta = timedelta(minutes=1), doc:
             validation=True,
         )
         run >> judge >> quality_report(op.name, interval)
+        close_run()
 
     return build()

@@ -34,7 +34,7 @@ from datetime import timedelta
 from _spark_stage import INTERVAL_DAG, LEDGER_DUE_URI, every, job_args, job_params, quality_report
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import Asset, dag, task
-from outoforder_airflow.operators import StageOperator, judged_args
+from outoforder_airflow.operators import StageOperator, close_run, judged_args
 
 INTERVAL = timedelta(minutes=1)
 
@@ -89,6 +89,7 @@ def aggregate_stream() -> None:
     aggregate_interval >> validate_aggregate
     report = quality_report("aggregate", INTERVAL)
     validate_aggregate >> report
+    close_run()
 
 
 aggregate_stream()

@@ -21,7 +21,7 @@ from __future__ import annotations
 import pendulum
 from _spark_stage import default_args
 from airflow.sdk import Param, dag, task
-from outoforder_airflow.operators import StageOperator
+from outoforder_airflow.operators import StageOperator, close_run
 
 from outoforder.stages import spec
 
@@ -67,6 +67,7 @@ def ingest() -> None:
     )
     report = StageOperator(task_id="quality_report", stage="report", report=True, trigger_rule="all_done")
     plan("{{ params.datasets }}") >> ingest >> validate_bronze >> report
+    close_run()
 
 
 ingest()

@@ -23,7 +23,7 @@ from datetime import timedelta
 import pendulum
 from _spark_stage import default_args, every, params
 from airflow.sdk import dag
-from outoforder_airflow.operators import StageOperator
+from outoforder_airflow.operators import StageOperator, close_run
 
 from outoforder.stages import spec
 
@@ -58,6 +58,7 @@ def ingest_kafka() -> None:
         validation=True,
     )
     ingest >> validate_bronze
+    close_run()
 
 
 ingest_kafka()

@@ -23,7 +23,7 @@ from datetime import timedelta
 import pendulum
 from _spark_stage import default_args
 from airflow.sdk import Param, dag
-from outoforder_airflow.operators import StageOperator
+from outoforder_airflow.operators import StageOperator, close_run
 from outoforder_airflow.sensors import LandingSensor
 
 from outoforder.stages import spec
@@ -57,6 +57,7 @@ def ingest_landing() -> None:
     # none_skipped: no report for a run that found nothing, one even when a check failed
     report = StageOperator(task_id="quality_report", stage="report", report=True, trigger_rule="none_skipped")
     wait >> ingest >> validate_bronze >> report
+    close_run()
 
 
 ingest_landing()

@@ -25,7 +25,7 @@ from __future__ import annotations
 import pendulum
 from _spark_stage import LEDGER_DUE_URI, default_args, job_args, job_params
 from airflow.sdk import Asset, dag
-from outoforder_airflow.operators import StageOperator
+from outoforder_airflow.operators import StageOperator, close_run
 
 
 @dag(
@@ -60,6 +60,7 @@ def late_repair() -> None:
         trigger_rule="all_done",
     )
     repair >> validate_aggregate >> report
+    close_run()
 
 
 late_repair()

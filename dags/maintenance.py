@@ -22,7 +22,7 @@ from datetime import timedelta
 import pendulum
 from _spark_stage import default_args
 from airflow.sdk import Param, dag
-from outoforder_airflow.operators import StageOperator
+from outoforder_airflow.operators import StageOperator, close_run
 
 from outoforder.stages import spec
 
@@ -44,6 +44,7 @@ def maintenance() -> None:
         task_id="maintain",
         stage="maintain",
     )
+    close_run()
 
 
 maintenance()

@@ -28,7 +28,7 @@ from __future__ import annotations
 import pendulum
 from _spark_stage import default_args
 from airflow.sdk import Param, chain, dag
-from outoforder_airflow.operators import RUN_NAME, StageOperator
+from outoforder_airflow.operators import RUN_NAME, StageOperator, close_run
 
 from outoforder.stages import spec
 from outoforder.stages.demo import STEPS
@@ -66,6 +66,7 @@ def pipeline() -> None:
         trigger_rule="all_done",
     )
     chain(*steps, report)
+    close_run()
 
 
 pipeline()

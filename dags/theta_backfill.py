@@ -25,16 +25,16 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pendulum
-from _spark_stage import default_args, job_args, job_params, quality_report
+from _spark_stage import default_args, every, job_args, job_params, quality_report
 from airflow.sdk import dag
-from outoforder_airflow.operators import StageOperator
+from outoforder_airflow.operators import StageOperator, close_run
 
 INTERVAL = timedelta(minutes=1)
 
 
 @dag(
     dag_id="theta_backfill",
-    schedule=INTERVAL,
+    schedule=every(INTERVAL),  # on the minute: a run's interval is cut at the windows
     start_date=pendulum.datetime(1970, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,
@@ -60,6 +60,7 @@ def theta_backfill() -> None:
     )
     report = quality_report("theta", INTERVAL)
     theta_join >> validate_theta >> report
+    close_run()
 
 
 theta_backfill()

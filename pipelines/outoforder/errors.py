@@ -9,6 +9,9 @@ never swallowed: a task that fails loudly is retried by Airflow; one that falls 
 # quality check (a verdict on data already written: a retry would only repeat it)
 EXIT_ERROR = 2
 EXIT_QUALITY = 3
+# a scheduled run that found its source without any input yet: nothing to do, and nothing wrong
+# either (a stream DAG unpaused before its stream starts); the Airflow task is skipped, saying so
+EXIT_NOTHING_YET = 5
 
 
 class OutOfOrderError(Exception):
@@ -28,6 +31,10 @@ class SchemaError(OutOfOrderError):
 
 class InputError(OutOfOrderError):
     """Input data cannot be read at all (missing file, unknown format); bad rows are quarantined instead."""
+
+
+class NothingYet(InputError):
+    """A scheduled run's source has no input yet (its stream has not started): skipped, not failed."""
 
 
 class NothingToJudge(InputError):

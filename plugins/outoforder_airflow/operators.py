@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 from airflow.sdk import BaseHook, BaseOperator
 
 from outoforder.config import REPO_ROOT, load_settings
-from outoforder.errors import EXIT_QUALITY
+from outoforder.errors import EXIT_NOTHING_YET, EXIT_QUALITY
 from outoforder_airflow.links import DataDocsLink, QualityReportLink
 
 APP = str(REPO_ROOT / "pipelines" / "outoforder" / "stages" / "spark_entry.py")
@@ -45,6 +45,9 @@ RUN_NAME = "{{ dag.dag_id }}__{{ run_id }}"  # names a run's validations and its
 
 class StageFailed(RuntimeError):
     """The stage exited with an error (its last lines are in the message; all of them in the log)."""
+
+
+FAILURE_KEY = "failure"  # the XCom a failed stage task leaves its message in, for RunOutcome
 
 
 # Airflow 3 runs ``schedule=timedelta(...)`` and cron strings as trigger timetables: a run's data
@@ -77,9 +80,13 @@ def catch_up_args() -> list[str]:
 
     A trigger timetable's run times drift (a run waits for a free slot, the scheduler falls
     behind, a run is skipped), so consecutive runs' intervals need not meet: ``--catch-up`` starts
-    where the job stopped, whatever the run's interval start says.
+    where the job stopped, whatever the run's interval start says. Not in a backfill's runs: they
+    process exactly their intervals, one after the other (the stage task's
+    ``max_active_tis_per_dag`` is 1, and Airflow starts the oldest interval first), so a backfill
+    over a range processes that range and nothing else; one that would skip arrivals the job has
+    not processed yet fails saying from where to backfill.
     """
-    return ["--catch-up"]
+    return ["{{ '--no-catch-up' if dag_run.run_type == 'backfill' else '--catch-up' }}"]
 
 
 def judged_args(interval: timedelta) -> list[str]:
@@ -137,6 +144,9 @@ class StageOperator(BaseOperator):
         config: str = "{{ params.config }}",
         **kwargs: Any,
     ) -> None:
+        if catch_up and interval:
+            # the job's state is one chain: its runs' passes one at a time, the oldest first
+            kwargs.setdefault("max_active_tis_per_dag", 1)
         super().__init__(**kwargs)
         args = [stage, *stage_args, *(interval_args(interval) if interval else [])]
         if catch_up and interval:
@@ -154,7 +164,23 @@ class StageOperator(BaseOperator):
         self._hook: Any = None
 
     def execute(self, context: Any) -> None:
-        """Run the stage as the connection says: a Spark Connect client, or spark-submit."""
+        """Run the stage as the connection says: a Spark Connect client, or spark-submit.
+
+        A failure's message is also left in the task's XCom (:data:`FAILURE_KEY`), where the run's
+        :class:`RunOutcome` reads it: the run fails with the stage's or check's own words.
+        """
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        try:
+            self._execute()
+        except AirflowSkipException:
+            raise
+        except Exception as e:
+            with contextlib.suppress(Exception):  # the failure itself matters more than its note
+                context["ti"].xcom_push(key=FAILURE_KEY, value=str(e)[-2000:])
+            raise
+
+    def _execute(self) -> None:
         conn = BaseHook.get_connection(self.conn_id)
         env = dict(os.environ)
         if self.config:
@@ -208,6 +234,10 @@ class StageOperator(BaseOperator):
             for line in self._process.stdout:
                 out(line.rstrip("\n"))
             code = self._process.wait()
+        if code == EXIT_NOTHING_YET:  # its source has no input yet: skipped, and so is what needs it
+            from airflow.sdk.exceptions import AirflowSkipException
+
+            raise AirflowSkipException(" | ".join(x for x in last if x.strip())[-2000:])
         if code != 0:
             msg = (
                 f"stage {self.stage} exited with status {code}: "
@@ -250,3 +280,44 @@ class StageOperator(BaseOperator):
                 self._process.kill()
         if self._hook is not None:
             self._hook.on_kill()
+
+
+class RunOutcome(BaseOperator):
+    """A run's last task: it fails the run when any of its tasks failed, quoting their messages.
+
+    Airflow derives a run's state from its leaf tasks, and a DAG's leaf is often its report, which
+    runs whatever happened before it (``all_done``): without this task a run whose stage or check
+    failed would be shown as a success. It runs only when an upstream task failed
+    (``one_failed``); otherwise it is skipped, and a skipped leaf leaves the run successful. A
+    check run with ``on_violation = warn`` does not fail, so neither does its run.
+    Every other task of the DAG is upstream of it (:func:`close_run` wires that).
+    """
+
+    ui_color = "#fbe8e8"
+
+    def __init__(self, *, task_id: str = "run_outcome", **kwargs: Any) -> None:
+        super().__init__(task_id=task_id, trigger_rule="one_failed", retries=0, **kwargs)
+
+    def execute(self, context: Any) -> None:
+        """Fail, naming every failed upstream task and its message."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        ti = context["ti"]
+        notes = []
+        for task_id in sorted(self.upstream_task_ids):
+            note = ti.xcom_pull(task_ids=task_id, key=FAILURE_KEY)
+            if note:
+                notes.append(f"{task_id}: {note}")
+        detail = "\n".join(notes) or "see the failed tasks' logs"
+        msg = f"the run failed: a stage or check of it failed\n{detail}"
+        self.log.error("%s", msg)
+        raise AirflowFailException(msg)
+
+
+def close_run() -> RunOutcome:
+    """Add :class:`RunOutcome` downstream of every task of the DAG being defined (call it last)."""
+    outcome = RunOutcome()  # in the DAG's context: it joins that DAG
+    for task in outcome.dag.tasks:
+        if task is not outcome:
+            task >> outcome
+    return outcome

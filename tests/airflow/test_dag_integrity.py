@@ -84,6 +84,7 @@ out = {
             "catchup": d.catchup,
             "tasks": {t.task_id: {"retries": t.retries, "down": sorted(t.downstream_task_ids),
                                   "depends_on_past": t.depends_on_past,
+                                  "max_active_tis_per_dag": t.max_active_tis_per_dag,
                                   "trigger_rule": getattr(t.trigger_rule, "value", str(t.trigger_rule))}
                       for t in d.tasks},
         } for d in bag.dags.values()
@@ -116,14 +117,29 @@ def test_policy_tags_docs_retries(probe, dag_id):
     dag = probe["dags"][dag_id]
     assert "outoforder" in dag["tags"]
     assert dag["doc"]
-    # every Spark task retries; only pure validation tasks (named plan) may fail at once
-    assert all(t["retries"] >= 1 for tid, t in dag["tasks"].items() if tid != "plan")
+    # every Spark task retries; only pure validation tasks (named plan) and the run's verdict
+    # (run_outcome: it re-reads the same failure) may fail at once
+    assert all(t["retries"] >= 1 for tid, t in dag["tasks"].items() if tid not in ("plan", "run_outcome"))
 
 
 @pytest.mark.parametrize("dag_id", sorted(EXPECTED_STRUCTURE))
 def test_task_wiring(probe, dag_id):
     got = {tid: set(t["down"]) for tid, t in probe["dags"][dag_id]["tasks"].items()}
-    assert got == EXPECTED_STRUCTURE[dag_id]
+    # and every DAG closes with run_outcome, downstream of every task (the next test)
+    expected = {tid: {*down, "run_outcome"} for tid, down in EXPECTED_STRUCTURE[dag_id].items()}
+    assert got == {**expected, "run_outcome": set()}
+
+
+@pytest.mark.parametrize("dag_id", sorted(EXPECTED_STRUCTURE))
+def test_a_failed_task_fails_its_run(probe, dag_id):
+    # Airflow derives a run's state from its leaves; the report runs after a failure (all_done)
+    # and would leave the run green: the one leaf is run_outcome, which runs only when a task
+    # failed and then fails (its trigger rule), so the run is failed exactly when a task failed
+    tasks = probe["dags"][dag_id]["tasks"]
+    leaves = [tid for tid, t in tasks.items() if not t["down"]]
+    assert leaves == ["run_outcome"]
+    assert tasks["run_outcome"]["trigger_rule"] == "one_failed"
+    assert tasks["run_outcome"]["retries"] == 0
 
 
 def test_dags_parse_even_where_the_jar_cache_is_not_configured(airflow_env):
@@ -138,6 +154,20 @@ def test_stream_runs_go_one_at_a_time_and_a_failed_check_holds_up_no_later_run(p
     # stage catches up from where the job stopped instead of waiting on the previous run's tasks
     assert probe["dags"][dag_id]["max_active_runs"] == 1
     assert not any(t["depends_on_past"] for t in probe["dags"][dag_id]["tasks"].values())
+
+
+STREAM_STAGES = [("join_stream", "join_interval"), ("aggregate_stream", "aggregate_interval"),
+                 ("topk_stream", "topk_interval")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("dag_id", "stage"), STREAM_STAGES)
+def test_a_stream_stage_runs_one_pass_at_a_time_across_runs_backfills_included(probe, dag_id, stage):
+    # a backfill starts its runs side by side (its own max_active_runs, not the DAG's): the stage
+    # task's own limit keeps the job's passes one at a time, the oldest interval first, so each
+    # backfill run continues the state the previous one left
+    tasks = probe["dags"][dag_id]["tasks"]
+    assert tasks[stage]["max_active_tis_per_dag"] == 1
+    assert all(t["max_active_tis_per_dag"] is None for tid, t in tasks.items() if tid != stage)
 
 
 def test_every_run_ends_with_its_report_even_after_a_failed_task(probe):

@@ -35,7 +35,7 @@ for dag in bag.dags.values():
         "params": defaults, "data_interval_start": end - timedelta(minutes=1), "data_interval_end": end,
         "logical_date": end, "macros": SimpleNamespace(timedelta=timedelta), "run_id": "manual__t",
         "dag": SimpleNamespace(dag_id=dag.dag_id), "ti": SimpleNamespace(xcom_pull=lambda **kw: "ooo/d-1"),
-        "dag_run": SimpleNamespace(start_date=end),
+        "dag_run": SimpleNamespace(start_date=end, run_type="scheduled"),
     }
     tasks, templated = {}, []
     for t in dag.tasks:
@@ -43,7 +43,10 @@ for dag in bag.dags.values():
         if isinstance(t, StageOperator):
             raw = list(t.stage_args)
             rendered = [jinja2.Template(a).render(**context) for a in raw]
-            tasks[t.task_id] = {"stage": t.stage, "raw": raw, "args": rendered}
+            # a backfill's run renders a stream stage's --catch-up as --no-catch-up
+            backfill = {**context, "dag_run": SimpleNamespace(start_date=end, run_type="backfill")}
+            in_backfill = [jinja2.Template(a).render(**backfill) for a in raw]
+            tasks[t.task_id] = {"stage": t.stage, "raw": raw, "args": rendered, "backfill": in_backfill}
     out["dags"][dag.dag_id] = {"params": defaults, "tasks": tasks, "templated": templated}
 print("PARAMS" + json.dumps(out, default=str))
 """
@@ -66,8 +69,13 @@ def test_every_stage_task_parses_with_the_dags_defaults_and_runs_the_dags_job(da
     for dag_id, task_id, task in _stage_tasks(dags):
         try:
             args = parser.parse_args(task["args"])
+            in_backfill = parser.parse_args(task["backfill"])
         except SystemExit:  # argparse reports on stderr; name the task here
-            pytest.fail(f"{dag_id}.{task_id}: the CLI rejects {task['args']}")
+            pytest.fail(f"{dag_id}.{task_id}: the CLI rejects {task['args']} or {task['backfill']}")
+        # a stream stage catches up in scheduled runs, and processes exactly its interval in a backfill's
+        assert not getattr(in_backfill, "catch_up", False), f"{dag_id}.{task_id}"
+        if "--catch-up" in task["args"]:
+            assert args.catch_up and task["stage"].endswith("-stream"), f"{dag_id}.{task_id}"
         job = registry.stage(task["stage"]).job
         if job is None:
             continue

@@ -69,6 +69,21 @@ def test_a_spark_connection_submits_each_stage_as_an_application_of_its_own(migr
     assert "[maintain]" in out
 
 
+@pytest.mark.parametrize("dag_id", ["join_stream", "aggregate_stream", "topk_stream", "theta_backfill"])
+def test_a_dag_run_on_an_empty_lake_is_skipped_not_failed(migrated, tmp_path, dag_id):
+    # a DAG unpaused before its stream started (here: the current minute, on a lake with nothing):
+    # the stage says what bronze has and the run succeeds with its stage and check skipped
+    from datetime import UTC, datetime
+
+    env = {**migrated, "OOO_LAKE_ROOT": str(tmp_path / "lake")}
+    now = datetime.now(UTC).replace(second=0, microsecond=0).isoformat()
+    run = airflow_cli(env, "dags", "test", dag_id, now)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-5000:]
+    assert "state=success" in out and "state=failed" not in out, out[-5000:]
+    assert "nothing to do yet" in out and "bronze has no rows of source" in out, out[-5000:]
+
+
 @pytest.fixture(scope="module")
 def replayed(spark_server):
     """A 3 s synthetic replay in the session's lake (its arrival clock: 10,753 s after the epoch)."""

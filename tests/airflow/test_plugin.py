@@ -57,6 +57,11 @@ def test_stage_operator_fills_in_the_stage_interval_and_validation(plugin_path, 
     assert {type(link).__name__ for link in op.operator_extra_links} == {"QualityReportLink", "DataDocsLink"}
     plain = StageOperator(task_id="s", stage="topk-stream")
     assert plain.stage_args == ["topk-stream"]
+    # a stream stage catches up, except in a backfill's runs (exactly their intervals, one at a time)
+    stream = StageOperator(task_id="t", stage="topk-stream", interval=timedelta(minutes=1), catch_up=True)
+    catch_up = stream.stage_args[-1]
+    assert "dag_run.run_type == 'backfill'" in catch_up and "--catch-up" in catch_up
+    assert stream.max_active_tis_per_dag == 1 and plain.max_active_tis_per_dag is None
 
 
 def test_links_point_at_the_run_report_and_data_docs(plugin_path):
@@ -162,13 +167,14 @@ def test_web_app_serves_nothing_without_a_logged_in_user(plugin_path, tmp_path, 
     assert client.get(page, headers={"Authorization": "Bearer good"}).text == "<h1>cumulative</h1>"
 
 
-@pytest.mark.parametrize(("status", "fails_for_good"), [(3, True), (2, False)])
+@pytest.mark.parametrize(("status", "outcome"), [(3, "fail"), (2, "retry"), (5, "skip")])
 def test_stage_operator_fails_for_good_on_a_quality_verdict_and_retries_an_error(
-    plugin_path, airflow_env, monkeypatch, tmp_path, status, fails_for_good
+    plugin_path, airflow_env, monkeypatch, tmp_path, status, outcome
 ):
-    """Exit status 3 (a failed check) is final: a retry would judge the same rows again."""
+    """Exit status 3 (a failed check) is final: a retry would judge the same rows again. Status 5
+    (a scheduled run whose source has no input yet) skips the task, and what needs it."""
     from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
-    from airflow.sdk.exceptions import AirflowFailException
+    from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
     from outoforder_airflow.operators import StageFailed, StageOperator
 
     stage = tmp_path / "stage"
@@ -183,10 +189,37 @@ def test_stage_operator_fails_for_good_on_a_quality_verdict_and_retries_an_error
             self.password = None
 
     op = StageOperator(task_id="v", stage="validate-topk")
-    with pytest.raises(AirflowFailException if fails_for_good else StageFailed) as failed:
+    raised = {"fail": AirflowFailException, "retry": StageFailed, "skip": AirflowSkipException}[outcome]
+    with pytest.raises(raised) as failed:
         op._run_client(Conn(), dict(os.environ))
-    assert f"exited with status {status}" in str(failed.value)
+    assert type(failed.value) is raised
     assert "the stage says why" in str(failed.value)
+    if outcome != "skip":
+        assert f"exited with status {status}" in str(failed.value)
+
+
+def test_run_outcome_fails_the_run_quoting_each_failed_task(plugin_path, airflow_env, monkeypatch):
+    from airflow.sdk import DAG
+    from airflow.sdk.exceptions import AirflowFailException
+    from outoforder_airflow.operators import FAILURE_KEY, StageOperator, close_run
+
+    with DAG("d", schedule=None) as dag:
+        stage = StageOperator(task_id="stage", stage="topk-stream")
+        check = StageOperator(task_id="check", stage="validate-topk", validation=True)
+        stage >> check
+        outcome = close_run()
+    assert outcome.upstream_task_ids == {"stage", "check"} and outcome.trigger_rule == "one_failed"
+    assert dag.leaves == [outcome]
+
+    class Ti:  # the XComs a failed check left (StageOperator.execute pushes them)
+        def xcom_pull(self, task_ids: str, key: str) -> str | None:
+            assert key == FAILURE_KEY
+            return {"check": "stage validate-topk exited with status 3: accuracy 0.81 < 0.9"}.get(task_ids)
+
+    with pytest.raises(AirflowFailException) as failed:
+        outcome.execute({"ti": Ti()})
+    assert "check: stage validate-topk exited with status 3: accuracy 0.81 < 0.9" in str(failed.value)
+    assert "stage:" not in str(failed.value)  # only the tasks that failed are named
 
 
 def test_web_app_follows_each_dags_read_permission(plugin_path, tmp_path, monkeypatch):

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from datetime import datetime
 from pathlib import Path
@@ -28,6 +29,7 @@ from typing import Any
 import pytest
 
 from outoforder.stages import spec
+from outoforder.stages.join.spec import JoinJob
 from outoforder.stages.theta.spec import ThetaJob
 from outoforder.stages.topk.spec import DEMO_JOB as TOPK_DEMO
 from tests import sparkconf
@@ -44,9 +46,11 @@ CONF = {"source": SOURCE, "on_violation": "warn"}  # a 3 s replay closes no top-
 # the first run has no arrivals, the second all of them, from the first run's state
 TOPK_DATES = ["1970-01-01T02:59:00+00:00", "1970-01-01T03:00:00+00:00"]
 TOPK_SPAN = ("1970-01-01T02:58:00", "1970-01-01T03:00:00")
-# a run covers the minute before its logical date: one run, [02:59, 03:00); an equi-join on x with
-# the MCF pre-filter (the replay's positions repeat exactly often enough to give results)
-THETA_FROM, THETA_TO = "1970-01-01T03:00:00", "1970-01-01T03:00:00"
+# a run covers the minute before its logical date: two runs, [02:59, 03:00) and [03:00, 03:01), side
+# by side (a backfill's own max active runs), writing the same source's slices of the θ tables; an
+# equi-join on x with the MCF pre-filter (the replay's positions repeat often enough to give results)
+THETA_FROM, THETA_TO = "1970-01-01T03:00:00", "1970-01-01T03:01:00"
+THETA_SPAN = ("1970-01-01T02:59:00", "1970-01-01T03:01:00")
 THETA_CONF = {**CONF, "predicates": "=", "prefilter": "mcf", "partitions": 4}
 # the main job's top-k query (the declared one, the seed's, has 60 s windows: none closes here)
 TOPK_CONF = {**CONF, **TOPK_DEMO.option_values()}
@@ -62,6 +66,7 @@ def _options(job: spec.Job) -> list[str]:
 
 
 TOPK_DIRECT = _options(TOPK_DEMO)  # what the topk_stream runs are given
+JOIN_DIRECT = _options(JoinJob())  # the join_stream runs': the declared defaults
 THETA_DIRECT = _options(ThetaJob.from_options(THETA_CONF))
 
 DIRECT = r"""
@@ -75,7 +80,7 @@ import json, sys
 from outoforder.config import load_settings
 from outoforder.spark.session import get_spark
 from outoforder.io import delta
-from outoforder.io.tables import THETA_RESULTS, THETA_WINDOWS, TOPK_RESULTS
+from outoforder.io.tables import JOIN_RESULTS, THETA_RESULTS, THETA_WINDOWS, TOPK_RESULTS
 s = load_settings(); spark = get_spark(s)
 def outputs(root):
     def rows(table, cols):
@@ -88,6 +93,9 @@ def outputs(root):
              "score"],
         ),
         "theta_results": rows(THETA_RESULTS, ["job", "window_start_us", "seqs"]),
+        "join_results": rows(
+            JOIN_RESULTS, ["job", "r_seq", "s_seq", "emitted_at_seq", "d_r_us", "d_s_us", "params_version"]
+        ),
         "theta_windows": rows(
             THETA_WINDOWS, ["job", "window_start_us", "output_rows", "prefilter", "rows", "kept_rows"]
         ),
@@ -200,6 +208,23 @@ def _runs(standalone: dict[str, Any], dag_id: str) -> list[dict[str, Any]]:
     ]
 
 
+def _api(standalone: dict[str, Any], path: str) -> Any:
+    req = urllib.request.Request(
+        f"{standalone['url']}/api/v2/{path}", headers={"Authorization": f"Bearer {_token(standalone)}"}
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return json.load(resp)
+
+
+def _tasks(standalone: dict[str, Any], dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
+    got = _api(standalone, f"dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id)}/taskInstances")
+    return {t["task_id"]: t for t in got["task_instances"]}
+
+
+def _tries(standalone: dict[str, Any], dag_id: str, run_id: str) -> dict[str, int]:
+    return {k: int(t["try_number"]) for k, t in _tasks(standalone, dag_id, run_id).items()}
+
+
 def _wait(standalone: dict[str, Any], dag_id: str, count: int, timeout_s: int = 1800) -> list[dict[str, Any]]:
     deadline = time.monotonic() + timeout_s
     runs: list[dict[str, Any]] = []
@@ -226,19 +251,30 @@ def pipeline(standalone):
         env, "backfill", "create", "--dag-id", "theta_backfill",
         "--from-date", THETA_FROM, "--to-date", THETA_TO, "--dag-run-conf", json.dumps(THETA_CONF),
     )  # fmt: skip
-    for dag_id in ("topk_stream", "theta_backfill"):
+    # a stream DAG's backfill over the replay's two minutes: its runs start side by side, their
+    # passes go one at a time, each exactly its interval (no catch-up), the oldest first
+    _airflow(
+        env, "backfill", "create", "--dag-id", "join_stream",
+        "--from-date", THETA_FROM, "--to-date", THETA_TO, "--dag-run-conf", json.dumps(CONF),
+    )  # fmt: skip
+    for dag_id in ("topk_stream", "theta_backfill", "join_stream"):
         _airflow(env, "dags", "unpause", dag_id)
     for date in TOPK_DATES:  # in order: each run depends on the previous one (state)
         _airflow(env, "dags", "trigger", "topk_stream", "--logical-date", date, "-c", json.dumps(TOPK_CONF))
     topk = _wait(standalone, "topk_stream", len(TOPK_DATES))
-    theta = _wait(standalone, "theta_backfill", 1)
-    return {"topk": topk, "theta": theta}
+    theta = _wait(standalone, "theta_backfill", 2)
+    join = _wait(standalone, "join_stream", 2)
+    return {"topk": topk, "theta": theta, "join": join}
 
 
 def test_scheduler_runs_the_pipeline_and_a_backfill_like_a_direct_run(standalone, pipeline):
     env, home = standalone["env"], standalone["home"]
     assert sorted(r["logical_date"] for r in pipeline["topk"]) == TOPK_DATES
-    assert [r["state"] for r in pipeline["theta"]] == ["success"]
+    assert [r["state"] for r in pipeline["theta"]] == ["success", "success"]
+    # the backfill's runs side by side: each succeeded at its first attempt (a conflict between their
+    # commits is retried inside the stage, not by a failed attempt)
+    for run in pipeline["theta"]:
+        assert _tries(standalone, "theta_backfill", run["run_id"])["theta_join"] == 1, run
     spark_python = str(Path(env["OOO_SPARK_VENV"]) / "bin" / "python")
 
     # the same stages run directly on a copy of the same bronze, in one process (one Spark Connect
@@ -246,20 +282,24 @@ def test_scheduler_runs_the_pipeline_and_a_backfill_like_a_direct_run(standalone
     direct = dict(standalone["client"], OOO_LAKE_ROOT=str(home / "direct-lake"))
     runs = [
         ["topk-stream", "--source", SOURCE, *TOPK_DIRECT, "--start", TOPK_SPAN[0], "--end", TOPK_SPAN[1]],
-        ["theta-join", "--source", SOURCE, *THETA_DIRECT, "--start", "1970-01-01T02:59:00",
-         "--end", "1970-01-01T03:00:00"],
+        ["theta-join", "--source", SOURCE, *THETA_DIRECT, "--start", THETA_SPAN[0], "--end", THETA_SPAN[1]],
+        # the join backfill's range in one pass
+        ["join-stream", "--source", SOURCE, *JOIN_DIRECT, "--start", THETA_SPAN[0], "--end", THETA_SPAN[1]],
     ]  # fmt: skip
     both = run_probe(spark_python, DIRECT + OUTPUTS, "OUT", direct, json.dumps(runs), env["OOO_LAKE_ROOT"])
     through_airflow, expected = both["airflow"], both["direct"]
 
     assert through_airflow["topk_results"], "the replay produced no top-k result"
     assert through_airflow["theta_results"], "the backfill produced no θ-join row"
-    windows = through_airflow["theta_windows"]  # the run's minute in 10 s windows
+    windows = through_airflow["theta_windows"]  # the runs' two minutes in 10 s windows
+    assert len(windows) == 12
     assert {w[3] for w in windows} == {"mcf"}
     assert sum(w[2] for w in windows) == len(through_airflow["theta_results"])
     kept, rows = sum(sum(w[5] or [0]) for w in windows), sum(sum(w[4]) for w in windows)
     assert 0 < kept <= rows  # the pre-filter ran, and passed on at most every row
-    key = {"topk_results": (0, 1, 6), "theta_results": (0, 1, 2), "theta_windows": (0, 1)}  # a row's identity
+    assert through_airflow["join_results"], "the join backfill produced no pair"
+    key = {"topk_results": (0, 1, 6), "theta_results": (0, 1, 2), "theta_windows": (0, 1),
+           "join_results": (0, 1, 2)}  # a row's identity  # fmt: skip
     for table, rows in through_airflow.items():
         keys = [json.dumps([r[i] for i in key[table]]) for r in rows]
         assert len(keys) == len(set(keys)), f"duplicates in {table}"
@@ -290,6 +330,48 @@ def _browser():
     ):
         opts.add_argument(arg)
     return webdriver.Chrome(service=Service(driver), options=opts)
+
+
+# A failing stage: a θ window that does not divide the run's minute (a ConfigError in each of the
+# task's tries). A failing check: the join with a recall target its first retentions cannot meet
+# (nothing buffered before the first adaptation, every period to reach 0.999).
+FAILING = {
+    "theta_backfill": {**THETA_CONF, "window_s": 7, "on_violation": "fail"},
+    "join_stream": {**CONF, "on_violation": "fail", "q_user": 0.999, "initial_retention_s": 0.0,
+                    "period_s": 1.0, "interval_s": 0.5},
+}  # fmt: skip
+FAILED_TASK = {"theta_backfill": ("theta_join", "cut at multiples of the window"),
+               "join_stream": ("validate_join", "exited with status 3")}  # fmt: skip
+
+
+def _finished(standalone: dict[str, Any], dag_id: str, run_id: str, timeout_s: int = 900) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        state = next((r["state"] for r in _runs(standalone, dag_id) if r["run_id"] == run_id), None)
+        if state in ("success", "failed"):
+            return str(state)
+        time.sleep(5)
+    pytest.fail(f"{dag_id} {run_id}: not finished after {timeout_s} s")
+
+
+def test_a_failed_stage_or_check_fails_its_run(standalone, pipeline):
+    # Airflow derives a run's state from its leaves: the report (all_done) would leave it green,
+    # the run_outcome task fails it, and quotes the failed task
+    env = standalone["env"]
+    for dag_id, conf in FAILING.items():
+        _airflow(env, "dags", "unpause", dag_id)
+        _airflow(env, "dags", "trigger", dag_id, "--run-id", f"failing_{dag_id}",
+                 "--logical-date", "1970-01-01T03:00:00+00:00", "-c", json.dumps(conf))  # fmt: skip
+    for dag_id in FAILING:
+        run_id = f"failing_{dag_id}"
+        assert _finished(standalone, dag_id, run_id) == "failed", dag_id
+        tasks = _tasks(standalone, dag_id, run_id)
+        task, said = FAILED_TASK[dag_id]
+        assert tasks[task]["state"] == "failed", tasks[task]
+        assert tasks["quality_report"]["state"] == "success"  # the failure still got its page
+        assert tasks["run_outcome"]["state"] == "failed"
+        note = _api(standalone, f"dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task}/xcomEntries/failure")
+        assert said in str(note["value"]), note
 
 
 def test_the_reports_need_a_logged_in_user(standalone, pipeline):

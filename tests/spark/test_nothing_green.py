@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from outoforder.errors import InputError, StateError
+from outoforder.errors import EXIT_NOTHING_YET, InputError, NothingYet, StateError
 from outoforder.stages.aggregate import validate as aggregate_validate
 from outoforder.stages.aggregate.spec import AggJob
 from outoforder.stages.aggregate.stream import AggregateStream
@@ -43,6 +43,25 @@ def test_a_misspelt_source_fails_naming_the_sources_there_are(spark, settings, y
         match=r"no rows of source 'test/yrad' \(its sources: test/yard; did you mean 'test/yard'\?\)",
     ):
         AggregateStream(StageContext.of(spark, settings, "test/yrad", AGG)).run()
+
+
+def test_a_scheduled_run_of_a_source_without_input_yet_is_skipped_saying_what_there_is(
+    spark, settings, yard, tmp_path
+):
+    # a stream DAG unpaused before its stream started: its runs are skipped, not failed (its stream
+    # may yet come), and each says what bronze has, so a misspelt source still shows
+    ctx = StageContext.of(spark, settings, "test/yrad", AGG)
+    with pytest.raises(NothingYet, match=r"no rows of source 'test/yrad' .*did you mean 'test/yard'"):
+        AggregateStream(ctx).run(T0, T0 + 60_000_000, catch_up=True)
+    from outoforder.stages.cli import main
+
+    cfg = tmp_path / "lake.toml"
+    cfg.write_text(f'[lake]\nroot = "{settings.lake_root}"\n')
+    start, end = str(T0), str(T0 + 60_000_000)
+    args = ["join-stream", "--config", str(cfg), "--source", "test/yrad", "--r-streams", "forklift"]
+    args += ["--s-streams", "picker"]
+    assert main([*args, "--start", start, "--end", end, "--catch-up"]) == EXIT_NOTHING_YET
+    assert main([*args, "--start", start, "--end", end]) == 2  # asked by hand: an error, as above
 
 
 def test_a_join_side_without_rows_fails_naming_the_streams_there_are(spark, settings, yard):

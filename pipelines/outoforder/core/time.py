@@ -66,3 +66,14 @@ def parse_instant_us(text: str) -> int:
         parsed = parsed.replace(tzinfo=UTC)
     delta = parsed - datetime(1970, 1, 1, tzinfo=UTC)
     return (delta.days * 86_400 + delta.seconds) * US_PER_SECOND + delta.microseconds
+
+
+def format_instant_us(us: int) -> str:
+    """µs since the epoch as ISO 8601 UTC, as Airflow's CLI takes it (the inverse of the above).
+
+    >>> format_instant_us(10_753_000_000)
+    '1970-01-01T02:59:13+00:00'
+    >>> parse_instant_us(format_instant_us(1_500_000))
+    1500000
+    """
+    return datetime.fromtimestamp(us / US_PER_SECOND, UTC).isoformat()

@@ -15,7 +15,15 @@ import sys
 from typing import Any
 
 from outoforder.config import Settings, load_settings
-from outoforder.errors import EXIT_ERROR, EXIT_QUALITY, ConfigError, OutOfOrderError, QualityError
+from outoforder.errors import (
+    EXIT_ERROR,
+    EXIT_NOTHING_YET,
+    EXIT_QUALITY,
+    ConfigError,
+    NothingYet,
+    OutOfOrderError,
+    QualityError,
+)
 from outoforder.stages import registry, spec
 from outoforder.stages.context import StageContext, release
 
@@ -103,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
         stage = registry.stage(args.stage)
         ctx = context(stage, args, settings)  # a job that cannot work fails before Spark starts
         return int(stage.handler()(ctx, args) or 0)
+    except NothingYet as e:
+        print(f"nothing to do yet: {e}", file=sys.stderr, flush=True)
+        return EXIT_NOTHING_YET
     except OutOfOrderError as e:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
         return EXIT_QUALITY if isinstance(e, QualityError) else EXIT_ERROR

@@ -134,9 +134,9 @@ PASS = (
     arg("--start", help="where the job's first pass starts, by arrival time (µs or ISO 8601; default: the "
         "source's first arrival); later passes start where the job stands"),
     arg("--end", help="where the pass ends, exclusive (default: as far as the ingest has delivered)"),
-    arg("--catch-up", action="store_true",
+    arg("--catch-up", action=argparse.BooleanOptionalAction, default=False,
         help="a --start after where the job stands is not an error: the pass starts where the job stands "
-        "(scheduled runs)"),
+        "(scheduled runs; a backfill's runs pass --no-catch-up)"),
 )  # fmt: skip
 """What a stream stage that runs one pass per run takes (:mod:`outoforder.stages.passes`)."""
 

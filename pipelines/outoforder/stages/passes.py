@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 from outoforder.config import Settings
-from outoforder.errors import InputError, StateError
+from outoforder.core.time import format_instant_us
+from outoforder.errors import InputError, NothingYet, StateError
 from outoforder.io.conflicts import retrying
 from outoforder.stages.context import StageContext
 from outoforder.stages.spec import Job
@@ -304,13 +305,23 @@ class PassStage(ABC, Generic[J, S]):
             if not reach:
                 # a declared topic the ingest has not delivered from yet (live mode's first
                 # minute): nothing to do, not a missing input
-                log.info("[%s] %s: nothing ingested from its topic yet", self.name, self.source)
+                msg = f"the ingest has delivered nothing from the topic of {self.source!r} yet"
+                if catch_up:
+                    raise NothingYet(msg)
+                log.info("[%s] %s", self.name, msg)
                 return None
         if pos is None:
             from outoforder.stages.state import check_input
 
-            # the job's first pass: a misspelt source or stream would run green on nothing
-            check_input(self.spark, self.settings, self.source, self.streams(), self.what)
+            # the job's first pass: a misspelt source or stream would run green on nothing; a
+            # scheduled run is skipped instead, saying what bronze has (a DAG unpaused before its
+            # stream started: the stream may yet come)
+            try:
+                check_input(self.spark, self.settings, self.source, self.streams(), self.what)
+            except InputError as e:
+                if catch_up:
+                    raise NothingYet(str(e)) from e
+                raise
             lo = start_us if start_us is not None else self.first_arrival()
             assert lo is not None
         else:
@@ -318,7 +329,8 @@ class PassStage(ABC, Generic[J, S]):
             if start_us is not None and start_us > lo and not catch_up:
                 msg = (
                     f"the {self.what} of {self.source} ({self.jid}) has processed arrivals up to {lo}; "
-                    f"a pass from {start_us} would skip [{lo}, {start_us}): run without --start"
+                    f"a pass from {start_us} would skip [{lo}, {start_us}): run without --start (a "
+                    f"backfill: from {format_instant_us(lo)} on)"
                 )
                 raise StateError(msg)
         hi = OPEN_END if end_us is None else end_us

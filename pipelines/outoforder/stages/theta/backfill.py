@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from outoforder.errors import StateError
-from outoforder.io.conflicts import retry_on_conflict
+from outoforder.io.conflicts import retry_on_conflict, retrying
 from outoforder.stages.context import StageContext
 from outoforder.stages.theta.spec import ThetaJob
 
@@ -243,9 +243,16 @@ def _run_part(
             out = spark.createDataFrame([], THETA_RESULTS.schema)
         between = ("window_start_us", start_us, end_us)
         match: dict[str, str | int] = {"source": source, "job": jid}
-        delta.replace_where(out, THETA_RESULTS, settings.lake_root, match, between)
         windows_df = spark.createDataFrame(stats_rows, THETA_WINDOWS.schema)
-        delta.replace_where(windows_df, THETA_WINDOWS, settings.lake_root, match, between)
+
+        def write() -> None:
+            delta.replace_where(out, THETA_RESULTS, settings.lake_root, match, between)
+            delta.replace_where(windows_df, THETA_WINDOWS, settings.lake_root, match, between)
+
+        # Backfill runs over disjoint ranges of one source replace disjoint slices, yet Delta checks
+        # a replaceWhere's conflicts by partition, so each may lose to the other's commit: the write
+        # is retried alone (the rows come from bronze, not from the tables written, and are persisted)
+        retrying("theta.write", write)
     finally:
         for df in result_frames:
             df.unpersist()
