@@ -342,6 +342,9 @@ FAILING = {
 }  # fmt: skip
 FAILED_TASK = {"theta_backfill": ("theta_join", "cut at multiples of the window"),
                "join_stream": ("validate_join", "exited with status 3")}  # fmt: skip
+# dates no other run of the module has (a DAG has one run per logical date): the join's covers the
+# replay's arrivals, the θ-join's any minute
+FAILING_AT = {"theta_backfill": "1970-01-01T03:05:00+00:00", "join_stream": "1970-01-01T02:59:59+00:00"}
 
 
 def _finished(standalone: dict[str, Any], dag_id: str, run_id: str, timeout_s: int = 900) -> str:
@@ -361,7 +364,7 @@ def test_a_failed_stage_or_check_fails_its_run(standalone, pipeline):
     for dag_id, conf in FAILING.items():
         _airflow(env, "dags", "unpause", dag_id)
         _airflow(env, "dags", "trigger", dag_id, "--run-id", f"failing_{dag_id}",
-                 "--logical-date", "1970-01-01T03:00:00+00:00", "-c", json.dumps(conf))  # fmt: skip
+                 "--logical-date", FAILING_AT[dag_id], "-c", json.dumps(conf))  # fmt: skip
     for dag_id in FAILING:
         run_id = f"failing_{dag_id}"
         assert _finished(standalone, dag_id, run_id) == "failed", dag_id
