@@ -20,7 +20,8 @@
 
 Runs go one at a time, each starting where the job stopped. A manual run processes up to its
 logical date; for past data use `airflow backfill create --dag-id
-aggregate_stream --from-date ... --to-date ...`.
+aggregate_stream --from-date ... --to-date ...` (its runs' passes one at a time, the oldest first,
+each exactly its minute). A failed stage or check fails the run (**run_outcome**).
 
 Thin: out-of-process Spark stages (``aggregate-stream``, ``validate-aggregate``) and one tiny
 Python check that reads the ledger status file the stage leaves (no Spark, no Delta). When the

@@ -14,10 +14,12 @@
    work follows the interval, not the history) and runs Great Expectations: no duplicate result
    pairs among them, recall >= `q_user` in each. `on_violation = warn` reports without failing the run.
 
-Runs go one at a time, and a failed check holds up no later run. A manual run (trigger button,
+Runs go one at a time, and a failed check holds up no later run, but fails its own (the last
+task, **run_outcome**, fails a run whose stage or check failed). A manual run (trigger button,
 `airflow dags test`) has no interval of its own and joins up to its logical date. For past data
 (a replay's arrival times) use `airflow backfill create --dag-id join_stream --from-date ...
---to-date ...`.
+--to-date ...`: its runs process exactly their minutes, one pass at a time, the oldest first. A
+scheduled run whose source has sent nothing yet is skipped, saying what bronze has.
 
 Thin: two out-of-process Spark stages (``join-stream``, ``validate-join``); the state between runs
 lives in Delta (silver/join_state): runs go one at a time, and re-running a processed interval

@@ -9,7 +9,9 @@ r"""### θ-join backfill (FastThetaJoin), one event-time interval per run
 2. **validate_theta** (Great Expectations): every window of the interval ran, no result repeats,
    and for `sample` windows the stored count equals DuckDB's count of the same join over bronze.
 
-`window_s` must divide the one-minute interval. Over past data:
+`window_s` must divide the one-minute interval: runs fire on the minute, so every scheduled
+interval is cut at the windows. A source with no rows in bronze skips the run (saying what
+bronze has); a failed join or check fails it (**run_outcome**). Over past data:
 
     airflow backfill create --dag-id theta_backfill \
         --from-date 1970-01-01T02:59:00 --to-date 1970-01-01T03:00:00
@@ -17,7 +19,8 @@ r"""### θ-join backfill (FastThetaJoin), one event-time interval per run
 (the demo replays' event clock starts 10,753 s after the epoch). Re-running a range changes nothing.
 
 Thin: two out-of-process Spark stages (``theta-join``, ``validate-theta``). Runs are independent
-(each replaces exactly its interval), so backfills may overlap processed ranges.
+(each replaces exactly its interval), so backfills may overlap processed ranges, and a backfill's
+runs side by side retry a commit one of them lost to the other inside the stage.
 """
 
 from __future__ import annotations

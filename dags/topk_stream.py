@@ -15,7 +15,8 @@
 The defaults are the seed's query (60 s windows sliding by 5 s, 30 windows per decision), as on the
 command line; on a short replay set a smaller one in the run's Params or in `[dags.topk]` (the main
 job's: `window_s = 4`, `slide_s = 0.5`, `n = 10`). For past data:
-`airflow backfill create --dag-id topk_stream --from-date ... --to-date ...` (in order: one run at a time).
+`airflow backfill create --dag-id topk_stream --from-date ... --to-date ...` (its runs' passes one at a
+time, the oldest first, each exactly its minute).
 
 Thin: two out-of-process Spark stages (``topk-stream``, ``validate-topk``); the operator's state
 is carried from run to run in Delta, so runs go one at a time, each starting where the job stopped.

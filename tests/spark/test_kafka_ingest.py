@@ -23,7 +23,7 @@ import uuid
 import pytest
 from pyspark.sql import functions as F
 
-from outoforder.errors import ConfigError, StateError
+from outoforder.errors import EXIT_NOTHING_YET, ConfigError, StateError
 from outoforder.io import delta
 from outoforder.io import kafka as kafka_io
 from outoforder.io.tables import BRONZE, INGEST_LOG, JOIN_RESULTS, KAFKA_OFFSETS, QUARANTINE, SEQ_PER_FILE
@@ -94,7 +94,10 @@ def test_a_disordered_topic_is_ingested_in_batches_exactly_once_and_joined(
     join = ("--source", "yard", "--r-streams", "forklift", "--s-streams", "picker", "--theta", "3")
     # live mode's first minute: a stage's run before the ingest's first batch has nothing to do
     out = run(cfg, "join-stream", *join, "--start", 1, "--end", 2)
-    assert "nothing ingested from its topic yet" in out
+    assert "the ingest has delivered nothing from the topic of 'yard' yet" in out
+    # ... and a scheduled run is skipped, saying so (exit status 5: the task is skipped)
+    out = run(cfg, "join-stream", *join, "--start", 1, "--end", 2, "--catch-up", expect=EXIT_NOTHING_YET)
+    assert "nothing to do yet: the ingest has delivered nothing from the topic of 'yard' yet" in out
     first = records(600, seed=1, bad_every=50)
     kafka_io.produce(broker, topic, first)
     out = run(cfg, "ingest-kafka", "--source", "yard")
