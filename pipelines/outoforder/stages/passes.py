@@ -316,12 +316,7 @@ class PassStage(ABC, Generic[J, S]):
             # the job's first pass: a misspelt source or stream would run green on nothing; a
             # scheduled run is skipped instead, saying what bronze has (a DAG unpaused before its
             # stream started: the stream may yet come)
-            try:
-                check_input(self.spark, self.settings, self.source, self.streams(), self.what)
-            except InputError as e:
-                if catch_up:
-                    raise NothingYet(str(e)) from e
-                raise
+            check_input(self.spark, self.settings, self.source, self.streams(), self.what, scheduled=catch_up)
             lo = start_us if start_us is not None else self.first_arrival()
             assert lo is not None
         else:

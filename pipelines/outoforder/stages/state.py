@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from outoforder.config import Settings
-from outoforder.errors import InputError, NothingToJudge, StateError
+from outoforder.errors import InputError, NothingToJudge, NothingYet, StateError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, SparkSession
@@ -32,14 +32,21 @@ def where_job(source: str, job: str) -> Column:
 
 
 def check_input(
-    spark: SparkSession, settings: Settings, source: str, roles: Mapping[str, Sequence[str]], what: str
+    spark: SparkSession,
+    settings: Settings,
+    source: str,
+    roles: Mapping[str, Sequence[str]],
+    what: str,
+    scheduled: bool = False,
 ) -> None:
     """Fail, naming what bronze has, when it holds no row of ``source`` or none of a role's streams.
 
     ``roles``: the job's streams by role (R and S of a join); an empty role means every stream. A
     named stream that is absent while others of its role are present is only warned about (on a
-    live stream it may not have sent yet).
+    live stream it may not have sent yet). ``scheduled``: a run the scheduler started, whose stream
+    may not have started yet: the same words as :class:`NothingYet` (the task is skipped).
     """
+    missing = NothingYet if scheduled else InputError
     from difflib import get_close_matches
 
     from pyspark.sql import functions as F
@@ -72,7 +79,7 @@ def check_input(
             f"the {what} has no input: bronze has no rows of source {source!r} (its sources: "
             f"{listed(sources)}{hint(source, sources)})"
         )
-        raise InputError(msg)
+        raise missing(msg)
     present = sorted(present)
     for role, wanted in roles.items():
         absent = [s for s in wanted if s not in present]
@@ -84,7 +91,7 @@ def check_input(
                 f"the {what} has no input: source {source!r} has no rows of {role} = {shown} (its streams: "
                 f"{listed(present)}{hint(absent[0], present)})"
             )
-            raise InputError(msg)
+            raise missing(msg)
         log.warning(
             "the %s's %s names %s, which source %r has no rows of yet (its streams: %s%s)",
             what, role, shown, source, listed(present), hint(absent[0], present),

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from outoforder.errors import StateError
 from outoforder.io.conflicts import retry_on_conflict, retrying
 from outoforder.stages.context import StageContext
+from outoforder.stages.state import check_input
 from outoforder.stages.theta.spec import ThetaJob
 
 if TYPE_CHECKING:
@@ -131,6 +132,12 @@ def run_interval(
 
     starts = job.windows(start_us, end_us)
     t0 = time.monotonic()
+
+    def source_or_skip() -> None:  # a typo, or a stream not started yet: the run is skipped, saying so
+        check_input(spark, settings, source, {"streams": job.streams}, "θ-join", scheduled=True)
+
+    if not delta.exists(spark, BRONZE, settings.lake_root):
+        source_or_skip()
     scope = (
         delta.read(spark, BRONZE, settings.lake_root)
         .where(
@@ -142,6 +149,8 @@ def run_interval(
         .select("event_ts", "stream", "arrival_seq", job.column)
     )
     counts = _counts(scope, job)
+    if not counts:  # an empty interval: only then is the source looked up (a job over its streams)
+        source_or_skip()
     parts = _parts(starts, counts, job, rows_per_part)
     output = compared = 0
     for k, windows in enumerate(parts):
