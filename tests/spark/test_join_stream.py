@@ -130,9 +130,16 @@ def test_recall_check_fails_or_warns_and_finds_no_duplicates(spark, settings, lo
     strict = JoinJob(**{**JOB.__dict__, "q_user": 1.0, "period_us": 300_000, "latency_bound_us": None})
     strict = replace(strict, initial_retention_us=0, headroom=0.0)
     cuts = [T0, T0 + 500 * STEP, T0 + 1_000 * STEP, end]
-    ctx = StageContext.of(spark, settings, SOURCE, strict)
+    every_period = replace(settings, quality=replace(settings.quality, periods_met=1.0))
+    ctx = StageContext.of(spark, every_period, SOURCE, strict)
     for lo, hi in pairwise(cuts):
         JoinStream(ctx).run(lo, hi, catch_up=True)
+    # the promise as a share of periods: a budget of misses, one in twenty at the default 0.95
+    share = StageContext.of(spark, settings, SOURCE, strict)
+    closed = period_quality(share, end).frame
+    misses, n = int((~closed["met"].astype(bool)).sum()), len(closed)
+    verdict = {s.suite: s.success for s in validate_join(share, end, fail=False)}
+    assert verdict["join_recall"] is (misses <= int(0.05 * max(n, 20) + 1e-9))
     suites = validate_join(ctx, end, fail=False)
     judged = period_quality(ctx, end)
     n_stored = delta.read(spark, JOIN_RESULTS, settings.lake_root).count()
@@ -226,5 +233,6 @@ def test_a_retention_bound_that_puts_q_user_out_of_reach_is_reported_not_failed(
     # without the bound's statement the same stream's misses are the controller's: a failure
     unbounded = JoinJob(**{**bounded.__dict__, "latency_bound_us": None})
     assert unbounded.job_id() == bounded.job_id()  # the bound is a setting of the running job
+    every_period = replace(settings, quality=replace(settings.quality, periods_met=1.0))
     with pytest.raises(QualityError, match="stream join"):
-        validate_join(StageContext.of(spark, settings, source, unbounded), end, fail=True)
+        validate_join(StageContext.of(spark, every_period, source, unbounded), end, fail=True)

@@ -53,6 +53,7 @@ def test_checkpoint_keeps_results_docs_and_one_row_per_suite_per_run(spark, sett
         job="qj-1",
         run_name="join_stream__r1",
         q_user=0.9,
+        periods_met=1.0,
     )
     verdicts = {r.suite: r.success for r in first}
     assert verdicts == {"join_results": True, "join_recall": False}
@@ -86,6 +87,7 @@ def test_checkpoint_keeps_results_docs_and_one_row_per_suite_per_run(spark, sett
         job="qj-1",
         run_name="join_stream__r1",
         q_user=0.9,
+        periods_met=1.0,
     )
     run_checkpoint(
         settings,
@@ -95,6 +97,7 @@ def test_checkpoint_keeps_results_docs_and_one_row_per_suite_per_run(spark, sett
         job="qj-1",
         run_name="join_stream__r2",
         q_user=0.9,
+        periods_met=1.0,
     )
     runs = delta.read(spark, QUALITY_RUNS, settings.lake_root).toPandas()
     assert sorted(runs["run_name"]) == ["join_stream__r1"] * 2 + ["join_stream__r2"] * 2
@@ -114,7 +117,13 @@ def test_checkpoint_refuses_unknown_names(spark, settings):
 def test_docs_can_be_switched_off(spark, settings):
     quiet = dataclasses.replace(settings, quality=dataclasses.replace(settings.quality, build_docs=False))
     (r,) = run_checkpoint(
-        quiet, "join", {"join_recall": _frames(spark, [1.0])["join_recall"]}, source="s", job="j", q_user=0.5
+        quiet,
+        "join",
+        {"join_recall": _frames(spark, [1.0])["join_recall"]},
+        source="s",
+        job="j",
+        q_user=0.5,
+        periods_met=1.0,
     )
     assert r.success and r.docs_page is None
     assert not (quiet.quality.docs_dir / "index.html").exists()
@@ -140,13 +149,23 @@ def test_report_shows_targets_measures_and_validations_cumulative_and_per_run(sp
         job="qj-1",
         run_name="a",
         q_user=0.9,
+        periods_met=1.0,
     )
     run_checkpoint(
-        settings, "join", _frames(spark, [1.0]), source="src", job="qj-1", run_name="b", q_user=0.9
+        settings,
+        "join",
+        _frames(spark, [1.0]),
+        source="src",
+        job="qj-1",
+        run_name="b",
+        q_user=0.9,
+        periods_met=1.0,
     )
     # another job's periods were out of reach under its retention bound: a warning, not a failure
     bound = {**_frames(spark, [0.95]), "join_feasibility": pd.DataFrame({"reachable": [0.5, 1.0]})}
-    run_checkpoint(settings, "join", bound, source="src", job="qj-2", run_name="c", q_user=0.9)
+    run_checkpoint(
+        settings, "join", bound, source="src", job="qj-2", run_name="c", q_user=0.9, periods_met=1.0
+    )
     # re-recording replaces the job's measure rows (validations recompute the whole history)
     record_measures(
         settings, "src", "tk-1", "topk_hit_rate",
@@ -173,3 +192,24 @@ def test_report_shows_targets_measures_and_validations_cumulative_and_per_run(sp
     assert "mean 0.9000, 50.0% of 2 met" in one  # only the periods ending inside the run's interval
     assert ">b<" in one and ">a<" not in one  # only this run's validations
     assert 'href="../index.html"' in one
+
+
+def test_the_join_check_judges_a_share_of_periods(spark, settings):
+    """At 0.95 a budget of one missed period in twenty, also while fewer have been judged; at 1.0 none."""
+
+    def verdict(recall: list[float], share: float) -> bool:
+        quality = dataclasses.replace(settings.quality, periods_met=share)
+        (r,) = run_checkpoint(
+            settings, "join", {"join_recall": pd.DataFrame({"recall": recall})},
+            source="s", job="qj-share", q_user=0.9, periods_met=quality.periods_required(len(recall)),
+        )  # fmt: skip
+        return r.success
+
+    assert settings.quality.periods_met == 0.95 and settings.quality.periods_judged == 20
+    assert verdict([1.0] * 19 + [0.5], 0.95)
+    assert verdict([1.0] * 5 + [0.5], 0.95)  # a young job: one miss is within the budget of twenty
+    assert not verdict([1.0] * 18 + [0.5, 0.5], 0.95)
+    assert not verdict([1.0] * 4 + [0.5, 0.5], 0.95)
+    assert verdict([1.0] * 38 + [0.5, 0.5], 0.95)
+    assert not verdict([1.0] * 37 + [0.5] * 3, 0.95)
+    assert not verdict([1.0] * 19 + [0.5], 1.0)

@@ -331,6 +331,7 @@ def load_settings(
                     quality.get("cumulative_every_s", QualitySettings.cumulative_every_s)
                 ),
                 run_pages=_flag(quality.get("run_pages", QualitySettings.run_pages)),
+                periods_met=float(quality.get("periods_met", QualitySettings.periods_met)),
             ),
             stream=StreamSettings(
                 state_budget_rows=int(

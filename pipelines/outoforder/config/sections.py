@@ -5,6 +5,7 @@ Standard library only, like :mod:`outoforder.config`, which builds them from the
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -235,14 +236,51 @@ class QualitySettings:
     # a report given a run's name also writes that run's own page; live mode turns this off (four
     # pages a minute that the cumulative page, rebuilt every minute, summarizes anyway)
     run_pages: bool = True
+    # the join's promise: recall >= Q_user in at least this share of the closed periods (1.0: in every
+    # one); see :meth:`periods_required` for how a run of a few periods judges it
+    periods_met: float = 0.95
 
     def __post_init__(self) -> None:
+        if not 0.0 < self.periods_met <= 1.0:
+            msg = f"quality.periods_met must be in (0, 1], got {self.periods_met}"
+            raise ConfigError(msg)
         if self.cumulative_every_s < 0:
             msg = f"quality.cumulative_every_s must be >= 0, got {self.cumulative_every_s}"
             raise ConfigError(msg)
         if self.on_violation not in ("fail", "warn"):
             msg = f"quality.on_violation must be 'fail' or 'warn', got {self.on_violation!r}"
             raise ConfigError(msg)
+
+    @property
+    def periods_judged(self) -> int:
+        """The fewest periods a join check judges together: one miss in them is within the share.
+
+        >>> QualitySettings(periods_met=0.95).periods_judged, QualitySettings(periods_met=1.0).periods_judged
+        (20, 1)
+        """
+        if self.periods_met >= 1.0:
+            return 1
+        return math.ceil(1.0 / (1.0 - self.periods_met) - 1e-9)
+
+    def periods_required(self, n: int) -> float:
+        """The share of ``n`` periods judged together that must meet Q_user.
+
+        The promise as a budget of misses: ``(1 − share)·n`` of them, and while ``n`` is below
+        :attr:`periods_judged` (a young job) the budget of that many, so one missed period in the
+        first twenty is within a share of 0.95 as it is in any twenty later. A run judges its periods
+        with the job's latest before them, :attr:`periods_judged` at least. Half a miss of slack keeps
+        the comparison off floating point's edge.
+
+        >>> q = QualitySettings(periods_met=0.95)
+        >>> round(q.periods_required(11), 3), round(q.periods_required(40), 3)
+        (0.864, 0.938)
+        >>> QualitySettings(periods_met=1.0).periods_required(7)
+        1.0
+        """
+        if n <= 0 or self.periods_met >= 1.0:
+            return self.periods_met
+        allowed = math.floor((1.0 - self.periods_met) * max(n, self.periods_judged) + 1e-9)
+        return max(0.0, 1.0 - (allowed + 0.5) / n) if allowed else 1.0
 
     @property
     def fail(self) -> bool:
