@@ -95,6 +95,7 @@ def load_bronze(spark, settings: Settings):
     """Write a frame of arrivals (``stream``, ``event_ts`` and any measures) as one bronze source.
 
     Row order is arrival order: ``arrival_seq`` counts from ``first_seq``; missing columns are null.
+    ``files``: that many appends of consecutive arrivals (an ingest's files), instead of one.
     """
     import numpy as np
 
@@ -102,7 +103,13 @@ def load_bronze(spark, settings: Settings):
     from outoforder.io.tables import BRONZE
 
     def load(
-        frame, source: str, first_seq: int = 0, t0: int = 1_700_000_000_000_000, step: int = 1_000, lake=None
+        frame,
+        source: str,
+        first_seq: int = 0,
+        t0: int = 1_700_000_000_000_000,
+        step: int = 1_000,
+        lake=None,
+        files: int = 1,
     ):
         n = len(frame)
         pdf = frame.assign(
@@ -119,8 +126,12 @@ def load_bronze(spark, settings: Settings):
             if col not in pdf:
                 pdf[col] = None
         rows = [tuple(r) for r in pdf[BRONZE.schema.fieldNames()].itertuples(index=False)]
-        df = spark.createDataFrame(rows, BRONZE.schema)
-        delta.append_once(df, BRONZE, lake or settings.lake_root, f"test-{source}", 0, settings.storage)
+        for part in range(files):
+            mine = rows[part * n // files : (part + 1) * n // files]
+            df = spark.createDataFrame(mine, BRONZE.schema)
+            delta.append_once(
+                df, BRONZE, lake or settings.lake_root, f"test-{source}", part, settings.storage
+            )
 
     return load
 
@@ -131,8 +142,9 @@ def run_at_cadences(spark, settings: Settings, load_bronze, monkeypatch):
 
     ``one``: a single run; ``minutes``: runs of 300 arrivals (a scheduler's minute); ``random``: runs
     of random lengths; ``killed``: runs ending at ``killed``, the second one first killed between its
-    outputs and its state (a run after it must clear what it left). Arrival i of ``frame`` arrives at
-    ``T0 + i·1 ms``, numbered from ``first_seq``.
+    outputs and its state (a run after it must clear what it left); ``budget``: a single run over
+    bronze in eight files, with a pass budget of a fifth of the arrivals (several passes). Arrival i
+    of ``frame`` arrives at ``T0 + i·1 ms``, numbered from ``first_seq``.
     """
     from dataclasses import replace
 
@@ -152,6 +164,7 @@ def run_at_cadences(spark, settings: Settings, load_bronze, monkeypatch):
             "minutes": [*range(300, n, 300), n],
             "random": [*sorted(set(np.random.default_rng(seed).integers(1, n, n_random).tolist())), n],
             "killed": [*killed, n],
+            "budget": [n],
         }
         real_append = delta.append
 
@@ -163,8 +176,9 @@ def run_at_cadences(spark, settings: Settings, load_bronze, monkeypatch):
         lakes = {}
         for name, cuts in cadences.items():
             lake = f"{settings.lake_root}-{name}"
-            load_bronze(frame, source, first_seq=first_seq, lake=lake)
-            ctx = StageContext.of(spark, replace(settings, lake_root=lake), source, job)
+            load_bronze(frame, source, first_seq=first_seq, lake=lake, files=8 if name == "budget" else 1)
+            stream = replace(settings.stream, pass_budget_arrivals=n // 5 if name == "budget" else n)
+            ctx = StageContext.of(spark, replace(settings, lake_root=lake, stream=stream), source, job)
             for i, cut in enumerate(cuts):
                 if name == "killed" and i == 1:
                     monkeypatch.setattr(delta, "append", dies_at_state)
@@ -173,6 +187,11 @@ def run_at_cadences(spark, settings: Settings, load_bronze, monkeypatch):
                     monkeypatch.setattr(delta, "append", real_append)
                 summary = stage(ctx).run(t0 if i == 0 else None, t0 + cut * step)
                 assert summary is not None and summary.arrivals > 0, (name, cut)
+            passes = stage(ctx).position().passes
+            if name == "budget":  # no pass held more than the budget
+                assert passes >= -(-n // stream.pass_budget_arrivals), passes
+            else:
+                assert passes == len(cuts), (name, passes)
             lakes[name] = lake
         return lakes
 

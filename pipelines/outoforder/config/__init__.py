@@ -336,7 +336,13 @@ def load_settings(
             stream=StreamSettings(
                 state_budget_rows=int(
                     env.get("OOO_STATE_BUDGET_ROWS", stream.get("state_budget_rows", 5_000_000))
-                )
+                ),
+                pass_budget_arrivals=int(
+                    env.get(
+                        "OOO_PASS_BUDGET_ARRIVALS",
+                        stream.get("pass_budget_arrivals", StreamSettings.pass_budget_arrivals),
+                    )
+                ),
             ),
             storage=storage_settings,
             work_root=work_root,

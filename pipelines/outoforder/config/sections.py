@@ -216,10 +216,16 @@ class StreamSettings:
     # rows of operator state (buffered tuples, open windows, candidates) a stage may carry from one
     # interval to the next; a larger state fails the interval before its state is written
     state_budget_rows: int = 5_000_000
+    # arrivals one pass reads at most (its Python worker holds them): a run with more to process (a
+    # backlog) makes several passes, cut where bronze's files end, each writing its state
+    pass_budget_arrivals: int = 1_000_000
 
     def __post_init__(self) -> None:
         if self.state_budget_rows < 1:
             msg = f"stream.state_budget_rows must be >= 1, got {self.state_budget_rows}"
+            raise ConfigError(msg)
+        if self.pass_budget_arrivals < 1:
+            msg = f"stream.pass_budget_arrivals must be >= 1, got {self.pass_budget_arrivals}"
             raise ConfigError(msg)
 
 

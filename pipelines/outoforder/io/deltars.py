@@ -90,6 +90,40 @@ def read_table(
     return data.to_table(filter=expr, columns=list(columns) if columns is not None else None)
 
 
+def file_ranges(
+    table: Table,
+    lake_root: Path | str,
+    storage: StorageSettings | None,
+    partition: tuple[str, str],
+    column: str,
+) -> list[tuple[int, int, int]]:
+    """Per live file of one partition: ``column``'s least and greatest value and the file's rows.
+
+    Read from the log's statistics (no data file is opened); files without statistics are left
+    out, and so is everything when the table does not exist yet.
+    """
+    import pyarrow as pa
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    path = table.path(lake_root)
+    try:
+        dt = DeltaTable(_uri(path), storage_options=storage_options(path, storage))
+    except TableNotFoundError:
+        return []
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    key, lo, hi = f"partition.{partition[0]}", f"min.{column}", f"max.{column}"
+    if not {key, lo, hi} <= set(actions.column_names):
+        return []
+    return [
+        (int(a), int(b), int(n))
+        for p, a, b, n in zip(
+            *(actions.column(c).to_pylist() for c in (key, lo, hi, "num_records")), strict=True
+        )
+        if p == partition[1] and a is not None and b is not None and n is not None
+    ]
+
+
 def _arrow(table: Table, rows: Sequence[Sequence[Any]]) -> pa.Table:
     """Driver rows (the table's column order) as Arrow, with the table's types and nullability."""
     import pyarrow as pa

@@ -9,7 +9,8 @@ day's backlog, killed and run again), a run:
 2. **plans the span** ``[position, end)``: up to the run's ``end`` (a DAG run's data interval end;
    none: as far as bronze goes), never past what the ingest has covered (for a topic, the Kafka
    ingest's coverage, waited for up to ``kafka.cover_wait_s``; for files, the ingest log). Nothing
-   new: the run ends at once;
+   new: the run ends at once. A span of more than ``stream.pass_budget_arrivals`` arrivals (a
+   backlog) is cut into several passes (:meth:`PassStage.cuts`), each one as below;
 3. **clears what a killed pass left**: every append of a pass is tagged with the pass's start
    (``source|job|start``); a tagged commit newer than the versions the state recorded is the work
    of a pass that died before writing its state, and its rows are deleted (:meth:`PassStage.orphans`)
@@ -35,6 +36,8 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 from outoforder.config import Settings
@@ -342,10 +345,50 @@ class PassStage(ABC, Generic[J, S]):
         if hi <= lo:
             log.info("[%s] %s: nothing new ingested after %d", self.name, self.source, lo)
             return None
-        summary = retrying(f"{self.name}.run", lambda: self._pass(pos, lo, hi, t0))
-        log.info("%s", summary.line())
-        self.finish(summary)
+        cuts = self.cuts(lo, hi)
+        if len(cuts) > 2:
+            log.info(
+                "[%s] %s: more than stream.pass_budget_arrivals = %s arrivals to process: %d passes",
+                self.name, self.source, f"{self.settings.stream.pass_budget_arrivals:,}", len(cuts) - 1,
+            )  # fmt: skip
+        summary: S | None = None
+        for a, b in pairwise(cuts):
+            start = pos if a == lo else self.position()
+            summary = retrying(f"{self.name}.run", partial(self._pass, start, a, b, t0))
+            log.info("%s", summary.line())
+            self.finish(summary)
+            t0 = time.monotonic()
         return summary
+
+    def cuts(self, lo: int, hi: int) -> list[int]:
+        """``[lo, …, hi]``: the span cut so that a pass reads ``stream.pass_budget_arrivals`` at most.
+
+        Bronze's log counts the source's arrivals per file and the arrival times each holds (no Spark
+        job); a cut falls where a file's arrivals end, so a pass holds one file at least (the
+        ingest writes files of ``ingest.file_rows``) and the estimate errs by the files a span's
+        ends cut through. Most runs have one pass: ``[lo, hi]``.
+        """
+        from outoforder.io import deltars
+        from outoforder.io.tables import BRONZE
+
+        budget = self.settings.stream.pass_budget_arrivals
+        files = sorted(
+            (last, n)
+            for first, last, n in deltars.file_ranges(
+                BRONZE, self.settings.lake_root, self.settings.storage, ("source", self.source), "arrival_ts"
+            )
+            if last >= lo and first < hi
+        )
+        if sum(n for _, n in files) <= budget:
+            return [lo, hi]
+        cuts, held, ended = [lo], 0, lo
+        for last, n in files:
+            if held and held + n > budget and cuts[-1] < ended < hi:
+                cuts.append(ended)
+                held = 0
+            held += n
+            ended = last + 1
+        return [*cuts, hi]
 
     def _pass(self, pos: Position | None, lo: int, hi: int, t0: float) -> S:
         from outoforder.io import delta
