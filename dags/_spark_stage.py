@@ -135,6 +135,7 @@ def interval_dag(operator: str, interval: timedelta = timedelta(minutes=1), doc:
     operator's folder names the two stages (:class:`outoforder.stages.registry.Operator`).
     """
     from airflow.sdk import dag
+    from outoforder_airflow.assets import QualityEvent
     from outoforder_airflow.operators import StageOperator, close_run, judged_args
 
     op = registry.operator(operator)
@@ -167,7 +168,12 @@ def interval_dag(operator: str, interval: timedelta = timedelta(minutes=1), doc:
             stage_args=[*args, *judged_args(interval)],
             validation=True,
         )
-        run >> judge >> quality_report(op.name, interval)
+        # the check's verdict on the results' asset events, whatever it ended as
+        (
+            run
+            >> judge
+            >> [QualityEvent(check=judge.task_id, tables=check.judges), quality_report(op.name, interval)]
+        )
         close_run()
 
     return build()

@@ -35,6 +35,7 @@ from datetime import timedelta
 from _spark_stage import INTERVAL_DAG, LEDGER_DUE_URI, every, job_args, job_params, quality_report
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import Asset, dag, task
+from outoforder_airflow.assets import QualityEvent
 from outoforder_airflow.operators import StageOperator, close_run, judged_args
 
 INTERVAL = timedelta(minutes=1)
@@ -89,7 +90,11 @@ def aggregate_stream() -> None:
     aggregate_interval >> gamma_rule() >> ledger_due
     aggregate_interval >> validate_aggregate
     report = quality_report("aggregate", INTERVAL)
-    validate_aggregate >> report
+    # the check's verdict on the results' asset events, whatever it ended as
+    validate_aggregate >> [
+        QualityEvent(check=validate_aggregate.task_id, tables=["gold/agg_results"]),
+        report,
+    ]
     close_run()
 
 

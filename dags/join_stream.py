@@ -12,7 +12,12 @@
 2. **validate_join** computes the recall of the periods P that closed in the run's interval
    against the exact join of bronze (`gold/join_metrics`; the exact join runs in Spark, and the
    work follows the interval, not the history) and runs Great Expectations: no duplicate result
-   pairs among them, recall >= `q_user` in each. `on_violation = warn` reports without failing the run.
+   pairs among them, recall >= `q_user` in the share `quality.periods_met` of them (a budget of one
+   miss in twenty periods). `on_violation = warn` reports without failing the run.
+3. **quality_event** puts the check's verdict (periods judged and met, the lowest recall, passed
+   or not) on the asset event of `gold/join_results`, whatever the check ended as: the asset's
+   page is the join's quality per interval, and a consumer can gate on it
+   (`join_results_consumer`).
 
 Runs go one at a time, and a failed check holds up no later run, but fails its own (the last
 task, **run_outcome**, fails a run whose stage or check failed). A manual run (trigger button,

@@ -25,6 +25,7 @@ from __future__ import annotations
 import pendulum
 from _spark_stage import LEDGER_DUE_URI, default_args, job_args, job_params
 from airflow.sdk import Asset, dag
+from outoforder_airflow.assets import QualityEvent
 from outoforder_airflow.operators import StageOperator, close_run
 
 
@@ -59,7 +60,8 @@ def late_repair() -> None:
         report=True,
         trigger_rule="all_done",
     )
-    repair >> validate_aggregate >> report
+    repaired = QualityEvent(check=validate_aggregate.task_id, tables=["gold/agg_results"])
+    repair >> validate_aggregate >> [repaired, report]
     close_run()
 
 

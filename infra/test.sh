@@ -69,7 +69,7 @@ airflow_py="$OOO_AIRFLOW_VENV/bin/python"
 doctests=(pipelines/outoforder/__init__.py pipelines/outoforder/core pipelines/outoforder/sources
   pipelines/outoforder/config pipelines/outoforder/io/objectstore.py pipelines/outoforder/io/conflicts.py
   pipelines/outoforder/io/files.py pipelines/outoforder/quality/docs_assets.py
-  pipelines/outoforder/stages/ingest/produce.py
+  pipelines/outoforder/stages/ingest/produce.py pipelines/outoforder/io/figures.py
   pipelines/outoforder/stages/spec.py
   pipelines/outoforder/checks pipelines/outoforder/stages/registry.py pipelines/outoforder/stages/options.py
   pipelines/outoforder/stages/context.py pipelines/outoforder/stages/state.py

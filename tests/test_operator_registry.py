@@ -41,7 +41,13 @@ def test_the_built_in_folders_declare_every_stage_once_and_nothing_else_is_insta
 
     known = {t.name for t in ALL_TABLES}
     for s in registry.stages():
-        assert set(s.reads) | set(s.writes) <= known, s.name
+        assert set(s.reads) | set(s.writes) | set(s.judges) <= known, s.name
+        assert set(s.judges) <= set(s.reads), s.name  # a check judges what it reads
+    # every stream DAG's check judges what its stream stage writes (the Assets view's quality)
+    for op in registry.operators():
+        if op.check is not None and op.stream is not None:
+            assert op.stage(op.check).judges, op.name
+            assert set(op.stage(op.check).judges) <= set(op.stage(op.stream).writes), op.name
 
 
 def test_the_docs_table_of_stages_is_the_registrys():

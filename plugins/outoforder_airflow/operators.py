@@ -25,16 +25,19 @@ import contextlib
 import os
 import signal
 import subprocess
+import tempfile
 from collections import deque
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar
 
-from airflow.sdk import BaseHook, BaseOperator
+from airflow.sdk import Asset, BaseHook, BaseOperator
 
 from outoforder.config import REPO_ROOT, load_settings
 from outoforder.errors import EXIT_NOTHING_YET, EXIT_QUALITY
+from outoforder.io.figures import ENV as FIGURES_ENV
+from outoforder_airflow.assets import FIGURES_KEY, stage_assets
 from outoforder_airflow.links import DataDocsLink, QualityReportLink
 
 APP = str(REPO_ROOT / "pipelines" / "outoforder" / "stages" / "spark_entry.py")
@@ -147,6 +150,9 @@ class StageOperator(BaseOperator):
         if catch_up and interval:
             # the job's state is one chain: its runs' passes one at a time, the oldest first
             kwargs.setdefault("max_active_tis_per_dag", 1)
+        inlets, outlets = stage_assets(stage)  # the tables the registry says it reads and writes
+        kwargs.setdefault("inlets", inlets)
+        kwargs.setdefault("outlets", outlets)
         super().__init__(**kwargs)
         args = [stage, *stage_args, *(interval_args(interval) if interval else [])]
         if catch_up and interval:
@@ -167,22 +173,42 @@ class StageOperator(BaseOperator):
         """Run the stage as the connection says: a Spark Connect client, or spark-submit.
 
         A failure's message is also left in the task's XCom (:data:`FAILURE_KEY`), where the run's
-        :class:`RunOutcome` reads it: the run fails with the stage's or check's own words.
+        :class:`RunOutcome` reads it: the run fails with the stage's or check's own words. What the
+        stage recorded per table (:mod:`outoforder.io.figures`) goes to the XCom
+        :data:`~outoforder_airflow.assets.FIGURES_KEY` whatever the end (a failed check's verdict
+        too), and on success onto its outlets' asset events, with the run's lag.
         """
         from airflow.sdk.exceptions import AirflowSkipException
 
-        try:
-            self._execute()
-        except AirflowSkipException:
-            raise
-        except Exception as e:
-            with contextlib.suppress(Exception):  # the failure itself matters more than its note
-                context["ti"].xcom_push(key=FAILURE_KEY, value=str(e)[-2000:])
-            raise
+        from outoforder.io import figures
 
-    def _execute(self) -> None:
+        with tempfile.TemporaryDirectory(prefix="outoforder-figures-") as tmp:
+            path = Path(tmp) / "figures.json"
+            try:
+                self._execute(path)
+            except AirflowSkipException:
+                raise
+            except Exception as e:
+                with contextlib.suppress(Exception):  # the failure itself matters more than its notes
+                    context["ti"].xcom_push(key=FAILURE_KEY, value=str(e)[-2000:])
+                    context["ti"].xcom_push(key=FIGURES_KEY, value=figures.read(path))
+                raise
+            recorded = figures.read(path)
+        if recorded:
+            context["ti"].xcom_push(key=FIGURES_KEY, value=recorded)
+        run: dict[str, Any] = {"dag_run": context["run_id"]}
+        end = context.get("data_interval_end")
+        if end is not None:
+            run["interval_end"] = end.isoformat()
+            run["lag_s"] = round((datetime.now(UTC) - end).total_seconds(), 1)
+        for asset in self.outlets:
+            if isinstance(asset, Asset):
+                context["outlet_events"][asset].extra.update({**run, **recorded.get(asset.name, {})})
+
+    def _execute(self, figures_file: Path) -> None:
         conn = BaseHook.get_connection(self.conn_id)
         env = dict(os.environ)
+        env[FIGURES_ENV] = str(figures_file)
         if self.config:
             env["OOO_CONFIG"] = self.config
         if conn.conn_type == "spark_connect":
@@ -259,7 +285,12 @@ class StageOperator(BaseOperator):
             name=f"outoforder-{self.stage}",
             application_args=list(self.stage_args),
             # an application of its own: not a client of a server this process knows of
-            env_vars={"OOO_SPARK_REMOTE": "", **({"OOO_CONFIG": self.config} if self.config else {})},
+            # (the driver runs here, in client mode: its figures file is this task's)
+            env_vars={
+                "OOO_SPARK_REMOTE": "",
+                FIGURES_ENV: env[FIGURES_ENV],
+                **({"OOO_CONFIG": self.config} if self.config else {}),
+            },
             verbose=False,
         )
         self._hook.submit(APP)

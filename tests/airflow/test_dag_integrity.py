@@ -29,7 +29,8 @@ EXPECTED_STRUCTURE = {
     },
     "join_stream": {
         "join_interval": {"validate_join"},
-        "validate_join": {"quality_report"},
+        "validate_join": {"quality_report", "quality_event"},
+        "quality_event": set(),
         "quality_report": set(),
     },
     "maintenance": {"maintain": set()},
@@ -37,12 +38,14 @@ EXPECTED_STRUCTURE = {
         "aggregate_interval": {"gamma_rule", "validate_aggregate"},
         "gamma_rule": {"ledger_due"},
         "ledger_due": set(),
-        "validate_aggregate": {"quality_report"},
+        "validate_aggregate": {"quality_report", "quality_event"},
+        "quality_event": set(),
         "quality_report": set(),
     },
     "late_repair": {
         "repair": {"validate_aggregate"},
-        "validate_aggregate": {"quality_report"},
+        "validate_aggregate": {"quality_report", "quality_event"},
+        "quality_event": set(),
         "quality_report": set(),
     },
     "theta_backfill": {
@@ -62,9 +65,11 @@ EXPECTED_STRUCTURE = {
         "topk": {"quality_report"},
         "quality_report": set(),
     },
+    "join_results_consumer": {"gate": {"use"}, "use": set()},
     "topk_stream": {
         "topk_interval": {"validate_topk"},
-        "validate_topk": {"quality_report"},
+        "validate_topk": {"quality_report", "quality_event"},
+        "quality_event": set(),
         "quality_report": set(),
     },
 }
@@ -85,7 +90,9 @@ out = {
             "tasks": {t.task_id: {"retries": t.retries, "down": sorted(t.downstream_task_ids),
                                   "depends_on_past": t.depends_on_past,
                                   "max_active_tis_per_dag": t.max_active_tis_per_dag,
-                                  "trigger_rule": getattr(t.trigger_rule, "value", str(t.trigger_rule))}
+                                  "trigger_rule": getattr(t.trigger_rule, "value", str(t.trigger_rule)),
+                                  "inlets": [getattr(a, "name", str(a)) for a in t.inlets],
+                                  "outlets": [getattr(a, "name", str(a)) for a in t.outlets]}
                       for t in d.tasks},
         } for d in bag.dags.values()
     },
@@ -117,9 +124,10 @@ def test_policy_tags_docs_retries(probe, dag_id):
     dag = probe["dags"][dag_id]
     assert "outoforder" in dag["tags"]
     assert dag["doc"]
-    # every Spark task retries; only pure validation tasks (named plan) and the run's verdict
-    # (run_outcome: it re-reads the same failure) may fail at once
-    assert all(t["retries"] >= 1 for tid, t in dag["tasks"].items() if tid not in ("plan", "run_outcome"))
+    # every Spark task retries; only pure validation tasks (named plan), the run's verdict
+    # (run_outcome: it re-reads the same failure) and the verdict's asset event may fail at once
+    once = ("plan", "run_outcome", "quality_event")
+    assert all(t["retries"] >= 1 for tid, t in dag["tasks"].items() if tid not in once)
 
 
 @pytest.mark.parametrize("dag_id", sorted(EXPECTED_STRUCTURE))
@@ -179,3 +187,26 @@ def test_every_run_ends_with_its_report_even_after_a_failed_task(probe):
     expected = dict.fromkeys(reports, "all_done")
     expected["ingest_landing"] = "none_skipped"  # unless its sensor skipped the run: nothing landed
     assert {d: t["trigger_rule"] for d, t in reports.items()} == expected
+
+
+def test_the_tables_are_assets_and_the_checks_verdicts_go_on_the_results(probe):
+    # every stage task reads and writes the tables the registry declares, as assets named after them
+    from outoforder.stages import registry
+
+    dags = probe["dags"]
+    join = dags["join_stream"]["tasks"]
+    assert set(join["join_interval"]["outlets"]) == set(registry.stage("join-stream").writes)
+    assert "bronze/arrivals" in join["join_interval"]["inlets"]
+    assert "gold/join_metrics" in join["validate_join"]["outlets"]
+    ingest = dags["ingest_kafka"]["tasks"]["ingest"]
+    assert "bronze/arrivals" in ingest["outlets"]
+    # the verdict goes on the results' events, whatever the check ended as
+    judged = {"join_stream": "gold/join_results", "aggregate_stream": "gold/agg_results",
+              "topk_stream": "gold/topk_results", "late_repair": "gold/agg_results"}  # fmt: skip
+    for dag_id, table in judged.items():
+        event = dags[dag_id]["tasks"]["quality_event"]
+        assert event["outlets"] == [table] and event["trigger_rule"] == "all_done", dag_id
+    # so the asset graph runs from ingest through the stages to the checks and the reports
+    written = {a for d in dags.values() for t in d["tasks"].values() for a in t["outlets"]}
+    read = {a for d in dags.values() for t in d["tasks"].values() for a in t["inlets"]}
+    assert {"bronze/arrivals", "gold/join_results", "gold/agg_results", "gold/topk_results"} <= written & read

@@ -277,3 +277,80 @@ def test_web_app_follows_each_dags_read_permission(plugin_path, tmp_path, monkey
         assert got.status_code == 200, path
         assert got.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
     assert "default-src 'self'" in CONTENT_SECURITY_POLICY and "http" not in CONTENT_SECURITY_POLICY
+
+
+def test_a_stages_figures_reach_its_asset_events_and_a_checks_verdict_the_results(
+    plugin_path, airflow_env, monkeypatch, tmp_path
+):
+    """What a stage records per table goes on its outlets' events; a check's verdict, passed or not,
+    reaches the judged table's event through QualityEvent, and gates a consumer."""
+    from collections import defaultdict
+    from datetime import UTC, datetime
+
+    from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+    from airflow.sdk import BaseHook
+    from outoforder_airflow.assets import FIGURES_KEY, QualityEvent, judged_and_met, table_asset
+    from outoforder_airflow.operators import StageOperator
+
+    def stage_writing(figures: dict, status: int) -> None:
+        script = tmp_path / f"stage{status}"
+        script.write_text(f"#!/bin/sh\necho '{json.dumps(figures)}' > \"$OOO_FIGURES_FILE\"\nexit {status}\n")
+        script.chmod(0o755)
+        monkeypatch.setenv("PYSPARK_PYTHON", str(script))
+
+    class Conn:
+        conn_type, extra_dejson, password = "spark_connect", {}, None
+
+    monkeypatch.setattr(BaseHook, "get_connection", classmethod(lambda cls, conn_id: Conn()))
+    monkeypatch.setattr(SparkConnectHook, "get_connection_url", lambda self: "sc://127.0.0.1:1")
+
+    class Event:
+        def __init__(self) -> None:
+            self.extra: dict = {}
+
+    class Ti:
+        def __init__(self, pulled: dict | None = None) -> None:
+            self.pushed: dict = {}
+            self.pulled = pulled or {}
+
+        def xcom_push(self, key: str, value: object) -> None:
+            self.pushed[key] = value
+
+        def xcom_pull(self, task_ids: str, key: str) -> object:
+            return self.pulled.get((task_ids, key))
+
+    def context(ti: Ti) -> dict:
+        end = datetime(2026, 1, 1, tzinfo=UTC)  # the run ends after its interval: a lag > 0
+        return {"ti": ti, "run_id": "r1", "data_interval_end": end, "outlet_events": defaultdict(Event)}
+
+    # a stream stage: its rows and span on the events of the tables it writes, with the run's lag
+    stage_writing({"gold/join_results": {"rows": 42, "start_us": 1, "end_us": 2}}, 0)
+    op = StageOperator(task_id="join_interval", stage="join-stream")
+    assert table_asset("gold/join_results") in op.outlets and table_asset("bronze/arrivals") in op.inlets
+    ctx = context(Ti())
+    op.execute(ctx)
+    extra = ctx["outlet_events"][table_asset("gold/join_results")].extra
+    assert extra["rows"] == 42 and extra["dag_run"] == "r1" and extra["lag_s"] > 0
+    # a check that failed: its verdict is still kept, and QualityEvent puts it on the results' event
+    verdict = {"judged": "join_recall", "items": 12, "met": 9, "share_met": 0.75, "passed": False}
+    stage_writing({"gold/join_results": verdict}, 3)
+    check = StageOperator(task_id="validate_join", stage="validate-join", validation=True)
+    ti = Ti()
+    with pytest.raises(Exception, match="status 3"):
+        check.execute(context(ti))
+    assert ti.pushed[FIGURES_KEY] == {"gold/join_results": verdict}
+    event = QualityEvent(check="validate_join", tables=["gold/join_results"])
+    ctx = context(Ti({("validate_join", FIGURES_KEY): ti.pushed[FIGURES_KEY]}))
+    event.execute(ctx)
+    emitted = ctx["outlet_events"][table_asset("gold/join_results")]
+    assert emitted.extra["met"] == 9 and emitted.extra["passed"] is False
+    # a consumer gated on the events: held back by the miss, released by a passing verdict
+    assert judged_and_met([emitted])[0] is False
+    repaired = Event()
+    repaired.extra = {**verdict, "met": 12, "share_met": 1.0, "passed": True}
+    assert judged_and_met([repaired]) == (True, "judged by 1 check(s): 12 of 12 met")
+    # a check that left no verdict (it failed before judging): nothing is emitted
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    with pytest.raises(AirflowSkipException, match="left no verdict"):
+        event.execute(context(Ti()))

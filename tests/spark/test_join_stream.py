@@ -14,7 +14,7 @@ from outoforder.core.joins.metrics import period_recall
 from outoforder.core.joins.progress import joint_progress
 from outoforder.core.joins.query import exact_join
 from outoforder.errors import InputError, QualityError, StateError
-from outoforder.io import delta, deltalog
+from outoforder.io import delta, deltalog, figures
 from outoforder.io.tables import JOIN_METRICS, JOIN_PARAMS, JOIN_RESULTS, JOIN_STATE, VOLATILE_COLUMNS
 from outoforder.sources.disorder import inject
 from outoforder.stages.cli import main
@@ -122,7 +122,9 @@ def test_a_distance_join_refuses_tuples_without_a_location_and_writes_nothing(sp
     assert JoinStream(ctx).position() is None
 
 
-def test_recall_check_fails_or_warns_and_finds_no_duplicates(spark, settings, load_bronze):
+def test_recall_check_fails_or_warns_and_finds_no_duplicates(
+    spark, settings, load_bronze, monkeypatch, tmp_path
+):
     frame = arrivals()
     load_bronze(frame, SOURCE, 1)
     end = T0 + len(frame) * STEP
@@ -132,14 +134,21 @@ def test_recall_check_fails_or_warns_and_finds_no_duplicates(spark, settings, lo
     cuts = [T0, T0 + 500 * STEP, T0 + 1_000 * STEP, end]
     every_period = replace(settings, quality=replace(settings.quality, periods_met=1.0))
     ctx = StageContext.of(spark, every_period, SOURCE, strict)
+    monkeypatch.setenv(figures.ENV, str(tmp_path / "figures.json"))  # as the DAG's task asks
     for lo, hi in pairwise(cuts):
         JoinStream(ctx).run(lo, hi, catch_up=True)
+    written = figures.read(tmp_path / "figures.json")  # the last run's, per table it wrote
+    assert written[JOIN_RESULTS.name]["start_us"] == cuts[-2] and written[JOIN_RESULTS.name]["rows"] > 0
     # the promise as a share of periods: a budget of misses, one in twenty at the default 0.95
     share = StageContext.of(spark, settings, SOURCE, strict)
     closed = period_quality(share, end).frame
     misses, n = int((~closed["met"].astype(bool)).sum()), len(closed)
     verdict = {s.suite: s.success for s in validate_join(share, end, fail=False)}
     assert verdict["join_recall"] is (misses <= int(0.05 * max(n, 20) + 1e-9))
+    # the verdict for the results' asset event: graded, and the run's pass or fail
+    judged_figures = figures.read(tmp_path / "figures.json")[JOIN_RESULTS.name]
+    assert (judged_figures["items"], judged_figures["met"]) == (n, n - misses)
+    assert judged_figures["passed"] is verdict["join_recall"] and judged_figures["judged"] == "join_recall"
     suites = validate_join(ctx, end, fail=False)
     judged = period_quality(ctx, end)
     n_stored = delta.read(spark, JOIN_RESULTS, settings.lake_root).count()

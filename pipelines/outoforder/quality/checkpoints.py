@@ -229,6 +229,29 @@ def _record(
     )
 
 
+def failures(results: Sequence[SuiteResult]) -> list[str]:
+    """The suites that failed, but those a feasibility suite explains (see :func:`conclude`)."""
+    warned = out_of_reach(r.suite for r in results if not r.success)
+    return [r.suite for r in results if not r.success and r.suite not in warned]
+
+
+def publish(
+    results: Sequence[SuiteResult], table: str, measure: str, items: int, met: int, **more: Any
+) -> None:
+    """A check's figures for the asset event of the table it judged (:mod:`outoforder.io.figures`).
+
+    ``items`` periods or windows judged by the run, ``met`` of them met the target; ``passed`` is
+    the run's verdict (a failure the bound explains passes); ``more``: the measure's own figures.
+    """
+    from outoforder.io import figures
+
+    figures.record(
+        table, judged=measure, items=int(items), met=int(met),
+        share_met=round(met / items, 6) if items else None, passed=not failures(results),
+        suites={r.suite: r.success for r in results}, **more,
+    )  # fmt: skip
+
+
 def conclude(results: Sequence[SuiteResult], what: str, fail: bool) -> None:
     """Log every suite's lines; raise :class:`QualityError` when one failed and ``fail``.
 
@@ -242,7 +265,7 @@ def conclude(results: Sequence[SuiteResult], what: str, fail: bool) -> None:
                 log.warning("%s (out of reach under the bound: a warning)", line)
             else:
                 log.info("%s", line)
-    failed = [r.suite for r in results if not r.success and r.suite not in warned]
+    failed = failures(results)
     if failed and fail:
         msg = f"{what} data quality failed: {', '.join(failed)}"
         raise QualityError(msg)

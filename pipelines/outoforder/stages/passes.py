@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 from outoforder.config import Settings
 from outoforder.core.time import format_instant_us
 from outoforder.errors import InputError, NothingYet, StateError
+from outoforder.io import figures
 from outoforder.io.conflicts import retrying
 from outoforder.stages.context import StageContext
 from outoforder.stages.spec import Job
@@ -145,6 +146,7 @@ class PassStage(ABC, Generic[J, S]):
         self._app = f"{source}|{self.jid}"
         decl = self.settings.sources.get(source)
         self._kafka = decl is not None and bool(decl.topic)
+        self._written: dict[str, int] = {}  # rows each output table got in this run (for figures)
 
     @property
     def spark(self) -> SparkSession:
@@ -352,12 +354,22 @@ class PassStage(ABC, Generic[J, S]):
                 self.name, self.source, f"{self.settings.stream.pass_budget_arrivals:,}", len(cuts) - 1,
             )  # fmt: skip
         summary: S | None = None
+        self._written = {}
+        arrivals = 0
         for a, b in pairwise(cuts):
             start = pos if a == lo else self.position()
             summary = retrying(f"{self.name}.run", partial(self._pass, start, a, b, t0))
             log.info("%s", summary.line())
             self.finish(summary)
+            arrivals += summary.arrivals
             t0 = time.monotonic()
+        assert summary is not None
+        for table in (*self.outputs, self.state_table):  # for the run's asset events
+            rows = summary.state_rows if table is self.state_table else self._written.get(table.name, 0)
+            figures.record(
+                table.name, source=self.source, job=self.jid, start_us=lo, end_us=hi, arrivals=arrivals,
+                rows=rows, passes=len(cuts) - 1,
+            )  # fmt: skip
         return summary
 
     def cuts(self, lo: int, hi: int) -> list[int]:
@@ -407,6 +419,7 @@ class PassStage(ABC, Generic[J, S]):
                 continue
             delta.append(self.output_rows(table, c, p), table, lake, p.tag)
             outputs[table.name] = self._own_commit(table, p.tag)
+            self._written[table.name] = self._written.get(table.name, 0) + int(c.rows[table.name])
         before = pos.counters if pos is not None else {}
         last = figures.get("last_seq")
         passes = (pos.passes if pos is not None else 0) + 1

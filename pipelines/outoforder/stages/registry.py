@@ -55,7 +55,9 @@ class Stage:
     ``run`` names the handler (``module:function``), called with the :class:`StageContext` and the
     parsed options and returning the exit status. A stage with a ``job`` takes the job's options
     (but ``exclude``) and, if ``source``, a required ``--source``; the job is built and checked
-    before Spark starts. ``reads`` and ``writes`` are table names (``silver/topk_state``).
+    before Spark starts. ``reads`` and ``writes`` are table names (``silver/topk_state``);
+    ``judges``, of a check, the tables whose quality it measures (their asset events carry its
+    verdict, outoforder_airflow's ``QualityEvent``).
     """
 
     name: str
@@ -67,6 +69,7 @@ class Stage:
     exclude: tuple[str, ...] = ()
     reads: tuple[str, ...] = ()
     writes: tuple[str, ...] = ()
+    judges: tuple[str, ...] = ()
 
     def handler(self) -> Callable[..., int | None]:
         """The handler, imported."""

@@ -188,6 +188,7 @@ OPERATOR = Operator(
             ),
             reads=("bronze/arrivals", "gold/agg_results", "gold/agg_repairs", "silver/agg_ledger", *_STATE),
             writes=("gold/quality_measures", "gold/quality_runs"),
+            judges=("gold/agg_results",),
         ),
     ),
     steps=(Step("aggregates", "outoforder.stages.demo:aggregates"),),

@@ -183,7 +183,7 @@ def validate_aggregate(
 
     from outoforder.io import delta
     from outoforder.io.tables import AGG_RESULTS
-    from outoforder.quality.checkpoints import conclude, run_checkpoint
+    from outoforder.quality.checkpoints import conclude, publish, run_checkpoint
     from outoforder.quality.measures import record_measures
 
     jid = job.job_id()
@@ -266,6 +266,12 @@ def validate_aggregate(
             source, jid, job.eps, job.delta, (job.latency_bound_us or 0) / 1e6, 100 * within, len(values),
             needed / 1e6,
         )  # fmt: skip
+    publish(
+        suites, AGG_RESULTS.name, "agg_repair" if windows is not None else "agg_error", len(frame),
+        int(frame["met_at_emission"].sum()) if windows is None else int(settled["exact_now"].sum()),
+        eps=job.eps, delta=job.delta, settled=len(settled), exact=int(settled["exact_now"].sum()),
+        missing=int(frame["value"].isna().sum()),
+    )  # fmt: skip
     conclude(suites, "aggregates", settings.quality.fails(fail))
     return suites
 

@@ -186,6 +186,7 @@ OPERATOR = Operator(
             args=validation(until("check the history before this arrival time"), since("periods")),
             reads=(*_BRONZE, "gold/join_results"),
             writes=("gold/join_metrics", "gold/quality_measures", "gold/quality_runs"),
+            judges=("gold/join_results",),
         ),
     ),
     steps=(

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from outoforder.errors import StateError
 from outoforder.io.conflicts import retry_on_conflict
-from outoforder.io.tables import JOIN_METRICS
+from outoforder.io.tables import JOIN_METRICS, JOIN_RESULTS
 from outoforder.stages.context import StageContext
 from outoforder.stages.join import history
 from outoforder.stages.join.evaluate import COST_COLUMNS
@@ -107,7 +107,6 @@ def period_quality(
     from pyspark.sql import functions as F
 
     from outoforder.io import delta
-    from outoforder.io.tables import JOIN_RESULTS
     from outoforder.spark.judge import join_periods
 
     cols = ["period", "start_us", "true_pairs", "produced_pairs", "recall", "met"]
@@ -191,7 +190,7 @@ def validate_join(
 
     from outoforder.io import deltars
     from outoforder.io.tables import JOIN_STATE
-    from outoforder.quality.checkpoints import conclude, run_checkpoint
+    from outoforder.quality.checkpoints import conclude, publish, run_checkpoint
     from outoforder.quality.measures import record_measures
     from outoforder.stages.state import nothing_judged
 
@@ -261,6 +260,12 @@ def validate_join(
             source, jid, len(short), job.q_user, (job.latency_bound_us or 0) / 1e6,
             short["reachable"].min(), short["needed_us"].max() / 1e6,
         )  # fmt: skip
+    publish(
+        suites, JOIN_RESULTS.name, "join_recall", len(quality), met, q_user=job.q_user,
+        periods_met=settings.quality.periods_met,
+        recall_min=float(quality["recall"].min()) if len(quality) else None,
+        periods=list(judged.periods) if judged.periods else None,
+    )  # fmt: skip
     conclude(suites, "stream join", settings.quality.fails(fail))
     return suites
 

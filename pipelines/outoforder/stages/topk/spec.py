@@ -162,6 +162,7 @@ OPERATOR = Operator(
             ),
             reads=("bronze/arrivals", "gold/topk_results", "silver/topk_ledger", *_STATE),
             writes=("gold/quality_measures", "gold/quality_runs"),
+            judges=("gold/topk_results",),
         ),
     ),
     steps=(Step("topk", "outoforder.stages.demo:topk"),),

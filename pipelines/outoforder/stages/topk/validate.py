@@ -206,7 +206,8 @@ def validate_topk(
     spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(TopKJob)
     import pandas as pd
 
-    from outoforder.quality.checkpoints import conclude, run_checkpoint
+    from outoforder.io.tables import TOPK_RESULTS
+    from outoforder.quality.checkpoints import conclude, publish, run_checkpoint
     from outoforder.quality.measures import record_measures
 
     try:
@@ -268,6 +269,11 @@ def validate_topk(
             what, job.eps_min, job.bound_us / 1e6, reach, len(profiles),
             needed_cache(profiles.values(), job.eps_min) / 1e6,
         )  # fmt: skip
+    met = sum(h is not None and h >= job.eps_min for _, h in rows)
+    publish(
+        suites, TOPK_RESULTS.name, "topk_hit_rate", len(rows), met, eps_min=job.eps_min,
+        accuracy=None if mean is None or pd.isna(mean) else float(mean), windows_emitted=n_all,
+    )  # fmt: skip
     conclude(suites, what, settings.quality.fails(fail))
     return suites
 
