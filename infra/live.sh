@@ -171,10 +171,9 @@ print(r(sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])) +
     fi
     bash "$here/airflow.sh" status || true
     eval "$(bash "$here/airflow.sh" env)"
-    for d in "${DAGS[@]}"; do
-      # the latest run (the CLI's own warnings may precede the table on stdout)
-      echo "  $d: $(airflow dags list-runs "$d" -o plain 2>/dev/null | awk -v d="$d" '$1 == d {print $2, $3; exit}')"
-    done
+    # each stream DAG's lag per run, its trend, the runs' states and freshness, and whether the
+    # pipeline keeps pace: what the UI's Browse > Live pace page shows
+    PYTHONPATH="$OOO_REPO/plugins${PYTHONPATH:+:$PYTHONPATH}" "$OOO_AIRFLOW_VENV/bin/python" -m outoforder_airflow.pace
     ;;
   env)
     if [ ! -L "$live_root/current" ]; then say "no live session" >&2; exit 3; fi

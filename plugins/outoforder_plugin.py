@@ -2,8 +2,8 @@
 
 - the stage operator's extra links (Quality report, Data Docs);
 - the reports web app on the API server under ``/outoforder``;
-- a "Quality report" and a "Data Docs" entry in the UI's navigation, and a "Quality report" tab
-  on every DAG run page.
+- a "Quality report", a "Live pace" and a "Data Docs" entry in the UI's navigation, and a
+  "Quality report" tab on every DAG run page.
 """
 
 from __future__ import annotations
@@ -30,6 +30,13 @@ class OutOfOrderPlugin(AirflowPlugin):
             "destination": "nav",
             "category": "browse",
             "url_route": "outoforder-quality",
+        },
+        {
+            "name": "Live pace",
+            "href": f"{URL_PREFIX}/live",
+            "destination": "nav",
+            "category": "browse",
+            "url_route": "outoforder-live",
         },
         {
             "name": "Data Docs",

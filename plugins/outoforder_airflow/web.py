@@ -4,7 +4,8 @@ Served under ``/outoforder``: ``/outoforder/reports/...`` is the reports folder
 (``quality.reports_dir``: the quality report at ``quality/index.html``, run pages under
 ``quality/runs/``), ``/outoforder/docs/...`` the Data Docs site (``quality.docs_dir``) and
 ``/outoforder/run/<dag_id>/<run_id>`` a DAG run's own report (the cumulative one until the run has
-written its own).
+written its own), ``/outoforder/live`` the stream DAGs' pace (:mod:`outoforder_airflow.pace`; it
+reloads itself).
 
 Airflow mounts plugin apps without its login, so the app checks it itself: every request needs the
 JWT of a logged-in user, as the UI's session cookie or an ``Authorization: Bearer`` header (the
@@ -96,7 +97,7 @@ def create_app(
     ``resolve_user``, ``login_url`` and ``may_read`` are Airflow's by default; tests pass their own.
     """
     from fastapi import FastAPI, HTTPException, Request, Response
-    from fastapi.responses import JSONResponse, RedirectResponse
+    from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
     from fastapi.staticfiles import StaticFiles
 
     from outoforder.config import load_settings
@@ -136,6 +137,15 @@ def create_app(
     @app.get("/")
     def index() -> RedirectResponse:
         return RedirectResponse(f"{URL_PREFIX}/reports/quality/index.html")
+
+    @app.get("/live")
+    def live() -> HTMLResponse:
+        from datetime import UTC, datetime
+
+        from outoforder_airflow import pace
+
+        now = datetime.now(UTC)
+        return HTMLResponse(pace.page(pace.from_airflow(now), now))
 
     @app.get("/run/{dag_id}/{run_id:path}")
     def run_report(dag_id: str, run_id: str) -> RedirectResponse:

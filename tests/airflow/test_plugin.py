@@ -354,3 +354,37 @@ def test_a_stages_figures_reach_its_asset_events_and_a_checks_verdict_the_result
 
     with pytest.raises(AirflowSkipException, match="left no verdict"):
         event.execute(context(Ti()))
+
+
+def test_the_plugins_examples_hold(plugin_path):
+    import doctest
+
+    from outoforder_airflow import assets, pace, web
+
+    for module in (assets, pace, web):
+        failed, tried = doctest.testmod(module)
+        assert tried and not failed, module.__name__
+
+
+def test_the_live_page_says_whether_the_pipeline_keeps_pace(plugin_path):
+    from datetime import UTC, datetime, timedelta
+
+    from outoforder_airflow.pace import Run, page, summarize, text, verdict
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def runs(dag: str, lag: callable, n: int = 12, state: str = "success") -> list[Run]:
+        return [Run(dag, t0 + timedelta(minutes=i), state, t0 + timedelta(minutes=i, seconds=lag(i)))
+                for i in range(n)]  # fmt: skip
+
+    steady = summarize([*runs("join_stream", lambda i: 25), *runs("topk_stream", lambda i: 30 + (i % 2))],
+                       {"join_stream": 40.0})  # fmt: skip
+    assert [p.keeps_pace for p in steady] == [True, True]
+    assert verdict(steady).startswith("keeps pace")
+    growing = summarize(runs("join_stream", lambda i: 20 + 15 * i))  # every run longer than its minute
+    assert growing[0].keeps_pace is False and verdict(growing).startswith("falls behind: join_stream")
+    failed = summarize([Run("join_stream", t0, "failed", None)])  # no stage finished: not judged
+    assert failed[0].keeps_pace is None and failed[0].states == {"failed": 1}
+    shown = page(steady, t0)
+    assert "http-equiv='refresh'" in shown and "keeps pace" in shown and "join_stream" in shown
+    assert "40.0" in text(steady)  # the freshness column

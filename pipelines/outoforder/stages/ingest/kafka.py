@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 from outoforder.config import Settings
 from outoforder.errors import ConfigError, InputError, StateError
-from outoforder.io import delta
+from outoforder.io import delta, figures
 from outoforder.io.conflicts import retry_on_conflict
 from outoforder.io.delta import where_sql
 from outoforder.io.kafka import topic_state
@@ -145,6 +145,7 @@ def _cover(spark: SparkSession, settings: Settings, newest: Batch, listed_at_us:
         cond = where_sql({"source": newest.source, "batch": newest.number})
         _delete_offsets(spark, lake, f"{cond} AND listed_at_us < {listed_at_us}")
     write_cover_hint(settings, newest.source, listed_at_us)
+    figures.record(BRONZE.name, source=newest.source, rows=0, end_us=listed_at_us)  # covered, nothing new
 
 
 def _delete_offsets(spark: SparkSession, lake: str, cond: str) -> None:
@@ -425,6 +426,10 @@ def _ingest(
     ]  # fmt: skip
     delta.append(spark.createDataFrame(done, INGEST_LOG.schema), INGEST_LOG, lake, batch.ingest_id)
     write_cover_hint(settings, batch.source, batch.listed_at_us)
+    figures.record(
+        BRONZE.name, source=batch.source, topic=batch.topic, batch=batch.number, records=batch.records,
+        rows=accepted, quarantined=quarantined, end_us=batch.listed_at_us,
+    )  # fmt: skip
     marks.append(("quarantine and log", time.monotonic()))
     log.info(
         "[ingest-kafka] %s: %s",
