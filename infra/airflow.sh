@@ -22,7 +22,7 @@
 # `eval "$(bash infra/spark-cluster.sh env)"` before start puts every stage on the cluster. Set
 # AIRFLOW_CONN_OUTOFORDER_SPARK to a `spark` connection ({"conn_type": "spark", "host": "local[2]"})
 # for spark-submit, one application per task, instead.
-# The lake, reports and data folders follow the usual OOO_* variables (README, Configuration).
+# The lake, reports and data folders follow the usual OOO_* variables (docs/running.md, Configuration).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/env.sh"

@@ -305,6 +305,14 @@ def test_scheduler_runs_the_pipeline_and_a_backfill_like_a_direct_run(standalone
         assert len(keys) == len(set(keys)), f"duplicates in {table}"
         assert rows == expected[table], table
 
+    # the results are an asset whose events carry what each run wrote and its check's graded verdict
+    (asset,) = [a for a in _api(standalone, "assets?name_pattern=gold/join_results")["assets"]
+                if a["name"] == "gold/join_results"]  # fmt: skip
+    events = _api(standalone, f"assets/events?asset_id={asset['id']}&order_by=-timestamp&limit=50")
+    extras = [e["extra"] for e in events["asset_events"]]
+    verdicts = [x for x in extras if x.get("judged") == "join_recall"]
+    assert verdicts and all("items" in v and "met" in v and "passed" in v for v in verdicts), extras
+    assert any(x.get("rows", 0) > 0 and "end_us" in x for x in extras), extras  # the stage's own
     # every run ended with its own quality report page and Data Docs entries
     reports = home / "reports"
     for run in pipeline["topk"]:
@@ -334,7 +342,8 @@ def _browser():
 
 # A failing stage: a θ window that does not divide the run's minute (a ConfigError in each of the
 # task's tries). A failing check: the join with a recall target its first retentions cannot meet
-# (nothing buffered before the first adaptation, every period to reach 0.999).
+# (nothing buffered before the first adaptation, every period to reach 0.999, and the settings of
+# a user who asks it of every period: quality.periods_met = 1.0, through the run's config Param).
 FAILING = {
     "theta_backfill": {**THETA_CONF, "window_s": 7, "on_violation": "fail"},
     "join_stream": {**CONF, "on_violation": "fail", "q_user": 0.999, "initial_retention_s": 0.0,
@@ -361,7 +370,12 @@ def test_a_failed_stage_or_check_fails_its_run(standalone, pipeline):
     # Airflow derives a run's state from its leaves: the report (all_done) would leave it green,
     # the run_outcome task fails it, and quotes the failed task
     env = standalone["env"]
+    every_period = standalone["home"] / "every-period.toml"
+    test_settings = Path(env["OOO_CONFIG"]).read_text() if env.get("OOO_CONFIG") else ""
+    every_period.write_text(test_settings + "\n[quality]\nperiods_met = 1.0\n")
     for dag_id, conf in FAILING.items():
+        if dag_id == "join_stream":
+            conf = {**conf, "config": str(every_period)}
         _airflow(env, "dags", "unpause", dag_id)
         _airflow(env, "dags", "trigger", dag_id, "--run-id", f"failing_{dag_id}",
                  "--logical-date", FAILING_AT[dag_id], "-c", json.dumps(conf))  # fmt: skip
@@ -452,6 +466,16 @@ def test_browser_logs_in_finds_a_successful_run_and_opens_the_reports(standalone
         browser.get(f"{url}/outoforder/docs/index.html")
         page_has("Data Docs")
         browser.save_screenshot(str(shots / "07-data-docs.png"))
+        # the tables as assets, the join's results among them
+        browser.get(f"{url}/assets")
+        page_has("gold/join_results")
+        browser.save_screenshot(str(shots / "08-assets.png"))
+        # the live page: each stream DAG's pace (no scheduled run here: it says so) and a reload
+        browser.get(f"{url}/outoforder/live")
+        page_has("Live pace")
+        verdict = browser.find_element(By.ID, "verdict").text
+        assert verdict, "the live page says whether the pipeline keeps pace"
+        browser.save_screenshot(str(shots / "09-live.png"))
     except Exception:
         browser.save_screenshot(str(shots / "99-failure.png"))
         (shots / "99-failure.txt").write_text(
@@ -461,4 +485,4 @@ def test_browser_logs_in_finds_a_successful_run_and_opens_the_reports(standalone
     finally:
         browser.quit()
     print(f"[test] screenshots in {shots}", flush=True)
-    assert len(list(shots.glob("0*.png"))) == 7
+    assert len(list(shots.glob("0*.png"))) == 9

@@ -1,4 +1,4 @@
-"""Writes sensors.csv.gz: the example stream of "Bring your own stream" in the README.
+"""Writes sensors.csv.gz: the example stream of "Your own stream, in one declaration" in the README.
 
 Two kinds of devices move about a 20 m x 10 m warehouse floor and report their position five times
 a second: forklifts and pickers. Reports travel over Wi-Fi, so most arrive within a few hundred
