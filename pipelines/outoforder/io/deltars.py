@@ -14,6 +14,7 @@ share a table.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 
     from outoforder.io.tables import Table
 
+log = logging.getLogger(__name__)
 Filter = tuple[str, str, Any]  # (column, "=" | "<" | "<=" | ">" | ">=" | "in", value)
 
 
@@ -100,18 +102,23 @@ def file_ranges(
     """Per live file of one partition: ``column``'s least and greatest value and the file's rows.
 
     Read from the log's statistics (no data file is opened); files without statistics are left
-    out, and so is everything when the table does not exist yet.
+    out, and so is everything when the table does not exist yet or when delta-rs cannot read its
+    log (a table feature it does not know, e.g. collated strings written by Spark: a warning says
+    so, and the caller sees no files).
     """
     import pyarrow as pa
     from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
+    from deltalake.exceptions import DeltaError, TableNotFoundError
 
     path = table.path(lake_root)
     try:
         dt = DeltaTable(_uri(path), storage_options=storage_options(path, storage))
+        actions = pa.table(dt.get_add_actions(flatten=True))
     except TableNotFoundError:
         return []
-    actions = pa.table(dt.get_add_actions(flatten=True))
+    except DeltaError as e:
+        log.warning("%s: its log's file statistics cannot be read without Spark (%s)", table.name, e)
+        return []
     key, lo, hi = f"partition.{partition[0]}", f"min.{column}", f"max.{column}"
     if not {key, lo, hi} <= set(actions.column_names):
         return []
