@@ -496,10 +496,11 @@ def run_case(name: str, rate: float, minutes: int, work: Path) -> dict[str, Any]
         deadline = stopped + DRAIN_S
         while time.time() < deadline:
             lags = run_lags(api, replay_started)
-            pending = [r for rows in lags.values() for r in rows if r["interval_end_s"] <= stopped
+            # the runs covering the replay's last records too: the first interval ending after it
+            pending = [r for rows in lags.values() for r in rows if r["interval_end_s"] <= stopped + 60
                        and r["state"] in ("queued", "running")]  # fmt: skip
             if not pending and all(
-                rows and rows[-1]["interval_end_s"] >= stopped - 60 for rows in lags.values()
+                rows and rows[-1]["interval_end_s"] >= stopped for rows in lags.values()
             ):
                 break
             time.sleep(10)
