@@ -128,16 +128,18 @@ def quality_report(section: str, interval: timedelta) -> Any:
     )
 
 
-def interval_dag(operator: str, interval: timedelta = timedelta(minutes=1), doc: str | None = None) -> Any:
+def interval_dag(operator: str, interval: timedelta | None = None, doc: str | None = None) -> Any:
     """An operator's stream DAG: its stream stage over one arrival interval per run, its check, the report.
 
     The shape every stream operator shares (``[dags.<operator>]`` sets its Params' defaults); the
     operator's folder names the two stages (:class:`outoforder.stages.registry.Operator`).
+    ``interval``: the plugin's ``STREAM_INTERVAL`` unless given.
     """
     from airflow.sdk import dag
     from outoforder_airflow.assets import QualityEvent
-    from outoforder_airflow.operators import StageOperator, close_run, judged_args
+    from outoforder_airflow.operators import STREAM_INTERVAL, StageOperator, close_run, judged_args
 
+    interval = interval or STREAM_INTERVAL
     op = registry.operator(operator)
     if op.stream is None or op.check is None:
         msg = f"operator {operator} declares no stream and check stages"

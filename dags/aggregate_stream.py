@@ -30,15 +30,13 @@ pending late tuples span more than Γ, ``ledger_due`` emits the asset that start
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from _spark_stage import INTERVAL_DAG, LEDGER_DUE_URI, every, job_args, job_params, quality_report
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import Asset, dag, task
 from outoforder_airflow.assets import QualityEvent
-from outoforder_airflow.operators import StageOperator, close_run, judged_args
+from outoforder_airflow.operators import STREAM_INTERVAL, StageOperator, close_run, judged_args
 
-INTERVAL = timedelta(minutes=1)
+INTERVAL = STREAM_INTERVAL
 
 
 @task.short_circuit

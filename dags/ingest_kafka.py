@@ -23,14 +23,14 @@ from datetime import timedelta
 import pendulum
 from _spark_stage import default_args, every, params
 from airflow.sdk import dag
-from outoforder_airflow.operators import StageOperator, close_run
+from outoforder_airflow.operators import STREAM_INTERVAL, StageOperator, close_run
 
 from outoforder.stages import spec
 
 
 @dag(
     dag_id="ingest_kafka",
-    schedule=every(timedelta(minutes=1)),  # on the minute, as the stream DAGs
+    schedule=every(STREAM_INTERVAL),  # on the minute, as the stream DAGs
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,

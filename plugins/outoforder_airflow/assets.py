@@ -25,6 +25,14 @@ FIGURES_KEY = "figures"  # the XCom a stage task leaves its run's figures in (pe
 GROUP = "outoforder"
 
 
+def run_facts(context: Any) -> dict[str, Any]:
+    """What every event of a run carries: the DAG run, and the end of the interval it covered."""
+    facts: dict[str, Any] = {"dag_run": context["run_id"]}
+    if context.get("data_interval_end") is not None:
+        facts["interval_end"] = context["data_interval_end"].isoformat()
+    return facts
+
+
 def table_asset(table: str) -> Asset:
     """The asset of a lake table, e.g. ``gold/join_results`` (one per table, whatever the source)."""
     return Asset(name=table, uri=f"outoforder://lake/{table}", group=GROUP)
@@ -95,9 +103,7 @@ class QualityEvent(BaseOperator):
         from airflow.sdk.exceptions import AirflowSkipException
 
         got = context["ti"].xcom_pull(task_ids=self.check, key=FIGURES_KEY) or {}
-        run: dict[str, Any] = {"dag_run": context["run_id"]}
-        if context.get("data_interval_end") is not None:
-            run["interval_end"] = context["data_interval_end"].isoformat()
+        run = run_facts(context)
         emitted = []
         for asset in self.outlets:
             figures = got.get(asset.name) if isinstance(got, Mapping) else None

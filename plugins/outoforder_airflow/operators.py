@@ -37,11 +37,13 @@ from airflow.sdk import Asset, BaseHook, BaseOperator
 from outoforder.config import REPO_ROOT, load_settings
 from outoforder.errors import EXIT_NOTHING_YET, EXIT_QUALITY
 from outoforder.io.figures import ENV as FIGURES_ENV
-from outoforder_airflow.assets import FIGURES_KEY, stage_assets
+from outoforder_airflow.assets import FIGURES_KEY, run_facts, stage_assets
 from outoforder_airflow.links import DataDocsLink, QualityReportLink
 
 APP = str(REPO_ROOT / "pipelines" / "outoforder" / "stages" / "spark_entry.py")
 CONN_ID = "outoforder_spark"  # the Spark the stages run on (see the module docstring)
+# the arrival time a stream DAG's run covers, and how often they run (the Kafka ingest's too)
+STREAM_INTERVAL = timedelta(minutes=1)
 
 RUN_NAME = "{{ dag.dag_id }}__{{ run_id }}"  # names a run's validations and its report page
 
@@ -196,10 +198,9 @@ class StageOperator(BaseOperator):
             recorded = figures.read(path)
         if recorded:
             context["ti"].xcom_push(key=FIGURES_KEY, value=recorded)
-        run: dict[str, Any] = {"dag_run": context["run_id"]}
+        run = run_facts(context)
         end = context.get("data_interval_end")
         if end is not None:
-            run["interval_end"] = end.isoformat()
             run["lag_s"] = round((datetime.now(UTC) - end).total_seconds(), 1)
         for asset in self.outlets:
             if isinstance(asset, Asset):

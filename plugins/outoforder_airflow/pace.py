@@ -23,10 +23,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from outoforder_airflow.operators import STREAM_INTERVAL
+
 RUNS = 30  # a DAG's newest scheduled runs that are judged
 TREND_LIMIT = 1.2
 REFRESH_S = 30  # the live page reloads itself this often
-INTERVAL_S = 60.0  # the stream DAGs' schedule (dags/_spark_stage.py interval_dag's default)
+LAG_BOUND_S = STREAM_INTERVAL.total_seconds()  # a mean lag beyond a run's interval falls behind
 
 
 def stage_tasks() -> dict[str, tuple[str, str | None]]:
@@ -92,7 +94,7 @@ class Pace:
         if self.mean_lag_s is None:
             return None
         trend = self.trend
-        return self.mean_lag_s <= INTERVAL_S and (trend is None or trend <= TREND_LIMIT)
+        return self.mean_lag_s <= LAG_BOUND_S and (trend is None or trend <= TREND_LIMIT)
 
 
 def summarize(runs: Iterable[Run], fresh: dict[str, float] | None = None) -> list[Pace]:
@@ -125,10 +127,10 @@ def verdict(paces: Sequence[Pace]) -> str:
     behind = [p.dag for p in paces if p.keeps_pace is False]
     unknown = [p.dag for p in paces if p.keeps_pace is None]
     if behind:
-        return f"falls behind: {', '.join(behind)} (mean lag over {INTERVAL_S:g} s or growing)"
+        return f"falls behind: {', '.join(behind)} (mean lag over {LAG_BOUND_S:g} s or growing)"
     if unknown:
         return f"keeps pace so far; not yet judged: {', '.join(unknown)}"
-    return f"keeps pace: every DAG's mean lag within {INTERVAL_S:g} s and not growing"
+    return f"keeps pace: every DAG's mean lag within {LAG_BOUND_S:g} s and not growing"
 
 
 def _fmt(value: float | None, spec: str = ".1f") -> str:

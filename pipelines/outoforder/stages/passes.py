@@ -43,8 +43,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 from outoforder.config import Settings
 from outoforder.core.time import format_instant_us
 from outoforder.errors import InputError, NothingYet, StateError
-from outoforder.io import figures
 from outoforder.io.conflicts import retrying
+from outoforder.io.figures import record as record_figures
 from outoforder.stages.context import StageContext
 from outoforder.stages.spec import Job
 
@@ -366,7 +366,7 @@ class PassStage(ABC, Generic[J, S]):
         assert summary is not None
         for table in (*self.outputs, self.state_table):  # for the run's asset events
             rows = summary.state_rows if table is self.state_table else self._written.get(table.name, 0)
-            figures.record(
+            record_figures(
                 table.name, source=self.source, job=self.jid, start_us=lo, end_us=hi, arrivals=arrivals,
                 rows=rows, passes=len(cuts) - 1,
             )  # fmt: skip
@@ -414,12 +414,13 @@ class PassStage(ABC, Generic[J, S]):
         figures = c.state.get("figures", {})
         self._check_budget(hi, int(figures.get("kept", 0)))
         outputs = dict(pos.outputs) if pos is not None else {}
+        written: dict[str, int] = {}
         for table in self.outputs:
             if not c.rows.get(table.name):
                 continue
             delta.append(self.output_rows(table, c, p), table, lake, p.tag)
             outputs[table.name] = self._own_commit(table, p.tag)
-            self._written[table.name] = self._written.get(table.name, 0) + int(c.rows[table.name])
+            written[table.name] = int(c.rows[table.name])
         before = pos.counters if pos is not None else {}
         last = figures.get("last_seq")
         passes = (pos.passes if pos is not None else 0) + 1
@@ -437,6 +438,8 @@ class PassStage(ABC, Generic[J, S]):
             **{k: int(before.get(k, 0)) + int(figures.get(k, 0)) for k in self.counters},
         }
         delta.append(self.state_rows(c, p, row), self.state_table, lake, p.tag)
+        for name, n in written.items():  # counted once the pass is committed (a retry starts over)
+            self._written[name] = self._written.get(name, 0) + n
         if passes % PRUNE_EVERY == 0:
             self._prune(hi)
         return self.summary(p, c, time.monotonic() - t0)

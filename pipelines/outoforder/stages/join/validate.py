@@ -286,9 +286,12 @@ def _with_earlier(ctx: StageContext, judged: pd.DataFrame, at_least: int) -> pd.
     if missing <= 0 or not len(judged):
         return judged
     settings, source, job = ctx.settings, ctx.bronze_source, ctx.job_of(JoinJob)
+    first = int(judged["period"].min())
+    # the recent periods only (a period without true pairs has no row: ten times the need is ample),
+    # not the job's whole history at every run
     filters: list[tuple[str, str, Any]] = [
         ("source", "=", source), ("method", "=", f"stream:{job.job_id()}"),
-        ("period", "<", int(judged["period"].min())),
+        ("period", ">=", first - 10 * missing), ("period", "<", first),
     ]  # fmt: skip
     got = deltars.read_table(JOIN_METRICS, settings.lake_root, settings.storage, filters)
     if got is None or not got.num_rows:
