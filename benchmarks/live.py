@@ -499,9 +499,7 @@ def run_case(name: str, rate: float, minutes: int, work: Path) -> dict[str, Any]
             # the runs covering the replay's last records too: the first interval ending after it
             pending = [r for rows in lags.values() for r in rows if r["interval_end_s"] <= stopped + 60
                        and r["state"] in ("queued", "running")]  # fmt: skip
-            if not pending and all(
-                rows and rows[-1]["interval_end_s"] >= stopped for rows in lags.values()
-            ):
+            if not pending and all(rows and rows[-1]["interval_end_s"] >= stopped for rows in lags.values()):
                 break
             time.sleep(10)
         lags = run_lags(api, replay_started)
