@@ -25,7 +25,8 @@
 # Defaults (override in the environment): OOO_SPARK_CONNECT_PORT=15002 (clients),
 # OOO_SPARK_CONNECT_UI_PORT=4040 (its UI and REST API, loopback), state (logs, the secret,
 # checkpoints, scratch space) under OOO_SPARK_CONNECT_DIR=.local/spark-connect; the server JVM's
-# options OOO_SPARK_CONNECT_JAVA_OPTIONS="-XX:TieredStopAtLevel=4" (the optimising compiler).
+# options OOO_SPARK_CONNECT_JAVA_OPTIONS (default: the optimising compiler, and a heap that gives
+# back what a burst committed; outoforder.spark.server.JAVA_OPTIONS).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/env.sh"

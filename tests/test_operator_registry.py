@@ -65,7 +65,7 @@ def test_a_toy_operator_gets_its_cli_stages_with_its_jobs_options(toy, capsys):
 
     stream = {"--source", "--window-s", "--slack-s", "--start", "--end", "--catch-up", "--file"}
     assert stream <= flags("toy-stream")
-    assert {"--on-violation", "--run-name", "--since"} <= flags("validate-toy")
+    assert {"--on-violation", "--run-name", "--since", "--from-judged"} <= flags("validate-toy")
     # the job is built and checked before anything runs, the error naming the flag
     assert main(["toy-stream", "--source", "s", "--window-s", "-1"]) == 2
     assert "--window-s must be > 0" in capsys.readouterr().err

@@ -49,5 +49,9 @@ class QualityError(OutOfOrderError):
     """A data-quality check failed (a Great Expectations suite or a stated quality target)."""
 
 
+class CheckFailed(QualityError):
+    """A check reached its verdict and the data failed it: what it judged stays judged."""
+
+
 class WriteConflict(StateError):
     """A concurrent commit won and this write must be redone from a fresh read (retried, see io.conflicts)."""

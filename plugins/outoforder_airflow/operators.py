@@ -97,15 +97,15 @@ def catch_up_args() -> list[str]:
 def judged_args(interval: timedelta) -> list[str]:
     """``--since``/``--until`` of a check that judges what closed in the run's interval.
 
-    Since the previous successful run's end, when that is earlier: run times drift apart, and a
-    failed run's interval is judged by the next one, so nothing closes unjudged between runs.
+    With ``--from-judged``: from where the check's runs last judged when that is earlier (run times
+    drift apart, and a run that stopped before its verdict is judged by the next one), so nothing
+    closes unjudged between runs and a failed verdict is not judged again by every later run. A
+    backfill's runs judge exactly their intervals.
     """
-    start = interval_start(interval)[2:-2].strip()  # the expression inside {{ }}
-    since = (
-        f"{{% set s = {start} %}}{{{{ prev_data_interval_end_success "
-        "if prev_data_interval_end_success and prev_data_interval_end_success < s else s }}"
-    )
-    return ["--since", since, "--until", INTERVAL_END]
+    return [
+        "--since", interval_start(interval), "--until", INTERVAL_END,
+        "{{ '--no-from-judged' if dag_run.run_type == 'backfill' else '--from-judged' }}",
+    ]  # fmt: skip
 
 
 def _spark_python(env: dict[str, str]) -> str:

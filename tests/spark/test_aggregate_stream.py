@@ -10,7 +10,7 @@ from pyspark.sql import functions as F
 from outoforder.core.windows.hpm import buffered_reference
 from outoforder.core.windows.slack import HPMSlack
 from outoforder.errors import QualityError, StateError
-from outoforder.io import delta
+from outoforder.io import delta, deltars
 from outoforder.io.tables import AGG_LEDGER, AGG_REPAIRS, AGG_RESULTS, AGG_STATE, VOLATILE_COLUMNS
 from outoforder.sources.disorder import inject
 from outoforder.stages.aggregate.ledger import ledger_status, read_status
@@ -101,6 +101,9 @@ def test_any_cadence_gives_the_rows_of_one_pass_and_of_the_operator(spark, run_a
     assert seen["slack_after_us"].notna().all()
 
 
+JOBS_PER_REPAIR = 3
+
+
 def test_passes_then_repair_make_every_window_exact_and_checks_judge_what_closed(
     spark, settings, load_bronze, monkeypatch
 ):
@@ -133,26 +136,31 @@ def test_passes_then_repair_make_every_window_exact_and_checks_judge_what_closed
         done |= set(then["wid"])
 
     # stream results miss (ε, δ)? then a forced repair makes everything exact. Its first attempt is
-    # killed between the results MERGE and its log row (the reliability run found it: the rerun
+    # killed between the results' write and its log row (the reliability run found it: the rerun
     # logged 0 windows changed, comparing against results the first attempt had already fixed)
-    replace_rows, intended = delta.replace_rows, []
+    replace_rows, intended = deltars.replace_rows, []
     volatile = ("seconds", "written_at_us")
 
-    def killed_before_the_log(spark, table, *args, **kwargs):
+    def killed_before_the_log(table, *args, **kwargs):
         if table is AGG_REPAIRS:
             rows = args[2]
             names = AGG_REPAIRS.schema.fieldNames()
             intended.extend({n: v for n, v in zip(names, r, strict=True) if n not in volatile} for r in rows)
             raise RuntimeError("killed")
-        return replace_rows(spark, table, *args, **kwargs)
+        return replace_rows(table, *args, **kwargs)
 
     assert repaired_windows(ctx) == (0, -1)  # no repair yet: nothing to judge
-    monkeypatch.setattr(delta, "replace_rows", killed_before_the_log)
+    monkeypatch.setattr(deltars, "replace_rows", killed_before_the_log)
     with pytest.raises(RuntimeError, match="killed"):
         repair(ctx, force=True)
-    monkeypatch.setattr(delta, "replace_rows", replace_rows)
+    monkeypatch.setattr(deltars, "replace_rows", replace_rows)
     (row,) = intended
+    sc = spark.sparkContext
+    sc.setJobGroup("repair", "a repair")
     first = repair(ctx, force=True)
+    sc.setJobGroup("", "")
+    # one scan of bronze's affected windows; the ledger and the results are driver reads and writes
+    assert len(sc.statusTracker().getJobIdsForGroup("repair")) <= JOBS_PER_REPAIR
     assert first.ran and first.changed > 0
     assert (first.changed, first.added) == (row["windows_changed"], row["windows_added"])
     assert first.rows_read == first.affected_rows

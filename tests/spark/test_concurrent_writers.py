@@ -1,8 +1,9 @@
 """Concurrent writers: a repair, a stream pass and table maintenance on one table at once.
 
-The overlap is forced, not hoped for: the repair's MERGE into ``gold/agg_results`` is held inside
-its transaction (a UDF on its source waits for a file) while a stream interval appends its results
-to the same partition and OPTIMIZE rewrites its files. An interval only appends (a blind append,
+The overlap is forced, not hoped for: the repair's write into ``gold/agg_results`` (delta-rs, on
+the driver) is held inside its transaction (its rows are a stream that waits for a file, consumed
+after the write has read its snapshot) while a stream interval appends its results to the same
+partition and OPTIMIZE rewrites its files. An interval only appends (a blind append,
 which conflicts with nothing), so it commits at once; Delta must then refuse the repair's commit,
 and the repair must redo its whole work against the new snapshot. The outcome has to equal the
 serial order "maintenance, interval, then repair" (nothing lost, nothing twice). Maintenance must
@@ -18,7 +19,7 @@ from collections.abc import Callable
 import pytest
 from pyspark.sql import functions as F
 
-from outoforder.io import conflicts, delta
+from outoforder.io import conflicts, delta, deltars
 from outoforder.io.tables import (
     AGG_LEDGER,
     AGG_REPAIRS,
@@ -52,25 +53,23 @@ class Gate:
             armed, self.armed = self.armed, False
             return armed
 
-    def column(self, col):
-        entered, opened = str(self.entered), str(self.opened)
+    def reader(self, data):
+        """``data`` (Arrow) as a stream whose first batch waits for :meth:`release`."""
+        import pyarrow as pa
 
-        def wait(v):
-            import pathlib
-            import time as t
+        def batches():
+            self.entered.touch()
+            deadline = time.monotonic() + 300
+            while not self.opened.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            yield from data.to_batches()
 
-            pathlib.Path(entered).touch()
-            deadline = t.monotonic() + 300
-            while not pathlib.Path(opened).exists() and t.monotonic() < deadline:
-                t.sleep(0.05)
-            return v
-
-        return F.udf(wait, "double").asNondeterministic()(col)
+        return pa.RecordBatchReader.from_batches(data.schema, batches())
 
     def wait_entered(self, timeout=300):
         deadline = time.monotonic() + timeout
         while not self.entered.exists():
-            assert time.monotonic() < deadline, "the gated MERGE never started"
+            assert time.monotonic() < deadline, "the gated write never started"
             time.sleep(0.1)
 
     def release(self):
@@ -82,7 +81,7 @@ def digests(spark, lake):
 
 
 def overlap(spark, settings, tmp_path, monkeypatch, other: Callable[[object], None], first_cuts):
-    """A forced repair with its results MERGE held open while ``other(settings)`` commits.
+    """A forced repair with its results' write held open while ``other(settings)`` commits.
 
     Returns the repair's retries, the lake's digests and those of a serial twin (``other``, then
     the repair).
@@ -94,14 +93,15 @@ def overlap(spark, settings, tmp_path, monkeypatch, other: Callable[[object], No
     shutil.copytree(settings.lake_root, serial.lake_root)
 
     gate = Gate(tmp_path / "gate")
-    plain = delta.upsert
+    plain = deltars._arrow
 
-    def held(df, table, *args, **kwargs):
+    def held(table, rows):
+        data = plain(table, rows)
         if table is AGG_RESULTS and threading.current_thread().name == "repair" and gate.take():
-            df = df.coalesce(1).withColumn("value", gate.column(F.col("value")))
-        return plain(df, table, *args, **kwargs)
+            return gate.reader(data)
+        return data
 
-    monkeypatch.setattr(delta, "upsert", held)
+    monkeypatch.setattr(deltars, "_arrow", held)
     before = conflicts.conflicts_seen().get("repair.repair", 0)
     failure: list[BaseException] = []
     fixed: list[object] = []
@@ -116,20 +116,20 @@ def overlap(spark, settings, tmp_path, monkeypatch, other: Callable[[object], No
     worker.start()
     try:
         gate.wait_entered()
-        other(settings)  # commits while the repair's MERGE is held
+        other(settings)  # commits while the repair's write is held
     finally:
         gate.release()
         worker.join(600)
     assert not failure, failure
     retried = conflicts.conflicts_seen().get("repair.repair", 0) - before
 
-    monkeypatch.setattr(delta, "upsert", plain)
+    monkeypatch.setattr(deltars, "_arrow", plain)
     other(serial)
     repair(StageContext.of(spark, serial, SOURCE, JOB), force=True)
     return retried, fixed[0], digests(spark, settings.lake_root), digests(spark, serial.lake_root)
 
 
-def test_an_interval_and_maintenance_committing_inside_a_repairs_merge_force_its_retry_and_lose_nothing(
+def test_an_interval_and_maintenance_committing_inside_a_repairs_write_force_its_retry_and_lose_nothing(
     spark, settings, load_bronze, tmp_path, monkeypatch
 ):
     load_bronze(arrivals(), SOURCE, 0)

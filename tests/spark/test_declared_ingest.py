@@ -1,7 +1,8 @@
 """Declared sources through ingest: a CSV or JSON-lines file of one's own into bronze, via the CLI.
 
 - The README's example (include/examples/warehouse) goes from its one declaration to bronze, the
-  stream join and the aggregates with the README's commands and nothing else.
+  stream join, its check and the aggregates with the README's commands, read from the README, and
+  nothing else; their output is what the README shows.
 - A declaration that does not fit a file (a missing column, a field in another unit) stops the
   ingest before anything is written, with a message naming what is wrong.
 - A folder of files continues one source in file-name order; JSON lines read nested fields.
@@ -15,6 +16,7 @@ import contextlib
 import gzip
 import io
 import json
+import shlex
 
 import pytest
 from pyspark.sql import functions as F
@@ -56,14 +58,38 @@ def run(cfg, *args, expect=0):
     return out.getvalue() + err.getvalue()
 
 
+def readme_commands():
+    """The README's stage commands, as written (its "own stream" block): (arguments, output shown).
+
+    An argument naming a file of the repository is made absolute; an output line shown under a
+    command (``#   ...``) is expected in its output, up to a closing ``...``.
+    """
+    text = (REPO_ROOT / "README.md").read_text().split("## Your own stream", 1)[1]
+    block = text.split("```bash\n", 1)[1].split("```", 1)[0].replace("\\\n", " ")
+    prefix = "$py -m outoforder.stages --config $cfg "
+    commands: list[tuple[list[str], list[str]]] = []
+    for line in block.splitlines():
+        if line.startswith(prefix):
+            words = shlex.split(line.removeprefix(prefix), comments=True)
+            commands.append(([str(REPO_ROOT / w) if (REPO_ROOT / w).is_file() else w for w in words], []))
+        elif line.startswith("#   ") and commands:
+            commands[-1][1].append(line.removeprefix("#   ").strip().removesuffix("...").rstrip(" ,"))
+    return commands
+
+
 @README_FLOW
 def test_the_readme_example_goes_through_ingest_the_join_and_the_aggregates(spark, settings, tmp_path):
+    # the README's commands and nothing else, their output as the README shows it
     cfg = tmp_path / "c.toml"
     cfg.write_text((EXAMPLE / "warehouse.toml").read_text() + f'\n[lake]\nroot = "{settings.lake_root}"\n')
-    out = run(cfg, "ingest", "--file", EXAMPLE / "sensors.csv.gz", "--reader", "warehouse")
-    assert (
-        "4,500 rows read = 4,497 accepted + 3 quarantined (column_count=1, not_numeric=1, null_key=1)" in out
-    )
+    commands = readme_commands()
+    assert [c[0] for c, _ in commands] == ["ingest", "join-stream", "validate-join", "aggregate-stream"]
+    assert all(shown for c, shown in commands if c[0] in ("ingest", "validate-join"))
+    for args, shown in commands:
+        out = run(cfg, *args)
+        for line in shown:
+            assert line in out, (args[0], line, out[-2000:])
+
     bronze = delta.read(spark, BRONZE, settings.lake_root).where(F.col("source") == "warehouse")
     per_stream = {r["stream"]: r["count"] for r in bronze.groupBy("stream").count().collect()}
     assert per_stream == {"forklift": 1799, "picker": 2698}
@@ -78,13 +104,7 @@ def test_the_readme_example_goes_through_ingest_the_join_and_the_aggregates(spar
     q = delta.read(spark, QUARANTINE, settings.lake_root).where(F.col("reason") == "not_numeric").first()
     assert q["detail"] == "column 'x_m': 'n/a'"
     run(cfg, "validate-bronze")
-
-    join = ("--source", "warehouse", "--r-streams", "forklift", "--s-streams", "picker", "--theta", "1.5")
-    out = run(cfg, "join-stream", *join)
-    assert "[join-stream]" in out
-    pairs = delta.read(spark, JOIN_RESULTS, settings.lake_root).count()
-    assert pairs > 0
-    out = run(cfg, "aggregate-stream", "--source", "warehouse", "--aggregate", "avg")
+    assert delta.read(spark, JOIN_RESULTS, settings.lake_root).count() > 0
     windows = delta.read(spark, AGG_RESULTS, settings.lake_root)
     assert windows.count() > 0 and windows.where("value IS NULL").isEmpty()
 

@@ -225,7 +225,7 @@ def test_quality_suite_fails_when_bronze_is_corrupted(spark, settings, tmp_path,
     config.write_text(f'[lake]\nroot = "{settings.lake_root}"\n')
     assert main(["--config", str(config), "validate-bronze"]) == EXIT_QUALITY
     err = capsys.readouterr().err
-    assert "QualityError" in err and "bronze_arrivals" in err
+    assert "CheckFailed" in err and "bronze_arrivals" in err
 
 
 def test_stats_command_prints_per_stream_and_per_key_detail(spark, settings, tmp_path, capsys, data_dir):

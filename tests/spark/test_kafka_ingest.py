@@ -27,6 +27,7 @@ from outoforder.errors import EXIT_NOTHING_YET, ConfigError, StateError
 from outoforder.io import delta
 from outoforder.io import kafka as kafka_io
 from outoforder.io.tables import BRONZE, INGEST_LOG, JOIN_RESULTS, KAFKA_OFFSETS, QUARANTINE, SEQ_PER_FILE
+from outoforder.quality.bronze import validate_bronze
 from outoforder.stages.cli import main
 from outoforder.stages.ingest import kafka as stage
 from outoforder.stages.ingest import kafka_batches as batches
@@ -149,6 +150,7 @@ def test_a_disordered_topic_is_ingested_in_batches_exactly_once_and_joined(
 
 
 JOBS_PER_BATCH = 6  # a Kafka ingest batch, rejects and all (issue 73; 4 without rejects, 5 with)
+JOBS_PER_BRONZE_CHECK = 2  # validate-bronze of a run's interval
 
 
 def test_a_batch_costs_a_handful_of_spark_jobs_and_commits(spark, settings, tmp_path, broker):
@@ -165,7 +167,7 @@ def test_a_batch_costs_a_handful_of_spark_jobs_and_commits(spark, settings, tmp_
         kafka_io.produce(
             broker, topic, records(n, seed=8 + i, first_id=200 + 10_000 * i, bad_every=bad_every)
         )
-        before = commits(settings.lake_root)
+        before, started_us = commits(settings.lake_root), time.time_ns() // 1000
         sc.setJobGroup(f"kafka-batch-{i}", "a batch")
         summary = stage.ingest_topic(spark, mine, "yard")
         sc.setJobGroup("", "")
@@ -173,6 +175,12 @@ def test_a_batch_costs_a_handful_of_spark_jobs_and_commits(spark, settings, tmp_
         assert summary.records == n and (summary.quarantined > 0) == (bad_every > 0)
         assert jobs <= JOBS_PER_BATCH, (i, jobs)
         assert commits(settings.lake_root) - before <= 3 + (bad_every > 0)  # offsets, bronze, log, quarantine
+        # the DAG's bronze check of the batch: its rows fetched once, the rest read on the driver
+        sc.setJobGroup(f"bronze-check-{i}", "a check")
+        results = validate_bronze(spark, mine, since_us=started_us)
+        sc.setJobGroup("", "")
+        assert [r.success for r in results] == [True, True]
+        assert len(sc.statusTracker().getJobIdsForGroup(f"bronze-check-{i}")) <= JOBS_PER_BRONZE_CHECK
 
 
 def test_of_two_runs_claiming_one_batch_the_first_stands_and_idle_covers_stay_few(

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from outoforder.config import StorageSettings, is_remote
-from outoforder.errors import ConfigError
+from outoforder.errors import ConfigError, WriteConflict
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -158,6 +158,7 @@ def replace_rows(
     :func:`outoforder.io.delta.replace_rows` (no Spark job); creates the table when it is new.
     """
     from deltalake import write_deltalake
+    from deltalake.exceptions import CommitFailedError
 
     from outoforder.io.delta import TABLE_PROPERTIES, sql_literal, where_sql
 
@@ -174,8 +175,12 @@ def replace_rows(
         if all(r[i] == v for i, v in keep) and (between is None or between[1] <= r[at] < between[2])
     ]  # fmt: skip
     path = table.path(lake_root)
-    write_deltalake(
-        _uri(path), _arrow(table, rows), mode="overwrite", predicate=cond,
-        partition_by=list(table.partition_by) or None, configuration=dict(TABLE_PROPERTIES),
-        storage_options=storage_options(path, storage),
-    )  # fmt: skip
+    try:
+        write_deltalake(
+            _uri(path), _arrow(table, rows), mode="overwrite", predicate=cond,
+            partition_by=list(table.partition_by) or None, configuration=dict(TABLE_PROPERTIES),
+            storage_options=storage_options(path, storage),
+        )  # fmt: skip
+    except CommitFailedError as e:  # a concurrent commit touched the slice: redo from a fresh read
+        msg = f"{table.name}: a concurrent commit won ({e})"
+        raise WriteConflict(msg) from e

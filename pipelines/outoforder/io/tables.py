@@ -444,8 +444,17 @@ QUALITY_RUNS_SCHEMA = _s(  # one row per suite per validation run
     ("docs_page", StringType(), True),  # the Data Docs page, relative to the docs folder
     ("validated_at_us", LongType(), False),
 )
+CHECK_POSITIONS_SCHEMA = _s(  # one row per check stage and job: where its runs have judged up to
+    ("stage", StringType(), False),
+    ("source", StringType(), False),
+    ("job", StringType(), False),
+    ("judged_until_us", LongType(), False),  # an arrival instant: what closed before it is judged
+    ("run_name", StringType(), True),
+    ("judged_at_us", LongType(), False),
+)
 QUALITY_MEASURES = Table("gold/quality_measures", QUALITY_MEASURES_SCHEMA, ("source",))
 QUALITY_RUNS = Table("gold/quality_runs", QUALITY_RUNS_SCHEMA)
+CHECK_POSITIONS = Table("gold/check_positions", CHECK_POSITIONS_SCHEMA)
 
 ALL_TABLES = (
     BRONZE, QUARANTINE, INGEST_LOG, KAFKA_OFFSETS,
@@ -453,5 +462,5 @@ ALL_TABLES = (
     AGG_RESULTS, AGG_REPAIRS, AGG_LEDGER, AGG_STATE,
     THETA_RESULTS, THETA_WINDOWS,
     TOPK_STATE, TOPK_RESULTS, TOPK_LEDGER,
-    QUALITY_MEASURES, QUALITY_RUNS,
+    QUALITY_MEASURES, QUALITY_RUNS, CHECK_POSITIONS,
 )  # fmt: skip

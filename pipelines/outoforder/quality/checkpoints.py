@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from outoforder.config import Settings
-from outoforder.errors import ConfigError, QualityError
+from outoforder.errors import CheckFailed, ConfigError, QualityError
 from outoforder.quality import docs_assets
 from outoforder.quality.suites import CHECKPOINTS, expectations, out_of_reach
 
@@ -268,4 +268,4 @@ def conclude(results: Sequence[SuiteResult], what: str, fail: bool) -> None:
     failed = failures(results)
     if failed and fail:
         msg = f"{what} data quality failed: {', '.join(failed)}"
-        raise QualityError(msg)
+        raise CheckFailed(msg)

@@ -21,9 +21,15 @@ from outoforder.config import Settings, load_settings
 
 # an idle session (a client that died without releasing it) is dropped after this long
 SESSION_TIMEOUT = "30min"
-# a long-lived JVM: the optimising compiler pays back (the tests give their short JVMs the client
-# one through JAVA_TOOL_OPTIONS, which these override); OOO_SPARK_CONNECT_JAVA_OPTIONS replaces them
-JAVA_OPTIONS = "-XX:TieredStopAtLevel=4"
+# A long-lived JVM: the optimising compiler pays back (the tests give their short JVMs the client
+# one through JAVA_TOOL_OPTIONS, which these override). The heap gives back what a burst of work
+# committed: without the free-ratio bounds a heap once grown to -Xmx stays committed for good, and
+# the server's memory is its peak, not its need; G1's periodic collection (G1 is the JVM's choice
+# on a machine of 2 CPUs and more; the flag is ignored by the others) lets an idle server shrink
+# too. OOO_SPARK_CONNECT_JAVA_OPTIONS replaces them all.
+JAVA_OPTIONS = (
+    "-XX:TieredStopAtLevel=4 -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30 -XX:G1PeriodicGCInterval=30000"
+)
 
 
 def server_conf(
@@ -41,12 +47,13 @@ def server_conf(
         "spark.checkpoint.dir": str(state_dir / "checkpoints"),
         "spark.local.dir": str(state_dir / "tmp"),
         # its UI (jobs, stages, the REST API under /api/v1) on loopback; the status store keeps
-        # the jobs of the last hour or so of a live run
+        # the jobs of the last quarter of an hour or so of a live run (it lives in the heap: the
+        # SQL executions with their plans above all)
         "spark.ui.enabled": "true",
         "spark.ui.port": str(ui_port),
-        "spark.ui.retainedJobs": "2000",
-        "spark.ui.retainedStages": "4000",
-        "spark.sql.ui.retainedExecutions": "2000",
+        "spark.ui.retainedJobs": "1000",
+        "spark.ui.retainedStages": "2000",
+        "spark.sql.ui.retainedExecutions": "500",
         # Every Spark Connect session's Python work gets a Python worker factory of its own (keyed
         # by the session's artifact id, whatever the isolation setting), and Spark 4.2 never stops
         # a factory's daemon: a few a minute on a live stream, until the machine runs out of

@@ -156,12 +156,22 @@ def until(what: str, *, required: bool = True) -> Arg:
     return arg("--until", required=required, help=what)
 
 
-def since(items: str) -> Arg:
-    """``--since``: a check judges only what closed from a DAG run's interval start on."""
-    return arg(
-        "--since",
-        help=f"judge only the {items} closed after this arrival time (a DAG run's interval start; "
-        f"default: every closed one)",
+def since(items: str) -> tuple[Arg, ...]:
+    """``--since`` and ``--from-judged``: a check judges only what closed from a point on."""
+    return (
+        arg(
+            "--since",
+            help=f"judge only the {items} closed after this arrival time (a DAG run's interval start; "
+            f"default: every closed one)",
+        ),
+        arg(
+            "--from-judged",
+            action=argparse.BooleanOptionalAction,
+            default=False,
+            help="start where this check's runs last judged when that is before --since "
+            "(gold/check_positions; scheduled runs: nothing closes unjudged between runs and a "
+            "failed verdict is not judged again; a backfill's runs pass --no-from-judged)",
+        ),
     )
 
 

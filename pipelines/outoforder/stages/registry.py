@@ -145,7 +145,10 @@ def _check(ops: list[Operator]) -> None:
                 msg = f"stage {s.name!r} is declared by both {seen[s.name]} and {op.name}"
                 raise ConfigError(msg)
             seen[s.name] = op.name
-        for role, needs in ((op.stream, {"start", "end", "catch_up"}), (op.check, {"since", "until"})):
+        for role, needs in (
+            (op.stream, {"start", "end", "catch_up"}),
+            (op.check, {"since", "from_judged", "until"}),
+        ):
             if role is None:
                 continue
             s = op.stage(role)

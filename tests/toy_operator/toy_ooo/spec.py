@@ -39,7 +39,7 @@ OPERATOR = Operator(
             "every window counted once",
             "toy_ooo.commands:validate_toy",
             ToyJob,
-            args=validation(until("judge the windows closed by then", required=False), since("windows")),
+            args=validation(until("judge the windows closed by then", required=False), *since("windows")),
         ),
     ),
 )

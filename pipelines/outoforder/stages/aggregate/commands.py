@@ -32,9 +32,15 @@ def aggregate_repair(ctx: StageContext, args: argparse.Namespace) -> int:
 def validate_aggregate(ctx: StageContext, args: argparse.Namespace) -> int:
     """(ε, δ) at emission, exactness after repair, every window once (GX)."""
     from outoforder.stages.aggregate import validate
+    from outoforder.stages.positions import judging
 
-    validate.validate_aggregate(
-        ctx, fail=verdict(args), run_name=args.run_name,
-        until_us=instant(args.until), since_us=instant(args.since), repaired=args.repaired,
-    )  # fmt: skip
+    with judging(ctx, args) as (since, until):
+        validate.validate_aggregate(
+            ctx,
+            fail=verdict(args),
+            run_name=args.run_name,
+            until_us=until,
+            since_us=since,
+            repaired=args.repaired,
+        )
     return 0

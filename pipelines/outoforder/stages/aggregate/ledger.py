@@ -5,8 +5,8 @@ Every late membership (a tuple that arrived after a window it belongs to was emi
 time it repaired the ledger up to in ``gold/agg_repairs``, so the *pending* ledger is the late rows
 that arrived since. After every pass the stream stage leaves the ledger's status in a small JSON
 file (:func:`status_path`) that the ``aggregate_stream`` DAG reads without Spark to decide whether
-to start ``late_repair``; the stage reads the pending ledger on the driver for it (delta-rs, no
-Spark job), the repair through Spark.
+to start ``late_repair``. Both it and the repair read the pending ledger on the driver (delta-rs,
+no Spark job).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from outoforder.io import status as status_files
 from outoforder.stages.aggregate.spec import AggJob
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    import pyarrow as pa
 
     from outoforder.stages.context import StageContext
 
@@ -49,20 +49,29 @@ def repaired_upto(settings: Settings, source: str, job: AggJob) -> int:
     return int(pc.max(done.column("repair_id")).as_py())
 
 
-def pending_ledger(ctx: StageContext) -> DataFrame:
-    """The late rows that arrived since the last repair (Spark: what the repair recomputes)."""
-    spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(AggJob)
-    from pyspark.sql import functions as F
+def pending_rows(settings: Settings, source: str, job: AggJob) -> pa.Table | None:
+    """The late rows that arrived since the last repair (seq, ts, arrival_us, window_id), on the driver.
 
-    from outoforder.io import delta
+    None when there are none. Read with delta-rs: no Spark job (the ledger's late rows since a
+    repair are a few per late tuple).
+    """
+    from outoforder.io import deltars
     from outoforder.io.tables import AGG_LEDGER
-    from outoforder.stages.state import where_job
 
-    delta.ensure(spark, AGG_LEDGER, settings.lake_root)
     upto = repaired_upto(settings, source, job)
-    return delta.read(spark, AGG_LEDGER, settings.lake_root).where(
-        where_job(source, job.job_id()) & (F.col("kind") == "late") & (F.col("arrival_us") >= F.lit(upto))
+    rows = deltars.read_table(
+        AGG_LEDGER,
+        settings.lake_root,
+        settings.storage,
+        [
+            ("source", "=", source),
+            ("job", "=", job.job_id()),
+            ("kind", "=", "late"),
+            ("arrival_us", ">=", upto),
+        ],
+        columns=["seq", "ts", "arrival_us", "window_id"],
     )
+    return None if rows is None or rows.num_rows == 0 else rows
 
 
 @dataclass(frozen=True)
@@ -89,42 +98,10 @@ class Pending:
         return gamma_due(np.array([self.lo_ts, self.hi_ts], dtype=np.int64), gamma_us)
 
 
-def summarize(pending: DataFrame) -> Pending | None:
-    """One aggregation over the pending ledger (None when it is empty)."""
-    from pyspark.sql import functions as F
-
-    row = pending.agg(
-        F.countDistinct("seq"),
-        F.min("ts"),
-        F.max("ts"),
-        F.max("arrival_us") + 1,
-        F.countDistinct("window_id"),
-    ).first()
-    if row is None or not row[0]:
-        return None
-    return Pending(*(int(x) for x in row))
-
-
-def pending_on_driver(settings: Settings, source: str, job: AggJob) -> Pending | None:
-    """:func:`summarize` of the pending ledger, read on the driver (no Spark job)."""
+def summarize(rows: pa.Table | None) -> Pending | None:
+    """The pending ledger's rows (:func:`pending_rows`) in figures (None when there are none)."""
     import pyarrow.compute as pc
 
-    from outoforder.io import deltars
-    from outoforder.io.tables import AGG_LEDGER
-
-    upto = repaired_upto(settings, source, job)
-    rows = deltars.read_table(
-        AGG_LEDGER,
-        settings.lake_root,
-        settings.storage,
-        [
-            ("source", "=", source),
-            ("job", "=", job.job_id()),
-            ("kind", "=", "late"),
-            ("arrival_us", ">=", upto),
-        ],
-        columns=["seq", "ts", "arrival_us", "window_id"],
-    )
     if rows is None or rows.num_rows == 0:
         return None
     return Pending(
@@ -134,6 +111,11 @@ def pending_on_driver(settings: Settings, source: str, job: AggJob) -> Pending |
         int(pc.max(rows.column("arrival_us")).as_py()) + 1,
         len(pc.unique(rows.column("window_id"))),
     )
+
+
+def pending_on_driver(settings: Settings, source: str, job: AggJob) -> Pending | None:
+    """The pending ledger in figures, read on the driver (no Spark job)."""
+    return summarize(pending_rows(settings, source, job))
 
 
 def status_path(settings: Settings, source: str, job: AggJob) -> Path:

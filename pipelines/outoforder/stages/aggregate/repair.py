@@ -3,10 +3,11 @@
 It looks at the *pending* ledger (:mod:`outoforder.stages.aggregate.ledger`). When the late
 tuples' event times span more than Γ (or when forced), it recomputes every affected window
 exactly from bronze (the arrivals up to the newest pending late tuple), reading only the event-time
-ranges of those windows, and MERGEs: a changed value gets version + 1, ``final``, the previous
-value and the late tuples that caused it; an unchanged one only becomes ``final``; a window the
-stream never emitted (all its tuples were late) is inserted. The repair is recorded in
-``gold/agg_repairs`` last: a rerun after a crash recomputes the same values and changes nothing.
+ranges of those windows, and rewrites those windows' rows in one commit: a changed value gets
+version + 1, ``final``, the previous value and the late tuples that caused it; an unchanged one
+only becomes ``final``; a window the stream never emitted (all its tuples were late) is inserted.
+The repair is recorded in ``gold/agg_repairs`` last: a rerun after a crash recomputes the same
+values and changes nothing.
 """
 
 from __future__ import annotations
@@ -22,21 +23,14 @@ from outoforder.core.windows.repair import window_runs
 from outoforder.io.conflicts import retry_on_conflict
 from outoforder.io.tables import AGG_REPAIRS, AGG_RESULTS, BRONZE
 from outoforder.stages.aggregate.inputs import agg_tuples
-from outoforder.stages.aggregate.ledger import Pending, pending_ledger, summarize
+from outoforder.stages.aggregate.ledger import Pending, pending_rows, summarize
 from outoforder.stages.aggregate.spec import AggJob
 from outoforder.stages.context import StageContext
-from outoforder.stages.state import where_job
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
-
-# the columns a repair rewrites in a window whose value changed
-CHANGED_COLUMNS = (
-    "value", "n_tuples", "version", "final", "produced_by", "previous_value", "caused_by",
-    "written_by_us", "written_at_us",
-)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -75,21 +69,26 @@ class RepairSummary:
 
 @retry_on_conflict
 def repair(ctx: StageContext, force: bool = False) -> RepairSummary:
-    """Run one repair if the Γ rule (or ``force``) calls for it; idempotent."""
+    """Run one repair if the Γ rule (or ``force``) calls for it; idempotent.
+
+    Two Spark jobs over bronze (the affected windows' exact values, and the rows read); the
+    pending ledger and the affected windows' stored results are read, and the results and the
+    repair's row written, on the driver (delta-rs): a repair's windows are a few rows each.
+    """
     spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(AggJob)
+    import pyarrow.compute as pc
+    from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    from outoforder.io import delta
-    from outoforder.spark.rows import one_row
-    from outoforder.spark.windows import exact_windows, window_members
+    from outoforder.io import delta, deltars
+    from outoforder.spark.judge import exact_windows
 
     t0 = time.monotonic()
     jid = job.job_id()
-    lake = settings.lake_root
-    delta.ensure(spark, AGG_RESULTS, lake)
-    pending = pending_ledger(ctx).localCheckpoint()
+    lake, storage = settings.lake_root, settings.storage
+    pending = pending_rows(settings, source, job)
     todo = summarize(pending)
-    if todo is None:
+    if pending is None or todo is None:
         return RepairSummary(source, jid, False, "the ledger has no pending late tuples")
     n_late, span, upto, n_windows = todo.late_tuples, todo.span_us, todo.upto_us, todo.windows
     due = todo.due(job.gamma_us)
@@ -97,94 +96,83 @@ def repair(ctx: StageContext, force: bool = False) -> RepairSummary:
         why = f"{n_late} pending late tuples span {span / 1e6:.2f} s <= Γ = {job.gamma_us / 1e6:g} s"
         return RepairSummary(source, jid, False, why, n_late, span, n_windows, left=todo)
     w = job.query().windows
-    targets = pending.select(F.col("window_id").alias("wid")).distinct()
-    ids = np.array([int(r[0]) for r in targets.collect()], dtype=np.int64)
+    ids = np.unique(pc.cast(pending.column("window_id"), "int64").to_numpy())
     in_windows = F.lit(False)
     for lo, hi in window_runs(ids, w):
         in_windows = in_windows | ((F.col("event_ts") >= F.lit(lo)) & (F.col("event_ts") < F.lit(hi)))
     bronze = delta.read_arrivals(spark, BRONZE, lake, source=source)
-    read = agg_tuples(bronze.where((F.col("arrival_ts") < F.lit(upto)) & in_windows), job).localCheckpoint()
-    rows_read = read.count()
-    exact = exact_windows(read, w, job.aggregate, targets).localCheckpoint()
-    # rows of bronze that belong to an affected window (what an ideal repair would read)
-    affected_rows = window_members(read, w).join(F.broadcast(targets), "wid").select("seq").distinct().count()
-    causes = pending.groupBy(F.col("window_id").alias("wid")).agg(
-        F.sort_array(F.collect_set("seq")).alias("caused_by")
+    # counted as the exact values are computed (an observation: no job of its own); every row
+    # read lies in an affected window (the ranges are the windows' union), so what an ideal
+    # repair reads is what this one reads
+    seen = Observation("repair_read")
+    read = agg_tuples(bronze.where((F.col("arrival_ts") < F.lit(upto)) & in_windows), job).observe(
+        seen, F.count(F.lit(1)).alias("rows")
     )
-    current = delta.read(spark, AGG_RESULTS, lake).where(where_job(source, jid))
+    first, last = int(ids.min()), int(ids.max())
+    exact = exact_windows(read, w, job.aggregate, (first, last)).select("wid", "exact", "n").toPandas()
+    exact = exact[exact["wid"].isin(ids)].rename(columns={"exact": "value", "n": "n_rcv"})
+    rows_read = int(seen.get["rows"])
+    slice_ = ("window_id", first, last + 1)
+    stored = deltars.read_table(
+        AGG_RESULTS, lake, storage,
+        [("source", "=", source), ("job", "=", jid), ("window_id", ">=", first), ("window_id", "<=", last)],
+    )  # fmt: skip
+    names = AGG_RESULTS.schema.fieldNames()
+    current = {} if stored is None else {int(r["window_id"]): r for r in stored.to_pylist()}
+    causes = _causes(pending)
     now_us = time.time_ns() // 1000
-
-    def same_as(col: str) -> Column:
-        return F.col(col).isNotNull() & (
-            F.abs(F.col("value") - F.col(col)) <= F.lit(1e-9) * F.abs(F.col("value")) + F.lit(1e-12)
-        )
-
-    # A run killed between the results MERGE and the log row leaves results this repair already
-    # wrote (produced_by "repair", written_by_us = upto): the log counts them against the value
-    # they replaced, so the rerun logs what an uninterrupted repair would have.
-    mine = (F.col("produced_by") == "repair") & (F.col("written_by_us") == F.lit(upto))
-    joined = (
-        exact.join(causes, "wid", "left")
-        .join(
-            current.select(
-                F.col("window_id").alias("wid"),
-                F.col("value").alias("old"),
-                "version",
-                F.when(mine, F.col("previous_value")).otherwise(F.col("value")).alias("before"),
-            ),
-            "wid",
-            "left",
-        )
-        .withColumn("same", same_as("old"))
-        .localCheckpoint()
-    )
-    counted = one_row(
-        joined.agg(
-            F.count(F.when(F.col("before").isNotNull() & ~same_as("before"), 1)).alias("changed"),
-            F.count(F.when(F.col("before").isNull(), 1)).alias("added"),
-        )
-    )
-    changed, added = int(counted["changed"]), int(counted["added"])
-    updates = joined.select(
-        F.lit(source).alias("source"),
-        F.lit(jid).alias("job"),
-        F.col("wid").alias("window_id"),
-        (F.col("wid") * F.lit(w.slide_us)).alias("window_start_us"),
-        (F.col("wid") * F.lit(w.slide_us) + F.lit(w.size_us)).alias("window_end_us"),
-        "value",
-        F.col("n_rcv").alias("n_tuples"),
-        F.coalesce(F.col("version") + 1, F.lit(1)).cast("long").alias("version"),
-        F.lit(True).alias("final"),
-        F.lit("repair").alias("produced_by"),
-        F.col("old").alias("previous_value"),
-        "caused_by",
-        F.lit(None).cast("double").alias("stream_value"),
-        F.lit(None).cast("long").alias("emitted_at_seq"),
-        F.lit(None).cast("long").alias("slack_us"),
-        F.lit(None).cast("double").alias("lambda_thr"),
-        F.lit(upto).cast("long").alias("written_by_us"),
-        F.lit(now_us).cast("long").alias("written_at_us"),
-        "same",
-    )
-    delta.upsert(
-        updates,
-        AGG_RESULTS,
-        lake,
-        keys=("source", "job", "window_id"),
-        match={"source": source, "job": jid},
-        updates=[("NOT n.same", CHANGED_COLUMNS), ("n.same AND NOT t.final", ("final", "written_at_us"))],
-    )
+    changed = added = 0
+    for wid, value, n_rcv in zip(exact["wid"], exact["value"], exact["n_rcv"], strict=True):
+        wid, value = int(wid), None if value is None or np.isnan(value) else float(value)
+        cur = current.get(wid)
+        # A run killed between the results' write and the repair's row leaves results this
+        # repair already wrote (produced_by "repair", written_by_us = upto): they count against
+        # the value they replaced, so the rerun logs what an uninterrupted repair would have.
+        mine = cur is not None and cur["produced_by"] == "repair" and cur["written_by_us"] == upto
+        before = None if cur is None else (cur["previous_value"] if mine else cur["value"])
+        added += before is None
+        changed += before is not None and not _same(value, before)
+        if cur is not None and _same(value, cur["value"]):
+            if not cur["final"]:
+                current[wid] = {**cur, "final": True, "written_at_us": now_us}
+            continue
+        new = {  # what a changed value rewrites; the stream's columns stay
+            "value": value, "n_tuples": int(n_rcv), "version": 1 if cur is None else int(cur["version"]) + 1,
+            "final": True, "produced_by": "repair", "previous_value": None if cur is None else cur["value"],
+            "caused_by": causes.get(wid), "written_by_us": upto, "written_at_us": now_us,
+        }  # fmt: skip
+        current[wid] = {**cur, **new} if cur is not None else {
+            **dict.fromkeys(names), "source": source, "job": jid, "window_id": wid,
+            "window_start_us": wid * w.slide_us, "window_end_us": wid * w.slide_us + w.size_us, **new,
+        }  # fmt: skip
+    rows = [tuple(r[n] for n in names) for _, r in sorted(current.items())]
+    deltars.replace_rows(AGG_RESULTS, lake, storage, rows, {"source": source, "job": jid}, slice_)
     summary = RepairSummary(
         source, jid, True, "Γ rule" if due else "forced", n_late, span, n_windows, changed, added, rows_read,
-        affected_rows, time.monotonic() - t0,
+        rows_read, time.monotonic() - t0,
     )  # fmt: skip
     row = (
         source, jid, upto, "gamma" if due else "forced", n_late, span, n_windows, changed, added, rows_read,
-        affected_rows, summary.seconds, now_us, int(ids.min()), int(ids.max()),
+        rows_read, summary.seconds, now_us, first, last,
     )  # fmt: skip
     # recorded last (see the module docstring); a rerun that got this far finds it and stops early
-    delta.replace_rows(
-        spark, AGG_REPAIRS, lake, settings.storage, [row], {"source": source, "job": jid},
-        ("repair_id", upto, upto + 1),
-    )  # fmt: skip
+    deltars.replace_rows(
+        AGG_REPAIRS, lake, storage, [row], {"source": source, "job": jid}, ("repair_id", upto, upto + 1)
+    )
     return summary
+
+
+def _same(value: float | None, other: float | None) -> bool:
+    """Equal values, up to the rounding of a sum computed in another order."""
+    if value is None or other is None:
+        return False
+    return abs(value - other) <= 1e-9 * abs(value) + 1e-12
+
+
+def _causes(pending: pa.Table) -> dict[int, list[int]]:
+    """Per window, the arrival sequence numbers of the late tuples behind its repair, ascending."""
+    by: dict[int, set[int]] = {}
+    wids, seqs = pending.column("window_id").to_pylist(), pending.column("seq").to_pylist()
+    for wid, seq in zip(wids, seqs, strict=True):
+        by.setdefault(int(wid), set()).add(int(seq))
+    return {wid: sorted(seqs) for wid, seqs in by.items()}

@@ -179,7 +179,7 @@ OPERATOR = Operator(
                     "check the windows closed by this arrival time (default: the newest state)",
                     required=False,
                 ),
-                since("windows"),
+                *since("windows"),
                 arg(
                     "--repaired",
                     action="store_true",
@@ -187,7 +187,7 @@ OPERATOR = Operator(
                 ),
             ),
             reads=("bronze/arrivals", "gold/agg_results", "gold/agg_repairs", "silver/agg_ledger", *_STATE),
-            writes=("gold/quality_measures", "gold/quality_runs"),
+            writes=("gold/quality_measures", "gold/quality_runs", "gold/check_positions"),
             judges=("gold/agg_results",),
         ),
     ),

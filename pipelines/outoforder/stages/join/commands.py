@@ -60,9 +60,9 @@ def join_repair(ctx: StageContext, args: argparse.Namespace) -> int:
 def validate_join(ctx: StageContext, args: argparse.Namespace) -> int:
     """Recall per closed period and duplicate checks (GX)."""
     from outoforder.stages.join import validate
+    from outoforder.stages.positions import judging
 
     until = required_instant(args.until)
-    validate.validate_join(
-        ctx, until, fail=verdict(args), run_name=args.run_name, since_us=instant(args.since)
-    )
+    with judging(ctx, args) as (since, _):
+        validate.validate_join(ctx, until, fail=verdict(args), run_name=args.run_name, since_us=since)
     return 0

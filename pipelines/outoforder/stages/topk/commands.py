@@ -18,10 +18,11 @@ def topk_stream(ctx: StageContext, args: argparse.Namespace) -> int:
 
 def validate_topk(ctx: StageContext, args: argparse.Namespace) -> int:
     """Every window once, accuracy of the closed windows (GX)."""
+    from outoforder.stages.positions import judging
     from outoforder.stages.topk import validate
 
-    validate.validate_topk(
-        ctx, fail=verdict(args), run_name=args.run_name,
-        until_us=instant(args.until), since_us=instant(args.since),
-    )  # fmt: skip
+    with judging(ctx, args) as (since, until):
+        validate.validate_topk(
+            ctx, fail=verdict(args), run_name=args.run_name, until_us=until, since_us=since
+        )
     return 0
