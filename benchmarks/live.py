@@ -593,7 +593,12 @@ def verdict(rec: dict[str, Any]) -> dict[str, Any]:
     nothing_lost: bool | None = sent_n is not None and sent_n == landed
     # fewer landed while the last ingest run has not ended: records in flight, not (yet) a loss
     last_ingest = (rec["runs"].get("ingest_kafka") or [{}])[-1].get("state")
-    if sent_n is not None and landed < sent_n and last_ingest in ("queued", "running"):
+    # or a benchmark that died in its drain: the replay's last minute was never ingested
+    if (
+        sent_n is not None
+        and landed < sent_n
+        and (last_ingest in ("queued", "running") or rec.get("recovered_from"))
+    ):
         nothing_lost = None
     checks_green = all(not v.get("failed") for v in a["verdicts"].values())
     judged = a.get("judged") or {}
@@ -609,7 +614,7 @@ def verdict(rec: dict[str, Any]) -> dict[str, Any]:
 
 def _lost_verdict(nothing_lost: bool | None) -> str:
     if nothing_lost is None:
-        return "not judged (the last ingest run had not ended: the rest were in flight)"
+        return "not judged (the last ingest run had not ended, or never ran: the rest were in flight)"
     return "yes" if nothing_lost else "no"
 
 
