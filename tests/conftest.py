@@ -128,10 +128,9 @@ def load_bronze(spark, settings: Settings):
         rows = [tuple(r) for r in pdf[BRONZE.schema.fieldNames()].itertuples(index=False)]
         for part in range(files):
             mine = rows[part * n // files : (part + 1) * n // files]
+            # a plain append (one job): a transaction id would cost a reconstruction of bronze's state
             df = spark.createDataFrame(mine, BRONZE.schema)
-            delta.append_once(
-                df, BRONZE, lake or settings.lake_root, f"test-{source}", part, settings.storage
-            )
+            delta.append(df, BRONZE, lake or settings.lake_root, f"test-{source}-{part}")
 
     return load
 
@@ -141,9 +140,10 @@ def run_at_cadences(spark, settings: Settings, load_bronze, monkeypatch):
     """Run a stream stage over one stream at four cadences, each in a lake of its own; returns the lakes.
 
     ``one``: a single run; ``minutes``: runs of 300 arrivals (a scheduler's minute); ``random``: runs
-    of random lengths over bronze in eight appends, with a pass budget of an eighth of the arrivals
+    of random lengths over bronze in four appends, with a pass budget of a quarter of the arrivals
     (the longer runs make several passes); ``killed``: runs ending at ``killed``, the second one
     first killed between its outputs and its state (a run after it must clear what it left).
+    ``only``: those cadences (``one`` among them: the others are compared with it).
     Arrival i of ``frame`` arrives at ``T0 + i·1 ms``, numbered from ``first_seq``.
     """
     from dataclasses import replace
@@ -156,7 +156,15 @@ def run_at_cadences(spark, settings: Settings, load_bronze, monkeypatch):
     t0, step = 1_700_000_000_000_000, 1_000
 
     def run(
-        stage, job, frame, source: str, killed: list[int], seed: int, n_random: int = 5, first_seq: int = 0
+        stage,
+        job,
+        frame,
+        source: str,
+        killed: list[int],
+        seed: int,
+        n_random: int = 5,
+        first_seq: int = 0,
+        only: tuple[str, ...] | None = None,
     ):
         n = len(frame)
         cadences = {
@@ -165,6 +173,7 @@ def run_at_cadences(spark, settings: Settings, load_bronze, monkeypatch):
             "random": [*sorted(set(np.random.default_rng(seed).integers(1, n, n_random).tolist())), n],
             "killed": [*killed, n],
         }
+        cadences = {k: v for k, v in cadences.items() if only is None or k in only}
         real_append = delta.append
 
         def dies_at_state(df, table, lake_root, tag):
@@ -175,8 +184,8 @@ def run_at_cadences(spark, settings: Settings, load_bronze, monkeypatch):
         lakes = {}
         for name, cuts in cadences.items():
             lake = f"{settings.lake_root}-{name}"
-            load_bronze(frame, source, first_seq=first_seq, lake=lake, files=8 if name == "random" else 1)
-            stream = replace(settings.stream, pass_budget_arrivals=n // 8 if name == "random" else n)
+            load_bronze(frame, source, first_seq=first_seq, lake=lake, files=4 if name == "random" else 1)
+            stream = replace(settings.stream, pass_budget_arrivals=n // 4 if name == "random" else n)
             ctx = StageContext.of(spark, replace(settings, lake_root=lake, stream=stream), source, job)
             for i, cut in enumerate(cuts):
                 if name == "killed" and i == 1:

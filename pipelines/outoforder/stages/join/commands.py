@@ -62,7 +62,6 @@ def validate_join(ctx: StageContext, args: argparse.Namespace) -> int:
     from outoforder.stages.join import validate
     from outoforder.stages.positions import judging
 
-    until = required_instant(args.until)
-    with judging(ctx, args) as (since, _):
+    with judging(ctx, args) as (since, until):
         validate.validate_join(ctx, until, fail=verdict(args), run_name=args.run_name, since_us=since)
     return 0

@@ -39,8 +39,8 @@ class Horizon:
     origin_us: int | None = None  # the earliest event time of its tuples then (None: not recorded)
 
 
-def horizon(ctx: StageContext, at_us: int) -> Horizon | None:
-    """The job's :class:`Horizon` at ``at_us``; None when no pass of it ended by then."""
+def horizon(ctx: StageContext, at_us: int | None) -> Horizon | None:
+    """The job's :class:`Horizon` at ``at_us`` (None: its newest); None when no pass of it ended by then."""
     import json
 
     from outoforder.spark.join_pass import ORIGIN

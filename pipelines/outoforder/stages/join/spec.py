@@ -183,7 +183,13 @@ OPERATOR = Operator(
             "recall per closed period and duplicate checks (GX)",
             f"{_C}:validate_join",
             JoinJob,
-            args=validation(until("check the history before this arrival time"), *since("periods")),
+            args=validation(
+                until(
+                    "check the periods closed by this arrival time (default: the newest state)",
+                    required=False,
+                ),
+                *since("periods"),
+            ),
             reads=(*_BRONZE, "gold/join_results"),
             writes=(
                 "gold/join_metrics",

@@ -89,7 +89,7 @@ class PeriodQuality:
 
 def period_quality(
     ctx: StageContext,
-    until_us: int,
+    until_us: int | None,
     since_us: int | None = None,
 ) -> PeriodQuality:
     """Recall of the stream's results against the exact join, per period closed by ``until_us``.
@@ -113,7 +113,8 @@ def period_quality(
     none = PeriodQuality(_no_rows(cols))
     h = history.horizon(ctx, until_us)
     if h is None:
-        msg = f"the stream join of {source} ({job.job_id()}) has not run by {until_us}: nothing to check"
+        by = "yet" if until_us is None else f"by {until_us}"
+        msg = f"the stream join of {source} ({job.job_id()}) has not run {by}: nothing to check"
         raise StateError(msg)
     if h.progress_us is None or h.last_seq is None:
         return none
@@ -174,7 +175,7 @@ def period_quality(
 @retry_on_conflict
 def validate_join(
     ctx: StageContext,
-    until_us: int,
+    until_us: int | None,
     fail: bool | None = None,
     run_name: str | None = None,
     since_us: int | None = None,
