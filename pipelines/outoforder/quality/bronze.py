@@ -34,6 +34,10 @@ log = logging.getLogger(__name__)
 KNOWN_STREAMS = ("ball", "team_a", "team_b", "referee", "devices", "taxi")
 
 
+# what accounts for an ingested file's lines (the log's counts): their sum is its lines
+ACCOUNTED = ("header_lines", "blank_lines", "rows_accepted", "rows_quarantined")
+
+
 def accounting_frame(spark: SparkSession, settings: Settings, ingests: list[str] | None = None) -> DataFrame:
     """One row per ingested file (of ``ingests``, default all): logged counts next to the rows stored."""
 
@@ -55,10 +59,7 @@ def accounting_frame(spark: SparkSession, settings: Settings, ingests: list[str]
         log.join(stored, "ingest_id", "left")
         .join(held, "ingest_id", "left")
         .fillna(0, subset=["bronze_rows", "quarantine_rows"])
-        .withColumn(
-            "lines_accounted",
-            F.col("header_lines") + F.col("blank_lines") + F.col("rows_accepted") + F.col("rows_quarantined"),
-        )
+        .withColumn("lines_accounted", sum((F.col(c) for c in ACCOUNTED[1:]), F.col(ACCOUNTED[0])))
     )
 
 
@@ -108,9 +109,7 @@ def accounting_on_driver(settings: Settings, ingests: list[str], arrivals: pd.Da
     )
     frame["bronze_rows"] = frame["ingest_id"].map(stored).fillna(0).astype("int64")
     frame["quarantine_rows"] = frame["ingest_id"].map(quarantined).fillna(0).astype("int64")
-    frame["lines_accounted"] = (
-        frame["header_lines"] + frame["blank_lines"] + frame["rows_accepted"] + frame["rows_quarantined"]
-    )
+    frame["lines_accounted"] = frame[list(ACCOUNTED)].sum(axis=1)
     return frame
 
 

@@ -70,12 +70,14 @@ def judging(ctx: StageContext, args: argparse.Namespace) -> Iterator[tuple[int |
     if args.from_judged and known is not None and (since is None or known < since):
         log.info("[%s] judging from where its runs stopped (%d µs), before --since", ctx.name, known)
         since = known
-    moves = until is not None and (known is None or ((since is None or since <= known) and known < until))
+    moves_to = None  # --until, when the judged range continues the position without a gap
+    if until is not None and (known is None or ((since is None or since <= known) and known < until)):
+        moves_to = until
     try:
         yield since, until
     except CheckFailed:
-        if moves and until is not None:
-            _mark(ctx, until, args.run_name)
+        if moves_to is not None:
+            _mark(ctx, moves_to, args.run_name)
         raise
-    if moves and until is not None:
-        _mark(ctx, until, args.run_name)
+    if moves_to is not None:
+        _mark(ctx, moves_to, args.run_name)

@@ -71,9 +71,9 @@ class RepairSummary:
 def repair(ctx: StageContext, force: bool = False) -> RepairSummary:
     """Run one repair if the Γ rule (or ``force``) calls for it; idempotent.
 
-    Two Spark jobs over bronze (the affected windows' exact values, and the rows read); the
-    pending ledger and the affected windows' stored results are read, and the results and the
-    repair's row written, on the driver (delta-rs): a repair's windows are a few rows each.
+    One scan of bronze in Spark (the affected windows' exact values, the rows read counted by an
+    observation on it); the pending ledger and the affected windows' stored results are read, and
+    the results and the repair's row written, on the driver (delta-rs): a row per window.
     """
     spark, settings, source, job = ctx.spark, ctx.settings, ctx.bronze_source, ctx.job_of(AggJob)
     import pyarrow.compute as pc
