@@ -129,6 +129,40 @@ def test_docs_can_be_switched_off(spark, settings):
     assert not (quiet.quality.docs_dir / "index.html").exists()
 
 
+def test_the_aggregate_check_judges_a_run_s_windows_with_the_job_s_latest_before_them(settings):
+    """A minute's share of overlapping windows is mostly noise: (ε, δ) is judged over enough of them."""
+    from outoforder.stages.aggregate.validate import with_earlier
+
+    slide = 100_000
+    at_least = settings.quality.windows_judged(slide)
+    assert at_least == 6_000  # ten minutes of windows sliding by 0.1 s
+
+    def record(first: int, n: int, met) -> None:
+        rows = [(w, w * slide, w * slide + 500_000, 0.0, 0.05, met(w)) for w in range(first, first + n)]
+        record_measures(settings, "src", "ag-1", "agg_error", rows, (first, first + n - 1))
+
+    def verdict(judged: pd.DataFrame) -> bool:
+        (r,) = run_checkpoint(
+            settings, "aggregate", {"agg_error": judged}, source="src", job="ag-1", delta=0.05
+        )
+        return r.success
+
+    # a run of a minute: 600 windows, 94 % within ε (a spread a 96 % stream shows minute by minute)
+    run = pd.DataFrame({"wid": range(9_000, 9_600), "met_at_emission": [w % 50 >= 3 for w in range(600)]})
+    assert not verdict(run)
+    alone = with_earlier(settings, "src", "ag-1", run, at_least)
+    assert alone.equals(run)  # a young job: nothing earlier yet, the run's windows alone
+    record(0, 9_000, lambda w: w % 25 != 0)  # the job's history: 96 % within ε
+    together = with_earlier(settings, "src", "ag-1", run, at_least)
+    assert len(together) == at_least and together["wid"].tolist() == list(range(3_600, 9_600))
+    assert verdict(together)
+    # the latest before it 93 %: the same run's windows now fail with them
+    record(3_600, 5_400, lambda w: w % 100 >= 7)
+    assert not verdict(with_earlier(settings, "src", "ag-1", run, at_least))
+    # a run judging nothing adds nothing (nothing new to judge)
+    assert with_earlier(settings, "src", "ag-1", run.iloc[:0], at_least).empty
+
+
 def test_report_shows_targets_measures_and_validations_cumulative_and_per_run(spark, settings):
     period = 5_000_000
     t0 = 10_000_000_000

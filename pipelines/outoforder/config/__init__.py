@@ -332,6 +332,7 @@ def load_settings(
                 ),
                 run_pages=_flag(quality.get("run_pages", QualitySettings.run_pages)),
                 periods_met=float(quality.get("periods_met", QualitySettings.periods_met)),
+                windows_judged_s=float(quality.get("windows_judged_s", QualitySettings.windows_judged_s)),
             ),
             stream=StreamSettings(
                 state_budget_rows=int(

@@ -245,8 +245,15 @@ class QualitySettings:
     # the join's promise: recall >= Q_user in at least this share of the closed periods (1.0: in every
     # one); see :meth:`periods_required` for how a run of a few periods judges it
     periods_met: float = 0.95
+    # the aggregates' (ε, δ) is a share of windows: a run's windows are judged with the job's latest
+    # before them, this much event time of windows at least (sliding windows share their tuples, so
+    # a minute's share is mostly sampling noise); see :meth:`windows_judged`
+    windows_judged_s: float = 600.0
 
     def __post_init__(self) -> None:
+        if self.windows_judged_s < 0:
+            msg = f"quality.windows_judged_s must be >= 0, got {self.windows_judged_s}"
+            raise ConfigError(msg)
         if not 0.0 < self.periods_met <= 1.0:
             msg = f"quality.periods_met must be in (0, 1], got {self.periods_met}"
             raise ConfigError(msg)
@@ -287,6 +294,14 @@ class QualitySettings:
             return self.periods_met
         allowed = math.floor((1.0 - self.periods_met) * max(n, self.periods_judged) + 1e-9)
         return max(0.0, 1.0 - (allowed + 0.5) / n) if allowed else 1.0
+
+    def windows_judged(self, slide_us: int) -> int:
+        """The fewest windows an aggregate check judges together, for windows sliding by ``slide_us``.
+
+        >>> QualitySettings(windows_judged_s=600).windows_judged(100_000)
+        6000
+        """
+        return max(1, math.ceil(self.windows_judged_s * 1e6 / slide_us - 1e-9))
 
     @property
     def fail(self) -> bool:

@@ -51,3 +51,26 @@ def record_measures(
         {"source": source, "job": job, "measure": measure},
         between,
     )
+
+
+def latest_before(
+    settings: Settings, source: str, job: str, measure: str, before: int, count: int
+) -> list[tuple[int, bool]]:
+    """The job's ``count`` latest ``measure`` items before item ``before``: ``(item, met)``, oldest first.
+
+    Fewer come back when the job has no more. Read on the driver, over that range of items only.
+    """
+    from outoforder.io import deltars
+    from outoforder.io.tables import QUALITY_MEASURES
+
+    if count <= 0:
+        return []
+    filters = [
+        ("source", "=", source), ("job", "=", job), ("measure", "=", measure),
+        ("item", ">=", before - count), ("item", "<", before),
+    ]  # fmt: skip
+    got = deltars.read_table(
+        QUALITY_MEASURES, settings.lake_root, settings.storage, filters, columns=["item", "met"]
+    )
+    rows = [] if got is None else got.to_pylist()
+    return sorted((int(r["item"]), bool(r["met"])) for r in rows)[-count:]
