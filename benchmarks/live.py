@@ -60,6 +60,7 @@ CASES = {"tenth": 0.1, "full": 1.0}
 MINUTES = 32
 QUICK_MINUTES = 6
 DRAIN_S = 240  # after the replay stops: how long the last runs may take to finish
+RECENT_S = 180  # while it runs, the soak looks at the runs of the last few minutes only
 SAMPLES = "samples.jsonl"  # the sampler's file in the session's folder
 SAMPLE_EVERY_S = 5.0
 # the stream DAGs and their stage task (whose end is when the run's results are committed)
@@ -207,7 +208,11 @@ def _since(text: str | None, end: float) -> float | None:
 
 
 def run_lags(api: Api, since_s: float) -> dict[str, list[dict[str, Any]]]:
-    """Per DAG, its scheduled runs with an interval after ``since_s``: state, interval end, commit, lag."""
+    """Per DAG, its scheduled runs with an interval after ``since_s``: state, interval end, commit, lag.
+
+    A request per run: while the session runs, look at the newest runs only (``since_s`` a few
+    minutes back), or the soak's own polling competes with the runs it measures.
+    """
     out: dict[str, list[dict[str, Any]]] = {}
     for dag_id, stage_task in STAGE_TASKS.items():
         rows = []
@@ -485,7 +490,7 @@ def run_case(name: str, rate: float, minutes: int, work: Path) -> dict[str, Any]
         replay_started = time.time()
         for minute in range(1, minutes + 1):
             time.sleep(max(0.0, replay_started + 60 * minute - time.time()))
-            lags = run_lags(api, replay_started)
+            lags = run_lags(api, max(replay_started, time.time() - RECENT_S))
             last = {d: next((r["lag_s"] for r in reversed(rows) if r["lag_s"] is not None), None)
                     for d, rows in lags.items()}  # fmt: skip
             log("live", f"{name}: minute {minute}/{minutes}; newest lags (s): {last}")
@@ -495,7 +500,7 @@ def run_case(name: str, rate: float, minutes: int, work: Path) -> dict[str, Any]
         stopped = time.time()
         deadline = stopped + DRAIN_S
         while time.time() < deadline:
-            lags = run_lags(api, replay_started)
+            lags = run_lags(api, max(replay_started, stopped - RECENT_S))
             # the runs covering the replay's last records too: the first interval ending after it
             pending = [r for rows in lags.values() for r in rows if r["interval_end_s"] <= stopped + 60
                        and r["state"] in ("queued", "running")]  # fmt: skip
