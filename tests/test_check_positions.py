@@ -13,7 +13,7 @@ import pytest
 from outoforder.errors import CheckFailed, StateError
 from outoforder.stages.context import StageContext
 from outoforder.stages.join.spec import JoinJob
-from outoforder.stages.positions import judged_until, judging
+from outoforder.stages.positions import failed_until, judged_until, judging
 
 
 def args(since, until, from_judged=True):
@@ -61,3 +61,19 @@ def test_a_range_by_hand_or_a_backfill_judges_exactly_its_range_and_never_moves_
     # another job of the same check keeps its own position
     other = StageContext(ctx.name, ctx.settings, ctx.source, JoinJob(q_user=0.9))
     assert judged_until(other) is None
+
+
+def test_the_newest_failed_verdict_is_kept_and_never_moves_back(ctx):
+    assert failed_until(ctx) is None
+    check(ctx, args("100", "200"))
+    assert failed_until(ctx) is None  # passed verdicts leave it
+    check(ctx, args("200", "300"), CheckFailed("recall"))
+    assert failed_until(ctx) == 300 and judged_until(ctx) == 300
+    check(ctx, args("300", "400"))
+    assert failed_until(ctx) == 300
+    check(ctx, args("400", "500"), StateError("killed"))  # no verdict: not a failed one
+    assert failed_until(ctx) == 300
+    check(ctx, args("0", "100", from_judged=False), CheckFailed("recall"))  # a backfill's failure
+    assert failed_until(ctx) == 300
+    check(ctx, args("400", "600"), CheckFailed("recall"))
+    assert failed_until(ctx) == 600 and judged_until(ctx) == 600

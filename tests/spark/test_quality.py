@@ -159,6 +159,9 @@ def test_the_aggregate_check_judges_a_run_s_windows_with_the_job_s_latest_before
     # the latest before it 93 %: the same run's windows now fail with them
     record(3_600, 5_400, lambda w: w % 100 >= 7)
     assert not verdict(with_earlier(settings, "src", "ag-1", run, at_least))
+    # windows a failed verdict judged are not judged again: only those after it join
+    after = with_earlier(settings, "src", "ag-1", run, at_least, after=7_999)
+    assert after["wid"].tolist() == list(range(8_000, 9_600))
     # a run judging nothing adds nothing (nothing new to judge)
     assert with_earlier(settings, "src", "ag-1", run.iloc[:0], at_least).empty
 

@@ -54,11 +54,12 @@ def record_measures(
 
 
 def latest_before(
-    settings: Settings, source: str, job: str, measure: str, before: int, count: int
+    settings: Settings, source: str, job: str, measure: str, before: int, count: int, after: int | None = None
 ) -> list[tuple[int, bool]]:
     """The job's ``count`` latest ``measure`` items before item ``before``: ``(item, met)``, oldest first.
 
-    Fewer come back when the job has no more. Read on the driver, over that range of items only.
+    Only items after ``after`` when given. Fewer come back when the job has no more. Read on the
+    driver, over that range of items only.
     """
     from outoforder.io import deltars
     from outoforder.io.tables import QUALITY_MEASURES
@@ -67,7 +68,8 @@ def latest_before(
         return []
     filters = [
         ("source", "=", source), ("job", "=", job), ("measure", "=", measure),
-        ("item", ">=", before - count), ("item", "<", before),
+        ("item", ">=", before - count if after is None else max(before - count, after + 1)),
+        ("item", "<", before),
     ]  # fmt: skip
     got = deltars.read_table(
         QUALITY_MEASURES, settings.lake_root, settings.storage, filters, columns=["item", "met"]

@@ -8,6 +8,11 @@ check that judged it again on every later run would fail each of them over one b
 that stopped before its verdict (an error, a killed task) leaves the position where it was, so its
 items are judged by the next run.
 
+The position of the newest failed verdict is kept too (:func:`failed_until`): a check that judges
+its run's items together with the job's latest before them (the aggregates' share of windows)
+takes those after it only, so one bad minute fails one verdict, not every verdict for as long as
+it stays among the latest.
+
 The position covers what was judged without a gap: a run over a later range that leaves a gap
 (a user's ``--since`` by hand) does not move it, and an earlier range (a backfill) never moves it back.
 The table is small (a row per check and job), read and written on the driver: no Spark job.
@@ -28,19 +33,26 @@ from outoforder.stages.options import instant
 log = logging.getLogger(__name__)
 
 
-def _key(ctx: StageContext) -> dict[str, str | int]:
+FAILED = ":failed"  # the row of a check's newest failed verdict: its stage's name and this
+
+
+def _key(ctx: StageContext, failed: bool = False) -> dict[str, str | int]:
     if ctx.job is None:
         msg = f"{ctx.name}: a check's position needs its job"
         raise TypeError(msg)
-    return {"stage": ctx.name, "source": ctx.bronze_source, "job": ctx.job.job_id()}
+    stage = ctx.name + FAILED if failed else ctx.name
+    return {"stage": stage, "source": ctx.bronze_source, "job": ctx.job.job_id()}
 
 
-def judged_until(ctx: StageContext) -> int | None:
-    """The arrival instant before which the check's runs have judged everything (None: no run yet)."""
+def judged_until(ctx: StageContext, failed: bool = False) -> int | None:
+    """The arrival instant before which the check's runs have judged everything (None: no run yet).
+
+    ``failed``: up to which its newest failed verdict judged (None: none failed).
+    """
     from outoforder.io import deltars
     from outoforder.io.tables import CHECK_POSITIONS
 
-    filters = [(c, "=", v) for c, v in _key(ctx).items()]
+    filters = [(c, "=", v) for c, v in _key(ctx, failed).items()]
     got = deltars.read_table(
         CHECK_POSITIONS, ctx.settings.lake_root, ctx.settings.storage, filters, columns=["judged_until_us"]
     )
@@ -48,11 +60,16 @@ def judged_until(ctx: StageContext) -> int | None:
     return max(values) if values else None
 
 
-def _mark(ctx: StageContext, until_us: int, run_name: str | None) -> None:
+def failed_until(ctx: StageContext) -> int | None:
+    """The arrival instant up to which the check's newest failed verdict judged (None: none failed)."""
+    return judged_until(ctx, failed=True)
+
+
+def _mark(ctx: StageContext, until_us: int, run_name: str | None, failed: bool = False) -> None:
     from outoforder.io import deltars
     from outoforder.io.tables import CHECK_POSITIONS
 
-    key = _key(ctx)
+    key = _key(ctx, failed)
     row = (key["stage"], key["source"], key["job"], until_us, run_name, int(time.time() * 1e6))
     deltars.replace_rows(CHECK_POSITIONS, ctx.settings.lake_root, ctx.settings.storage, [row], key)
 
@@ -78,6 +95,10 @@ def judging(ctx: StageContext, args: argparse.Namespace) -> Iterator[tuple[int |
     except CheckFailed:
         if moves_to is not None:
             _mark(ctx, moves_to, args.run_name)
+        if until is not None:
+            earlier = failed_until(ctx)
+            if earlier is None or earlier < until:  # never back (a backfill's failure)
+                _mark(ctx, until, args.run_name, failed=True)
         raise
     if moves_to is not None:
         _mark(ctx, moves_to, args.run_name)

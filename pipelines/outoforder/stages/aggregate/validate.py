@@ -219,6 +219,7 @@ def validate_aggregate(
             jid,
             pd.DataFrame({"wid": wid_col, "met_at_emission": frame["met_at_emission"].astype(bool)}),
             settings.quality.windows_judged(job.slide_us) if since_us is not None else 0,
+            _last_failed_window(ctx) if since_us is not None else None,
         ),
         "agg_quality": pd.DataFrame(
             {
@@ -291,15 +292,34 @@ def validate_aggregate(
     return suites
 
 
+def _last_failed_window(ctx: StageContext) -> int | None:
+    """The newest window the check's newest failed verdict judged (None: none failed)."""
+    from outoforder.stages.aggregate.stream import frontier_at
+    from outoforder.stages.positions import failed_until
+
+    failed = failed_until(ctx)
+    state = None if failed is None else frontier_at(ctx, failed)
+    if state is None or state[1] is None:
+        return None
+    w = ctx.job_of(AggJob).query().windows
+    return (state[1] - w.size_us) // w.slide_us
+
+
 def with_earlier(
-    settings: Settings, source: str, job: str, judged: pd.DataFrame, at_least: int
+    settings: Settings,
+    source: str,
+    job: str,
+    judged: pd.DataFrame,
+    at_least: int,
+    after: int | None = None,
 ) -> pd.DataFrame:
     """The windows a run judged after the job's latest ones before them: ``at_least`` in all.
 
     (ε, δ) is a share of windows; a run of a minute judges a few hundred that overlap, whose share
     is mostly sampling noise, so it is judged with the job's latest verdicts before them (kept in
-    ``gold/quality_measures``, read without Spark). Fewer come back when the job has no more, and
-    none are added when the run judged none.
+    ``gold/quality_measures``, read without Spark), those after window ``after`` only (the last
+    one a failed verdict judged: a miss is reported once). Fewer come back when the job has no
+    more, and none are added when the run judged none.
     """
     import pandas as pd
 
@@ -308,7 +328,7 @@ def with_earlier(
     missing = at_least - len(judged)
     if missing <= 0 or not len(judged):
         return judged
-    earlier = latest_before(settings, source, job, "agg_error", int(judged["wid"].min()), missing)
+    earlier = latest_before(settings, source, job, "agg_error", int(judged["wid"].min()), missing, after)
     if not earlier:
         return judged
     before = pd.DataFrame(earlier, columns=["wid", "met_at_emission"]).astype(
