@@ -131,7 +131,11 @@ def test_docs_can_be_switched_off(spark, settings):
 
 def test_the_aggregate_check_judges_a_run_s_windows_with_the_job_s_latest_before_them(settings):
     """A minute's share of overlapping windows is mostly noise: (ε, δ) is judged over enough of them."""
-    from outoforder.stages.aggregate.validate import with_earlier
+    from outoforder.quality.measures import with_latest_before
+
+    def with_earlier(settings, source, job, judged, at_least, after=None):
+        cols = ("wid", None, "met_at_emission")
+        return with_latest_before(settings, source, job, "agg_error", judged, cols, at_least, after)
 
     slide = 100_000
     at_least = settings.quality.windows_judged(slide)
@@ -164,6 +168,35 @@ def test_the_aggregate_check_judges_a_run_s_windows_with_the_job_s_latest_before
     assert after["wid"].tolist() == list(range(8_000, 9_600))
     # a run judging nothing adds nothing (nothing new to judge)
     assert with_earlier(settings, "src", "ag-1", run.iloc[:0], at_least).empty
+
+
+def test_the_top_k_check_judges_a_run_s_few_windows_with_the_job_s_latest_before_them(settings):
+    """ε_min is a mean over windows: one missed window of a minute's twelve is not a verdict."""
+    from outoforder.quality.measures import with_latest_before
+
+    slide = 5_000_000
+    at_least = settings.quality.windows_judged(slide)
+    assert at_least == 120
+    rates = [1.0 if w % 40 else 0.0 for w in range(300)]  # the job's history: 97.5 %
+    record_measures(
+        settings, "src", "tk-1", "topk_hit_rate",
+        [(w, w * slide, w * slide + 60_000_000, r, 0.95, r >= 0.95) for w, r in enumerate(rates)],
+    )  # fmt: skip
+    run = pd.DataFrame({"window_id": range(300, 312), "hit_rate": [1.0] * 11 + [0.0], "emissions": 1})
+
+    def verdict(judged: pd.DataFrame) -> bool:
+        (r,) = run_checkpoint(
+            settings, "topk", {"topk_accuracy": judged}, source="src", job="tk-1", eps_min=0.95
+        )
+        return r.success
+
+    assert not verdict(run)  # 11 of 12: 0.917
+    together = with_latest_before(
+        settings, "src", "tk-1", "topk_hit_rate", run, ("window_id", "hit_rate", None), at_least
+    )
+    assert len(together) == 120 and list(together.columns) == ["window_id", "hit_rate"]
+    assert together["window_id"].tolist() == list(range(192, 312))
+    assert verdict(together)
 
 
 def test_report_shows_targets_measures_and_validations_cumulative_and_per_run(spark, settings):

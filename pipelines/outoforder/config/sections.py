@@ -245,9 +245,9 @@ class QualitySettings:
     # the join's promise: recall >= Q_user in at least this share of the closed periods (1.0: in every
     # one); see :meth:`periods_required` for how a run of a few periods judges it
     periods_met: float = 0.95
-    # the aggregates' (ε, δ) is a share of windows: a run's windows are judged with the job's latest
-    # before them, this much event time of windows at least (sliding windows share their tuples, so
-    # a minute's share is mostly sampling noise); see :meth:`windows_judged`
+    # the aggregates' (ε, δ) is a share of windows and top-k's ε_min a mean over them: a run's windows
+    # are judged with the job's latest before them, this much event time of windows at least (a
+    # minute's share or mean is mostly sampling noise); see :meth:`windows_judged`
     windows_judged_s: float = 600.0
 
     def __post_init__(self) -> None:

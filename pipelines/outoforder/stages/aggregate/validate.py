@@ -32,8 +32,6 @@ if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import DataFrame
 
-    from outoforder.config import Settings
-
 log = logging.getLogger(__name__)
 
 
@@ -186,7 +184,7 @@ def validate_aggregate(
     from outoforder.io import delta
     from outoforder.io.tables import AGG_RESULTS
     from outoforder.quality.checkpoints import conclude, publish, run_checkpoint
-    from outoforder.quality.measures import record_measures
+    from outoforder.quality.measures import record_measures, with_latest_before
 
     jid = job.job_id()
     windows = repaired_windows(ctx) if repaired else None
@@ -213,11 +211,14 @@ def validate_aggregate(
     wid_col = frame["wid"].astype("int64")
     frames: dict[str, Any] = {
         "agg_results": results,
-        "agg_error": with_earlier(
+        # (ε, δ) is a share of windows: a run's are judged with the job's latest before them
+        "agg_error": with_latest_before(
             settings,
             source,
             jid,
+            "agg_error",
             pd.DataFrame({"wid": wid_col, "met_at_emission": frame["met_at_emission"].astype(bool)}),
+            ("wid", None, "met_at_emission"),
             settings.quality.windows_judged(job.slide_us) if since_us is not None else 0,
             _last_failed_window(ctx) if since_us is not None else None,
         ),
@@ -303,38 +304,6 @@ def _last_failed_window(ctx: StageContext) -> int | None:
         return None
     w = ctx.job_of(AggJob).query().windows
     return (state[1] - w.size_us) // w.slide_us
-
-
-def with_earlier(
-    settings: Settings,
-    source: str,
-    job: str,
-    judged: pd.DataFrame,
-    at_least: int,
-    after: int | None = None,
-) -> pd.DataFrame:
-    """The windows a run judged after the job's latest ones before them: ``at_least`` in all.
-
-    (ε, δ) is a share of windows; a run of a minute judges a few hundred that overlap, whose share
-    is mostly sampling noise, so it is judged with the job's latest verdicts before them (kept in
-    ``gold/quality_measures``, read without Spark), those after window ``after`` only (the last
-    one a failed verdict judged: a miss is reported once). Fewer come back when the job has no
-    more, and none are added when the run judged none.
-    """
-    import pandas as pd
-
-    from outoforder.quality.measures import latest_before
-
-    missing = at_least - len(judged)
-    if missing <= 0 or not len(judged):
-        return judged
-    earlier = latest_before(settings, source, job, "agg_error", int(judged["wid"].min()), missing, after)
-    if not earlier:
-        return judged
-    before = pd.DataFrame(earlier, columns=["wid", "met_at_emission"]).astype(
-        {"wid": "int64", "met_at_emission": bool}
-    )
-    return pd.concat([before, judged], ignore_index=True)
 
 
 def window_needs(ctx: StageContext, window_ids: Iterable[int]) -> dict[int, int]:

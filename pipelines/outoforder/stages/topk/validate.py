@@ -208,7 +208,7 @@ def validate_topk(
 
     from outoforder.io.tables import TOPK_RESULTS
     from outoforder.quality.checkpoints import conclude, publish, run_checkpoint
-    from outoforder.quality.measures import record_measures
+    from outoforder.quality.measures import record_measures, with_latest_before
 
     try:
         # one row per window judged: the verdicts are computed in the driver, GX's included
@@ -227,9 +227,14 @@ def validate_topk(
     complete, closed = judged[judged["complete"]], judged[judged["closed"]]
     n_all, n_closed = len(complete), len(closed)
     frames = {"topk_completeness": complete}
-    if n_closed:  # the mean of no window is undefined; before the first closes there is no verdict
-        frames["topk_accuracy"] = closed
     jid = job.job_id()
+    if n_closed:  # the mean of no window is undefined; before the first closes there is no verdict
+        # ε_min is a mean over windows: a run's few are judged with the job's latest before them
+        frames["topk_accuracy"] = with_latest_before(
+            settings, source, jid, "topk_hit_rate", closed, ("window_id", "hit_rate", None),
+            settings.quality.windows_judged(job.slide_us) if since_us is not None else 0,
+            _last_failed_window(ctx) if since_us is not None else None,
+        )  # fmt: skip
     profiles = settled_profiles(ctx, closed["window_id"]) if n_closed else {}
     if profiles and job.latency_bound_us is not None:
         frames["topk_feasibility"] = pd.DataFrame(
@@ -257,6 +262,9 @@ def validate_topk(
     )
     mean = closed["hit_rate"].mean() if n_closed else None
     acc = "no closed window" if mean is None or pd.isna(mean) else f"accuracy {mean:.4f}"
+    together = frames.get("topk_accuracy")
+    if together is not None and len(together) > n_closed:
+        acc += f" (with the job's latest before them, {together['hit_rate'].mean():.4f} over {len(together)})"
     what = f"top-{job.k} {jid} of {source}: {n_all} windows, {n_closed} closed, {acc}"
     log.info("[validate-topk] %s (ε_min %s)", what, job.eps_min)
     judged_ok = {s.suite: s.success for s in suites}
@@ -276,6 +284,15 @@ def validate_topk(
     )  # fmt: skip
     conclude(suites, what, settings.quality.fails(fail))
     return suites
+
+
+def _last_failed_window(ctx: StageContext) -> int | None:
+    """The newest window the check's newest failed verdict judged closed (None: none failed)."""
+    from outoforder.stages.positions import failed_until
+
+    failed = failed_until(ctx)
+    standing = None if failed is None else _standings(ctx, failed, None)[0]
+    return None if standing is None else standing[2]
 
 
 def settled_profiles(ctx: StageContext, window_ids: Iterable[int]) -> dict[int, list[float]]:
