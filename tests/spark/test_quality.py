@@ -199,6 +199,38 @@ def test_the_top_k_check_judges_a_run_s_few_windows_with_the_job_s_latest_before
     assert verdict(together)
 
 
+def test_the_join_check_borrows_only_the_periods_after_its_newest_failed_verdict(settings, monkeypatch):
+    """A missed period is reported once: later runs judge theirs with the periods after it."""
+    from outoforder.io import deltars
+    from outoforder.io.tables import JOIN_METRICS
+    from outoforder.stages.context import StageContext
+    from outoforder.stages.join import validate as join_check
+    from outoforder.stages.join.spec import JoinJob
+
+    job, period = JoinJob(), JoinJob().period_us
+    ctx = StageContext("validate-join", settings, "src", job)
+    method = f"stream:{job.job_id()}"
+    cols = JOIN_METRICS.schema.fieldNames()
+
+    def metrics(periods: range, recall: float) -> pd.DataFrame:
+        rows = [
+            ("src", method, p, p * period, 10, int(10 * recall), recall, recall >= job.q_user, job.q_user)
+            + (None,) * (len(cols) - 9)
+            for p in periods
+        ]
+        return pd.DataFrame(rows, columns=cols)
+
+    history = metrics(range(30), 1.0)
+    deltars.replace_rows(JOIN_METRICS, settings.lake_root, settings.storage, history.itertuples(index=False),
+                         {"source": "src", "method": method})  # fmt: skip
+    run = metrics(range(30, 33), 1.0)
+    together = join_check._with_earlier(ctx, run, 20)
+    assert together["period"].tolist() == list(range(13, 33))  # no failed verdict yet
+    monkeypatch.setattr(join_check, "_last_failed_period", lambda ctx, origin: 24)
+    after = join_check._with_earlier(ctx, run, 20)
+    assert after["period"].tolist() == list(range(25, 33))
+
+
 def test_report_shows_targets_measures_and_validations_cumulative_and_per_run(spark, settings):
     period = 5_000_000
     t0 = 10_000_000_000

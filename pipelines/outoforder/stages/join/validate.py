@@ -277,7 +277,8 @@ def _with_earlier(ctx: StageContext, judged: pd.DataFrame, at_least: int) -> pd.
     ``judged`` holds rows of ``gold/join_metrics``; fewer than ``at_least`` come back when the job
     has no more, and none when the run judged none (nothing new to judge). A run of a minute judges
     a few periods; the promise (recall ≥ Q_user in a share of periods) is judged over enough of them
-    for one miss to be within the share. Read without Spark: one row per period of the job.
+    for one miss to be within the share. The latest are those after the periods of the check's
+    newest failed verdict: a miss is reported once. Read without Spark: one row per period of the job.
     """
     import pandas as pd
 
@@ -288,11 +289,14 @@ def _with_earlier(ctx: StageContext, judged: pd.DataFrame, at_least: int) -> pd.
         return judged
     settings, source, job = ctx.settings, ctx.bronze_source, ctx.job_of(JoinJob)
     first = int(judged["period"].min())
+    origin = int(judged["start_us"].min()) - first * job.period_us  # where the periods count from
+    after = _last_failed_period(ctx, origin)
     # the recent periods only (a period without true pairs has no row: ten times the need is ample),
     # not the job's whole history at every run
+    lowest = first - 10 * missing if after is None else max(first - 10 * missing, after + 1)
     filters: list[tuple[str, str, Any]] = [
         ("source", "=", source), ("method", "=", f"stream:{job.job_id()}"),
-        ("period", ">=", first - 10 * missing), ("period", "<", first),
+        ("period", ">=", lowest), ("period", "<", first),
     ]  # fmt: skip
     got = deltars.read_table(JOIN_METRICS, settings.lake_root, settings.storage, filters)
     if got is None or not got.num_rows:
@@ -300,6 +304,18 @@ def _with_earlier(ctx: StageContext, judged: pd.DataFrame, at_least: int) -> pd.
     earlier: pd.DataFrame = got.to_pandas().sort_values("period").tail(missing)[list(judged.columns)]
     together: pd.DataFrame = pd.concat([earlier, judged], ignore_index=True)
     return together
+
+
+def _last_failed_period(ctx: StageContext, origin: int) -> int | None:
+    """The newest period the check's newest failed verdict judged closed (None: none failed)."""
+    from outoforder.stages.positions import failed_until
+
+    failed = failed_until(ctx)
+    h = None if failed is None else history.horizon(ctx, failed)
+    if h is None or h.progress_us is None:
+        return None
+    p = ctx.job_of(JoinJob).period_us
+    return (h.progress_us - 2 * p - origin) // p  # as period_quality closes them
 
 
 def period_statements(ctx: StageContext) -> pd.DataFrame:
