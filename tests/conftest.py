@@ -137,13 +137,13 @@ def load_bronze(spark, settings: Settings):
 
 @pytest.fixture
 def run_at_cadences(spark, settings: Settings, load_bronze, monkeypatch):
-    """Run a stream stage over one stream at four cadences, each in a lake of its own; returns the lakes.
+    """Run a stream stage over one stream at three cadences, each in a lake of its own; returns the lakes.
 
-    ``one``: a single run; ``minutes``: runs of 300 arrivals (a scheduler's minute); ``random``: runs
-    of random lengths over bronze in four appends, with a pass budget of a quarter of the arrivals
-    (the longer runs make several passes); ``killed``: runs ending at ``killed``, the second one
-    first killed between its outputs and its state (a run after it must clear what it left).
-    ``only``: those cadences (``one`` among them: the others are compared with it).
+    ``one``: a single run; ``minutes``: runs of 300 arrivals (a scheduler's minute), the second one
+    first killed between its outputs and its state (the run after it must clear what it left);
+    ``random``: runs of random lengths over bronze in four appends, with a pass budget of a quarter
+    of the arrivals (the longer runs make several passes). ``only``: those cadences (``one`` among
+    them: the others are compared with it).
     Arrival i of ``frame`` arrives at ``T0 + i·1 ms``, numbered from ``first_seq``.
     """
     from dataclasses import replace
@@ -160,7 +160,6 @@ def run_at_cadences(spark, settings: Settings, load_bronze, monkeypatch):
         job,
         frame,
         source: str,
-        killed: list[int],
         seed: int,
         n_random: int = 5,
         first_seq: int = 0,
@@ -171,7 +170,6 @@ def run_at_cadences(spark, settings: Settings, load_bronze, monkeypatch):
             "one": [n],
             "minutes": [*range(300, n, 300), n],
             "random": [*sorted(set(np.random.default_rng(seed).integers(1, n, n_random).tolist())), n],
-            "killed": [*killed, n],
         }
         cadences = {k: v for k, v in cadences.items() if only is None or k in only}
         real_append = delta.append
@@ -188,7 +186,7 @@ def run_at_cadences(spark, settings: Settings, load_bronze, monkeypatch):
             stream = replace(settings.stream, pass_budget_arrivals=n // 4 if name == "random" else n)
             ctx = StageContext.of(spark, replace(settings, lake_root=lake, stream=stream), source, job)
             for i, cut in enumerate(cuts):
-                if name == "killed" and i == 1:
+                if name == "minutes" and i == 1:
                     monkeypatch.setattr(delta, "append", dies_at_state)
                     with pytest.raises(KeyboardInterrupt):
                         stage(ctx).run(None, t0 + cut * step)
