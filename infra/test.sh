@@ -16,7 +16,8 @@
 #                                                 `airflow dags test` runs, the scale-out stack (Spark
 #                                                 cluster, MinIO, PostgreSQL)
 #                                   scheduler     Airflow venv: Airflow standalone (scheduler, DAG runs
-#                                                 and a backfill) and the browser test
+#                                                 and a backfill) and the browser test, then a live
+#                                                 session (infra/live.sh) with the gated consumer
 #   bash infra/test.sh --fast     the inner loop, a few minutes: lint, types, and every test that starts
 #                                 no Spark session and no service (core operators and their contract,
 #                                 sources, CLI parsing, job declarations, DAG integrity and Params)
@@ -107,9 +108,10 @@ else
   pids[spark-unit]=$!
   run_pytest spark-stream "$spark_py" "${stream[@]}" --durations=15 "$@" &
   pids[spark-stream]=$!
-  run_pytest airflow "$airflow_py" tests/airflow --ignore=tests/airflow/test_standalone.py --durations=15 "$@" &
+  scheduler=(tests/airflow/test_standalone.py tests/airflow/test_live_session.py)
+  run_pytest airflow "$airflow_py" tests/airflow "${scheduler[@]/#/--ignore=}" --durations=15 "$@" &
   pids[airflow]=$!
-  run_pytest scheduler "$airflow_py" tests/airflow/test_standalone.py --durations=15 "$@" &
+  run_pytest scheduler "$airflow_py" "${scheduler[@]}" --durations=15 "$@" &
   pids[scheduler]=$!
   remaining=(spark-unit spark-stream airflow scheduler)
   while [ ${#remaining[@]} -gt 0 ]; do

@@ -16,15 +16,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -33,6 +28,7 @@ from outoforder.stages.join.spec import JoinJob
 from outoforder.stages.theta.spec import ThetaJob
 from outoforder.stages.topk.spec import DEMO_JOB as TOPK_DEMO
 from tests import sparkconf
+from tests.airflow import standalone as sa
 from tests.airflow.conftest import REPO, run_probe
 from tests.services import connect_client, connect_env, free_port
 
@@ -105,13 +101,9 @@ print("OUT" + json.dumps({"direct": outputs(s.lake_root), "airflow": outputs(sys
 """
 
 
-def _run(cmd: list[str], env: dict[str, str], timeout: int = 900) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
-
-
 def _stage(env: dict[str, str], *args: str) -> None:
     python = str(Path(env["OOO_SPARK_VENV"]) / "bin" / "python")
-    done = _run([python, "-m", "outoforder.stages", *args], env)
+    done = sa.run([python, "-m", "outoforder.stages", *args], env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
@@ -139,11 +131,11 @@ def standalone(tmp_path_factory: pytest.TempPathFactory):
             **sparkconf.stage_env(home),
         }
     )
-    start = _run(["bash", str(REPO / "infra" / "airflow.sh"), "start"], env, timeout=900)
+    start = sa.run(["bash", str(REPO / "infra" / "airflow.sh"), "start"], env, timeout=900)
     try:
         assert start.returncode == 0, start.stdout[-3000:] + start.stderr[-3000:]
         ready = next(ln for ln in start.stdout.splitlines() if "ready: UI at" in ln)
-        asked = _run(["bash", str(REPO / "infra" / "airflow.sh"), "password"], env, timeout=60)
+        asked = sa.run(["bash", str(REPO / "infra" / "airflow.sh"), "password"], env, timeout=60)
         password = asked.stdout.strip()
         assert password and password not in start.stdout + start.stderr  # said only when asked for
         assert "airflow.sh password" in ready
@@ -163,83 +155,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory):
         }
     finally:
         # also stops the server it started
-        _run(["bash", str(REPO / "infra" / "airflow.sh"), "stop"], env, timeout=120)
-
-
-def _airflow(env: dict[str, str], *args: str) -> str:
-    exe = Path(sys.executable).parent / "airflow"
-    for attempt in range(8):
-        done = _run([str(exe), *args], env, timeout=300)
-        # SQLite in WAL mode refuses at once (whatever its busy timeout) a write from a transaction
-        # that read before the scheduler's latest commit; the whole command was rolled back, so it
-        # is run again, a little later each time (PostgreSQL, the scale-out metadata database, has
-        # no such refusal)
-        if done.returncode == 0 or "database is locked" not in done.stdout + done.stderr:
-            break
-        time.sleep(2 + 2 * attempt)
-    assert done.returncode == 0, f"airflow {' '.join(args)}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
-    return done.stdout
-
-
-def _token(standalone: dict[str, Any]) -> str:
-    body = json.dumps({"username": "admin", "password": standalone["password"]}).encode()
-    req = urllib.request.Request(
-        f"{standalone['url']}/auth/token", body, {"Content-Type": "application/json"}, method="POST"
-    )
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        return str(json.load(resp)["access_token"])
-
-
-def _runs(standalone: dict[str, Any], dag_id: str) -> list[dict[str, Any]]:
-    # the REST API, not the CLI: polling with a fresh CLI process costs a core-second each time
-    req = urllib.request.Request(
-        f"{standalone['url']}/api/v2/dags/{dag_id}/dagRuns?limit=100",
-        headers={"Authorization": f"Bearer {_token(standalone)}"},
-    )
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        runs = json.load(resp)["dag_runs"]
-    return [
-        {
-            "run_id": r["dag_run_id"],
-            "state": r["state"],
-            "logical_date": datetime.fromisoformat(r["logical_date"].replace("Z", "+00:00")).isoformat(),
-        }
-        for r in runs
-    ]
-
-
-def _api(standalone: dict[str, Any], path: str) -> Any:
-    req = urllib.request.Request(
-        f"{standalone['url']}/api/v2/{path}", headers={"Authorization": f"Bearer {_token(standalone)}"}
-    )
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        return json.load(resp)
-
-
-def _tasks(standalone: dict[str, Any], dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
-    got = _api(standalone, f"dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id)}/taskInstances")
-    return {t["task_id"]: t for t in got["task_instances"]}
-
-
-def _tries(standalone: dict[str, Any], dag_id: str, run_id: str) -> dict[str, int]:
-    return {k: int(t["try_number"]) for k, t in _tasks(standalone, dag_id, run_id).items()}
-
-
-def _wait(standalone: dict[str, Any], dag_id: str, count: int, timeout_s: int = 1800) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + timeout_s
-    runs: list[dict[str, Any]] = []
-    last = None
-    while time.monotonic() < deadline:
-        runs = _runs(standalone, dag_id)
-        states = sorted(r["state"] for r in runs)
-        if states != last:
-            print(f"[test] {dag_id}: {states}", flush=True)
-            last = states
-        assert "failed" not in states, runs
-        if len(runs) >= count and all(s == "success" for s in states):
-            return runs
-        time.sleep(5)
-    pytest.fail(f"{dag_id}: runs not successful after {timeout_s} s: {runs}")
+        sa.run(["bash", str(REPO / "infra" / "airflow.sh"), "stop"], env, timeout=120)
 
 
 @pytest.fixture(scope="module")
@@ -247,23 +163,23 @@ def pipeline(standalone):
     env = standalone["env"]
     # the backfill first, while the scheduler has no run to write about (a busy scheduler's commits
     # made every attempt of it fail on SQLite, see _airflow); it starts when its DAG is unpaused
-    _airflow(
+    sa.airflow(
         env, "backfill", "create", "--dag-id", "theta_backfill",
         "--from-date", THETA_FROM, "--to-date", THETA_TO, "--dag-run-conf", json.dumps(THETA_CONF),
     )  # fmt: skip
     # a stream DAG's backfill over the replay's two minutes: its runs start side by side, their
     # passes go one at a time, each exactly its interval (no catch-up), the oldest first
-    _airflow(
+    sa.airflow(
         env, "backfill", "create", "--dag-id", "join_stream",
         "--from-date", THETA_FROM, "--to-date", THETA_TO, "--dag-run-conf", json.dumps(CONF),
     )  # fmt: skip
     for dag_id in ("topk_stream", "theta_backfill", "join_stream"):
-        _airflow(env, "dags", "unpause", dag_id)
+        sa.airflow(env, "dags", "unpause", dag_id)
     for date in TOPK_DATES:  # in order: each run depends on the previous one (state)
-        _airflow(env, "dags", "trigger", "topk_stream", "--logical-date", date, "-c", json.dumps(TOPK_CONF))
-    topk = _wait(standalone, "topk_stream", len(TOPK_DATES))
-    theta = _wait(standalone, "theta_backfill", 2)
-    join = _wait(standalone, "join_stream", 2)
+        sa.airflow(env, "dags", "trigger", "topk_stream", "--logical-date", date, "-c", json.dumps(TOPK_CONF))
+    topk = sa.wait(standalone, "topk_stream", len(TOPK_DATES))
+    theta = sa.wait(standalone, "theta_backfill", 2)
+    join = sa.wait(standalone, "join_stream", 2)
     return {"topk": topk, "theta": theta, "join": join}
 
 
@@ -274,7 +190,7 @@ def test_scheduler_runs_the_pipeline_and_a_backfill_like_a_direct_run(standalone
     # the backfill's runs side by side: each succeeded at its first attempt (a conflict between their
     # commits is retried inside the stage, not by a failed attempt)
     for run in pipeline["theta"]:
-        assert _tries(standalone, "theta_backfill", run["run_id"])["theta_join"] == 1, run
+        assert sa.tries(standalone, "theta_backfill", run["run_id"])["theta_join"] == 1, run
     spark_python = str(Path(env["OOO_SPARK_VENV"]) / "bin" / "python")
 
     # the same stages run directly on a copy of the same bronze, in one process (one Spark Connect
@@ -306,9 +222,9 @@ def test_scheduler_runs_the_pipeline_and_a_backfill_like_a_direct_run(standalone
         assert rows == expected[table], table
 
     # the results are an asset whose events carry what each run wrote and its check's graded verdict
-    (asset,) = [a for a in _api(standalone, "assets?name_pattern=gold/join_results")["assets"]
+    (asset,) = [a for a in sa.api(standalone, "assets?name_pattern=gold/join_results")["assets"]
                 if a["name"] == "gold/join_results"]  # fmt: skip
-    events = _api(standalone, f"assets/events?asset_id={asset['id']}&order_by=-timestamp&limit=50")
+    events = sa.api(standalone, f"assets/events?asset_id={asset['id']}&order_by=-timestamp&limit=50")
     extras = [e["extra"] for e in events["asset_events"]]
     verdicts = [x for x in extras if x.get("judged") == "join_recall"]
     assert verdicts and all("items" in v and "met" in v and "passed" in v for v in verdicts), extras
@@ -319,25 +235,6 @@ def test_scheduler_runs_the_pipeline_and_a_backfill_like_a_direct_run(standalone
         safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in f"topk_stream__{run['run_id']}")
         assert (reports / "quality" / "runs" / f"{safe.strip('_')}.html").is_file(), run["run_id"]
     assert "topk_completeness" in (reports / "data_docs" / "index.html").read_text()
-
-
-def _browser():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    assert chromium and driver, "chromium and chromium-driver are installed by infra/setup.sh"
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = chromium
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--window-size=1400,1000",
-    ):
-        opts.add_argument(arg)
-    return webdriver.Chrome(service=Service(driver), options=opts)
 
 
 # A failing stage: a θ window that does not divide the run's minute (a ConfigError in each of the
@@ -356,16 +253,6 @@ FAILED_TASK = {"theta_backfill": ("theta_join", "cut at multiples of the window"
 FAILING_AT = {"theta_backfill": "1970-01-01T03:05:00+00:00", "join_stream": "1970-01-01T02:59:59+00:00"}
 
 
-def _finished(standalone: dict[str, Any], dag_id: str, run_id: str, timeout_s: int = 900) -> str:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        state = next((r["state"] for r in _runs(standalone, dag_id) if r["run_id"] == run_id), None)
-        if state in ("success", "failed"):
-            return str(state)
-        time.sleep(5)
-    pytest.fail(f"{dag_id} {run_id}: not finished after {timeout_s} s")
-
-
 def test_a_failed_stage_or_check_fails_its_run(standalone, pipeline):
     # Airflow derives a run's state from its leaves: the report (all_done) would leave it green,
     # the run_outcome task fails it, and quotes the failed task
@@ -376,18 +263,18 @@ def test_a_failed_stage_or_check_fails_its_run(standalone, pipeline):
     for dag_id, conf in FAILING.items():
         if dag_id == "join_stream":
             conf = {**conf, "config": str(every_period)}
-        _airflow(env, "dags", "unpause", dag_id)
-        _airflow(env, "dags", "trigger", dag_id, "--run-id", f"failing_{dag_id}",
+        sa.airflow(env, "dags", "unpause", dag_id)
+        sa.airflow(env, "dags", "trigger", dag_id, "--run-id", f"failing_{dag_id}",
                  "--logical-date", FAILING_AT[dag_id], "-c", json.dumps(conf))  # fmt: skip
     for dag_id in FAILING:
         run_id = f"failing_{dag_id}"
-        assert _finished(standalone, dag_id, run_id) == "failed", dag_id
-        tasks = _tasks(standalone, dag_id, run_id)
+        assert sa.finished(standalone, dag_id, run_id) == "failed", dag_id
+        tasks = sa.tasks(standalone, dag_id, run_id)
         task, said = FAILED_TASK[dag_id]
         assert tasks[task]["state"] == "failed", tasks[task]
         assert tasks["quality_report"]["state"] == "success"  # the failure still got its page
         assert tasks["run_outcome"]["state"] == "failed"
-        note = _api(standalone, f"dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task}/xcomEntries/failure")
+        note = sa.api(standalone, f"dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task}/xcomEntries/failure")
         assert said in str(note["value"]), note
 
 
@@ -401,36 +288,27 @@ def test_the_reports_need_a_logged_in_user(standalone, pipeline):
         urllib.request.urlopen(forged, timeout=30)
     assert bad.value.code == 403
     # the REST API's token opens them (for scripts); the browser test below uses the UI's cookie
-    signed = urllib.request.Request(page, headers={"Authorization": f"Bearer {_token(standalone)}"})
+    signed = urllib.request.Request(page, headers={"Authorization": f"Bearer {sa.token(standalone)}"})
     with urllib.request.urlopen(signed, timeout=30) as resp:
         assert "Data quality: cumulative" in resp.read().decode()
 
 
 def test_browser_logs_in_finds_a_successful_run_and_opens_the_reports(standalone, pipeline):
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as ec
-    from selenium.webdriver.support.ui import WebDriverWait
 
     shots = Path(os.environ.get("OOO_TEST_ARTIFACTS", REPO / ".local" / "test-artifacts")) / "browser"
     shots.mkdir(parents=True, exist_ok=True)
     for old in shots.glob("*"):
         old.unlink()
     url = standalone["url"]
-    browser = _browser()
-    wait = WebDriverWait(browser, 60)
+    browser = sa.browser()
 
     def page_has(text: str) -> None:
-        wait.until(lambda b: text.lower() in b.find_element(By.TAG_NAME, "body").text.lower())
+        sa.page_has(browser, text)
 
     try:
         # the reports are behind Airflow's login: a report's address leads to it, and back after it
-        browser.get(f"{url}/outoforder/reports/quality/index.html")
-        wait.until(ec.presence_of_element_located((By.NAME, "username")))
-        browser.save_screenshot(str(shots / "01-login.png"))
-        browser.find_element(By.NAME, "username").send_keys("admin")
-        browser.find_element(By.NAME, "password").send_keys(standalone["password"])
-        browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-        wait.until(lambda b: "/auth/login" not in b.current_url)
+        sa.log_in(browser, standalone, "/outoforder/reports/quality/index.html", shots / "01-login.png")
         page_has("Data quality: cumulative")
 
         browser.get(f"{url}/dags")
