@@ -55,7 +55,8 @@ def judged_and_met(events: Iterable[Any]) -> tuple[bool, str]:
 
     ``events`` are asset events (anything with an ``extra`` mapping), e.g. a run's
     ``triggering_asset_events[asset]``. Events of a stage's writes carry no verdict and count
-    for nothing. Returns the answer and why.
+    for nothing, and so do verdicts over no item (a check run before any period or window of the
+    results closed). Returns the answer and why.
 
     >>> class E:
     ...     def __init__(self, **extra):
@@ -66,8 +67,14 @@ def judged_and_met(events: Iterable[Any]) -> tuple[bool, str]:
     False
     >>> judged_and_met([E(rows=10)])
     (False, 'no check has judged these results yet')
+    >>> judged_and_met([E(judged="join_recall", passed=True, items=0, met=0)])[0]
+    False
     """
-    judged = [e.extra for e in events if isinstance(e.extra, Mapping) and e.extra.get("judged")]
+    judged = [
+        e.extra
+        for e in events
+        if isinstance(e.extra, Mapping) and e.extra.get("judged") and int(e.extra.get("items") or 0) > 0
+    ]
     if not judged:
         return False, "no check has judged these results yet"
     items = sum(int(x.get("items") or 0) for x in judged)
