@@ -6,12 +6,15 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -166,3 +169,31 @@ def page_has(driver: Any, text: str, timeout_s: int = 60) -> None:
     WebDriverWait(driver, timeout_s).until(
         lambda b: text.lower() in b.find_element(By.TAG_NAME, "body").text.replace("\xa0", " ").lower()
     )
+
+
+def screenshots(name: str) -> Path:
+    """An empty folder for a browser test's screenshots: ``$OOO_TEST_ARTIFACTS/<name>``."""
+    repo = Path(__file__).resolve().parents[2]
+    shots = Path(os.environ.get("OOO_TEST_ARTIFACTS", repo / ".local" / "test-artifacts")) / name
+    shots.mkdir(parents=True, exist_ok=True)
+    for old in shots.glob("*"):
+        old.unlink()
+    return shots
+
+
+@contextmanager
+def browsing(shots: Path) -> Iterator[Any]:
+    """A browser for the block; on a failure its page (screenshot, address and text) is kept in ``shots``."""
+    from selenium.webdriver.common.by import By
+
+    driver = browser()
+    try:
+        yield driver
+    except Exception:
+        driver.save_screenshot(str(shots / "99-failure.png"))
+        (shots / "99-failure.txt").write_text(
+            driver.current_url + "\n" + driver.find_element(By.TAG_NAME, "body").text
+        )
+        raise
+    finally:
+        driver.quit()

@@ -32,6 +32,7 @@ pytestmark = [pytest.mark.airflow, pytest.mark.integration, pytest.mark.timeout(
 RATE = 0.02  # ~220 tuples/s: the scheduler's cadence and the checks are what is tested, not the rate
 MINUTES = 8  # the replay's play; the session is stopped as soon as the tests are done
 CONSUMER = "join_results_consumer"
+STREAM_DAGS = ("ingest_kafka", "join_stream", "aggregate_stream", "topk_stream")  # the live page's rows
 RESULTS = "gold/join_results"
 FOLDED = ".codicon-folding-collapsed"  # a folded block's chevron in Airflow's JSON fields (Monaco)
 # a join whose check fails: a recall target its first retentions cannot meet (nothing buffered
@@ -161,17 +162,13 @@ def test_browser_finds_the_quality_of_join_results_and_each_dag_s_lag(live):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    shots = Path(os.environ.get("OOO_TEST_ARTIFACTS", REPO / ".local" / "test-artifacts")) / "live"
-    shots.mkdir(parents=True, exist_ok=True)
-    for old in shots.glob("*"):
-        old.unlink()
+    shots = sa.screenshots("live")
     (asset,) = sa.api(live, "assets?name_pattern=gold%2Fjoin_results")["assets"]
     newest = sa.api(live, f"assets/events?asset_id={asset['id']}&order_by=-timestamp&limit=20")[
         "asset_events"
     ]
     judged = next(e["extra"] for e in newest if (e.get("extra") or {}).get("judged"))
-    browser = sa.browser()
-    try:
+    with sa.browsing(shots) as browser:
         sa.log_in(browser, live, "/assets", shots / "01-login.png")
         sa.page_has(browser, RESULTS)
         browser.save_screenshot(str(shots / "02-assets.png"))
@@ -194,19 +191,11 @@ def test_browser_finds_the_quality_of_join_results_and_each_dag_s_lag(live):
         }
         header = [h.text for h in browser.find_elements(By.CSS_SELECTOR, "#pace th")]
         lag = header.index("last lag (s)")
-        for dag_id in ("ingest_kafka", "join_stream", "aggregate_stream", "topk_stream"):
+        for dag_id in STREAM_DAGS:
             assert float(rows[dag_id][lag]) > 0, rows  # every stream DAG has a measured lag
         assert browser.find_element(By.ID, "verdict").text
         browser.save_screenshot(str(shots / "04-live.png"))
-    except Exception:
-        browser.save_screenshot(str(shots / "99-failure.png"))
-        (shots / "99-failure.txt").write_text(
-            browser.current_url + "\n" + browser.find_element(By.TAG_NAME, "body").text
-        )
-        raise
-    finally:
-        browser.quit()
     # the command prints the same figures
     status = _live(live["env"], "status")
-    for dag_id in ("ingest_kafka", "join_stream", "aggregate_stream", "topk_stream"):
+    for dag_id in STREAM_DAGS:
         assert re.search(rf"^{dag_id}\s+\d+", status, flags=re.M), status

@@ -296,17 +296,13 @@ def test_the_reports_need_a_logged_in_user(standalone, pipeline):
 def test_browser_logs_in_finds_a_successful_run_and_opens_the_reports(standalone, pipeline):
     from selenium.webdriver.common.by import By
 
-    shots = Path(os.environ.get("OOO_TEST_ARTIFACTS", REPO / ".local" / "test-artifacts")) / "browser"
-    shots.mkdir(parents=True, exist_ok=True)
-    for old in shots.glob("*"):
-        old.unlink()
+    shots = sa.screenshots("browser")
     url = standalone["url"]
-    browser = sa.browser()
 
     def page_has(text: str) -> None:
         sa.page_has(browser, text)
 
-    try:
+    with sa.browsing(shots) as browser:
         # the reports are behind Airflow's login: a report's address leads to it, and back after it
         sa.log_in(browser, standalone, "/outoforder/reports/quality/index.html", shots / "01-login.png")
         page_has("Data quality: cumulative")
@@ -354,13 +350,5 @@ def test_browser_logs_in_finds_a_successful_run_and_opens_the_reports(standalone
         verdict = browser.find_element(By.ID, "verdict").text
         assert verdict, "the live page says whether the pipeline keeps pace"
         browser.save_screenshot(str(shots / "09-live.png"))
-    except Exception:
-        browser.save_screenshot(str(shots / "99-failure.png"))
-        (shots / "99-failure.txt").write_text(
-            browser.current_url + "\n" + browser.find_element(By.TAG_NAME, "body").text
-        )
-        raise
-    finally:
-        browser.quit()
     print(f"[test] screenshots in {shots}", flush=True)
     assert len(list(shots.glob("0*.png"))) == 9
