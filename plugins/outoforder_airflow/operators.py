@@ -22,6 +22,7 @@ the run's data interval as ``--start``/``--end``; its progress lines go to the t
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -40,6 +41,7 @@ from outoforder.io.figures import ENV as FIGURES_ENV
 from outoforder_airflow.assets import FIGURES_KEY, run_facts, stage_assets
 from outoforder_airflow.links import DataDocsLink, QualityReportLink
 
+log = logging.getLogger(__name__)
 APP = str(REPO_ROOT / "pipelines" / "outoforder" / "stages" / "spark_entry.py")
 CONN_ID = "outoforder_spark"  # the Spark the stages run on (see the module docstring)
 # the arrival time a stream DAG's run covers, and how often they run (the Kafka ingest's too)
@@ -108,6 +110,38 @@ def judged_args(interval: timedelta) -> list[str]:
     ]  # fmt: skip
 
 
+# a task instance in one of these states will not run (again) without a user's action
+FINISHED = frozenset({"success", "failed", "skipped", "upstream_failed", "removed"})
+WAIT_FOR_PREVIOUS = timedelta(seconds=10)  # how often a waiting backfill pass asks again
+
+
+def previous_pass_pending(context: Any, task_id: str, interval: timedelta) -> None:
+    """Reschedule a backfill run's stream pass while the previous interval's pass is still to come.
+
+    A backfill starts its runs side by side, and the stage task's ``max_active_tis_per_dag`` of 1
+    lets one pass run at a time; which run's pass gets the slot first is the scheduler's choice of
+    what is ready at that moment, not always the oldest. A later interval's pass first would start
+    the job's state there and leave the earlier interval nothing to do (or refuse to skip it): the
+    pass waits instead, off its slot (``up_for_reschedule``), while the run of the interval before
+    its own is running and that run's pass has not ended. A previous run that is queued (a
+    backfill with fewer active runs than intervals) or missing is not waited for.
+    """
+    run = context["dag_run"]
+    if run.run_type != "backfill" or run.logical_date is None:
+        return
+    ti = context["ti"]
+    earlier = run.logical_date - interval
+    states = ti.get_task_states(dag_id=run.dag_id, task_ids=[task_id], logical_dates=[earlier])
+    for run_id, by_task in states.items():
+        state = by_task.get(task_id)
+        if state in FINISHED or ti.get_dagrun_state(dag_id=run.dag_id, run_id=run_id) != "running":
+            continue
+        from airflow.sdk.exceptions import AirflowRescheduleException
+
+        log.info("the pass of %s (%s) comes first: asking again in %s", run_id, state, WAIT_FOR_PREVIOUS)
+        raise AirflowRescheduleException(datetime.now(UTC) + WAIT_FOR_PREVIOUS)
+
+
 def _spark_python(env: dict[str, str]) -> str:
     """The Spark venv's Python, where the stages' code and the Spark Connect client live."""
     if env.get("PYSPARK_PYTHON"):
@@ -165,6 +199,7 @@ class StageOperator(BaseOperator):
             args += ["--run-name", RUN_NAME]
         self.stage = stage
         self.stage_args = args
+        self.chained_every = interval if catch_up else None  # a backfill's passes wait for the previous one
         self.conn_id = conn_id
         self.config = config
         self._process: subprocess.Popen[str] | None = None
@@ -184,6 +219,8 @@ class StageOperator(BaseOperator):
 
         from outoforder.io import figures
 
+        if self.chained_every is not None:
+            previous_pass_pending(context, self.task_id, self.chained_every)
         with tempfile.TemporaryDirectory(prefix="outoforder-figures-") as tmp:
             path = Path(tmp) / "figures.json"
             try:

@@ -106,11 +106,33 @@ def wait(site: dict[str, Any], dag_id: str, count: int, timeout_s: int = 1800) -
         if states != last:
             print(f"[test] {dag_id}: {states}", flush=True)
             last = states
-        assert "failed" not in states, seen
+        assert "failed" not in states, (seen, failure_notes(site, dag_id, seen))
         if len(seen) >= count and all(s == "success" for s in states):
             return seen
         time.sleep(5)
     pytest.fail(f"{dag_id}: runs not successful after {timeout_s} s: {seen}")
+
+
+def failure_notes(site: dict[str, Any], dag_id: str, seen: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """The last log lines of each failed task of the failed runs among ``seen`` (a failure's why)."""
+    home = Path(site.get("env", {}).get("AIRFLOW_HOME", ""))
+    notes: dict[str, list[str]] = {}
+    for r in seen:
+        if r["state"] != "failed":
+            continue
+        for task_id, ti in tasks(site, dag_id, r["run_id"]).items():
+            if ti["state"] != "failed":
+                continue
+            folder = home / "logs" / f"dag_id={dag_id}" / f"run_id={r['run_id']}" / f"task_id={task_id}"
+            lines: list[str] = []
+            for attempt in sorted(folder.glob("attempt=*.log")):
+                for line in attempt.read_text(errors="replace").splitlines()[-15:]:
+                    try:
+                        lines.append(f"{attempt.stem}: {json.loads(line).get('event', line)}"[:600])
+                    except ValueError:
+                        lines.append(f"{attempt.stem}: {line}"[:600])
+            notes[f"{r['run_id']}/{task_id}"] = lines
+    return notes
 
 
 def browser() -> Any:

@@ -222,6 +222,48 @@ def test_run_outcome_fails_the_run_quoting_each_failed_task(plugin_path, airflow
     assert "stage:" not in str(failed.value)  # only the tasks that failed are named
 
 
+@pytest.mark.parametrize(
+    ("run_type", "earlier_pass", "earlier_run", "waits"),
+    [
+        ("backfill", "scheduled", "running", True),  # the earlier interval's pass not started yet
+        ("backfill", "up_for_retry", "running", True),
+        ("backfill", "success", "running", False),
+        ("backfill", "failed", "running", False),  # its own pass then says from where to backfill
+        ("backfill", None, "queued", False),  # not started (fewer active runs than intervals)
+        ("scheduled", "running", "running", False),  # scheduled runs catch up instead
+    ],
+)
+def test_a_backfills_pass_waits_for_the_previous_intervals_pass(
+    plugin_path, airflow_env, run_type, earlier_pass, earlier_run, waits
+):
+    from datetime import UTC, datetime
+
+    from airflow.sdk.exceptions import AirflowRescheduleException
+    from outoforder_airflow.operators import previous_pass_pending
+
+    logical = datetime(1970, 1, 1, 3, 1, tzinfo=UTC)
+    asked: list[object] = []
+
+    class Ti:
+        def get_task_states(self, dag_id, task_ids, logical_dates):
+            asked.append(logical_dates)
+            return {"backfill__03:00": {task_ids[0]: earlier_pass}}
+
+        def get_dagrun_state(self, dag_id, run_id):
+            assert run_id == "backfill__03:00"
+            return earlier_run
+
+    run = type("Run", (), {"dag_id": "join_stream", "logical_date": logical, "run_type": run_type})
+    context = {"dag_run": run(), "ti": Ti()}
+    if waits:
+        with pytest.raises(AirflowRescheduleException):
+            previous_pass_pending(context, "join_interval", timedelta(minutes=1))
+    else:
+        previous_pass_pending(context, "join_interval", timedelta(minutes=1))
+    if run_type == "backfill":
+        assert asked == [[logical - timedelta(minutes=1)]]  # the interval just before its own
+
+
 def test_web_app_follows_each_dags_read_permission(plugin_path, tmp_path, monkeypatch):
     """A user who may read one DAG reads its runs' pages, not another DAG's, nor the pages of every DAG."""
     from fastapi.testclient import TestClient
