@@ -78,6 +78,26 @@ TARGET_SERVER_MB = 4096  # the Spark Connect server's PSS (its JVM and Python wo
 TARGET_RATE_SHARE = 0.95  # the replay's pace against the rate asked for (the pipeline keeps it fed)
 
 
+PARTS = ("jvm", "workers", "stages")  # the server tree's parts (:func:`part`)
+
+
+def part(pid: int) -> str:
+    """Which part of the Spark Connect server's tree a process is (the rest, e.g. Airflow's: ``stages``).
+
+    ``jvm``: the server's JVM; ``workers``: Spark's Python workers (its daemon and their forks, which
+    run the operators' vectorised code); ``stages``: the stage runner, the stages it forks, shells.
+    """
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return "stages"
+    if cmd and cmd[0].endswith(b"java"):
+        return "jvm"
+    if any(c in (b"pyspark.daemon", b"pyspark.worker") for c in cmd):
+        return "workers"
+    return "stages"
+
+
 def _free_port() -> int:
     import socket
 
@@ -124,14 +144,17 @@ class Sampler:
         return sum(fields) - idle, sum(fields)
 
     @staticmethod
-    def _tree(pidfile: Path) -> tuple[int, float]:
-        """PSS bytes and CPU seconds (its own and its reaped children's) of the tree under the pid."""
+    def _tree(pidfile: Path) -> tuple[dict[str, int], float]:
+        """PSS bytes per :func:`part`, CPU seconds (own and reaped children's) of the tree under the pid."""
         try:
             pid = int(pidfile.read_text().strip())
         except (OSError, ValueError):
-            return 0, 0.0
+            return {}, 0.0
         tree = [pid, *_descendants(pid)]
-        return sum(_memory_bytes(p) for p in tree), sum(_cpu_seconds(p) for p in tree)
+        parts: dict[str, int] = {}
+        for p in tree:
+            parts[part(p)] = parts.get(part(p), 0) + _memory_bytes(p)
+        return parts, sum(_cpu_seconds(p) for p in tree)
 
     def _run(self) -> None:
         busy0, total0 = self._cpu()
@@ -147,8 +170,10 @@ class Sampler:
             sample = {
                     "t_s": round(time.monotonic() - t0, 1),
                     "cpu_share": round(share, 4),
-                    "server_mb": server_b >> 20,
-                    "airflow_mb": airflow_b >> 20,
+                    "server_mb": sum(server_b.values()) >> 20,
+                    # where the server's memory is: its JVM, Spark's Python workers, the stages
+                    **{f"server_{k}_mb": server_b.get(k, 0) >> 20 for k in PARTS},
+                    "airflow_mb": sum(airflow_b.values()) >> 20,
                     # cumulative CPU seconds: the machine's busy time, and each tree's
                     "busy_cpu_s": round(busy_s, 1),
                     "server_cpu_s": round(server_s, 1),
@@ -573,6 +598,13 @@ def summarize(
         "runs": lags,
         "cpu_share_mean": round(sum(cpu) / len(cpu), 3) if cpu else None,
         "server_mb_max": max((s["server_mb"] for s in samples), default=None),
+        # each part's largest and its share at the server's peak (the parts peak at different times)
+        "server_parts_mb_max": {
+            k: max((s.get(f"server_{k}_mb", 0) for s in samples), default=None) for k in PARTS
+        },
+        "server_parts_at_peak_mb": None
+        if not samples
+        else {k: max(samples, key=lambda s: s["server_mb"]).get(f"server_{k}_mb") for k in PARTS},
         "airflow_mb_max": max((s["airflow_mb"] for s in samples), default=None),
         "cpu_s_per_minute": per_min,
         "samples": samples,
@@ -714,6 +746,12 @@ def markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
                 f"- machine: CPU busy {100 * (rec['cpu_share_mean'] or 0):.0f} % on average; Spark Connect "
                 f"server at most {rec['server_mb_max']} MB, Airflow at most {rec['airflow_mb_max']} MB (PSS)"
             )
+            peak, most = rec.get("server_parts_at_peak_mb"), rec.get("server_parts_mb_max")
+            if peak and most and peak.get("jvm") is not None:
+                lines.append(
+                    "- the server's memory at its peak: "
+                    + ", ".join(f"{k} {peak[k]:,} MB (at most {most[k]:,})" for k in PARTS)
+                )
         per_min = rec.get("cpu_s_per_minute") or {}
         if per_min:
             lines.append(

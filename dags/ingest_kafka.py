@@ -47,8 +47,14 @@ from outoforder.stages import spec
 )
 def ingest_kafka() -> None:
     """Ingest what arrived on the topic, then check bronze."""
+    # the stream DAGs' passes of the same minute wait for this commit: when executor slots are
+    # short, it goes first (by default a task's weight is its downstream count, and theirs is larger)
     ingest = StageOperator(
-        task_id="ingest", stage="ingest-kafka", stage_args=["--source", "{{ params.source }}"]
+        task_id="ingest",
+        stage="ingest-kafka",
+        stage_args=["--source", "{{ params.source }}"],
+        priority_weight=100,
+        weight_rule="absolute",
     )
     # what this run ingested (its batches finish after the run started): a cost that follows the batch
     validate_bronze = StageOperator(

@@ -33,8 +33,11 @@ export AIRFLOW__CORE__DAGS_FOLDER="$OOO_REPO/dags"
 export AIRFLOW__CORE__PLUGINS_FOLDER="$OOO_REPO/plugins"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
 export AIRFLOW__CORE__EXECUTOR=LocalExecutor
-# 2 cores: at most 4 tasks at once (each a client of the shared Spark server), 2 per DAG
-export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-4}"
+# 2 cores: at most 6 tasks at once (each a thin client of the shared Spark server), 2 per DAG. Live
+# mode runs five DAGs a minute, and a stream pass holds its slot while it waits for the Kafka
+# ingest's commit: with fewer slots than that, the ingest could wait for a slot behind the passes
+# that wait for it
+export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-6}"
 export AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG="${AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG:-2}"
 export AIRFLOW__API__WORKERS=1
 export AIRFLOW__API__HOST="${AIRFLOW__API__HOST:-127.0.0.1}"

@@ -1,6 +1,7 @@
 """The live soak's own parts: CPU by process tree, Spark's work per stage, the summary and report."""
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -9,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from benchmarks.harness import _cpu_seconds
-from benchmarks.live import markdown, sent, spark_work, summarize, verdict
+from benchmarks.live import markdown, part, sent, spark_work, summarize, verdict
 
 
 def test_a_waited_for_child_s_cpu_counts_in_its_parent():
@@ -30,20 +31,30 @@ def test_a_waited_for_child_s_cpu_counts_in_its_parent():
     assert _cpu_seconds(proc.pid) == 0.0  # ended and reaped: nothing to read
 
 
-def _sample(t_s, busy, server, airflow):
-    return {"t_s": t_s, "cpu_share": 0.5, "server_mb": 100, "airflow_mb": 50,
+def _sample(t_s, busy, server, airflow, jvm=60):
+    return {"t_s": t_s, "cpu_share": 0.5, "server_mb": jvm + 40, "server_jvm_mb": jvm, "server_workers_mb": 30,
+            "server_stages_mb": 10, "airflow_mb": 50,
             "busy_cpu_s": busy, "server_cpu_s": server, "airflow_cpu_s": airflow}  # fmt: skip
 
 
 def test_the_summary_splits_the_busy_cpu_per_minute_between_the_trees():
-    samples = [_sample(5.0, 10.0, 6.0, 1.0), _sample(125.0, 210.0, 146.0, 21.0)]  # 2 minutes apart
+    samples = [_sample(5.0, 10.0, 6.0, 1.0, jvm=80), _sample(125.0, 210.0, 146.0, 21.0)]  # 2 minutes apart
     rec = summarize(
         "tenth", 0.1, 2, {}, {}, {"bronze": 0, "quarantine": 0, "verdicts": {}}, samples, None, 1.0
     )
     assert rec["cpu_s_per_minute"] == {"busy": 100.0, "server": 70.0, "airflow": 10.0, "rest": 20.0}
+    assert rec["server_mb_max"] == 120
+    assert rec["server_parts_at_peak_mb"] == {"jvm": 80, "workers": 30, "stages": 10}
     rec["spark_work"] = None
     meta = {"machine": {"date": "2026-11-26", "commit": "abc", "cpus": 2}}
-    assert "CPU-s per minute (of 120): busy 100, of which the Spark Connect server" in markdown([rec], meta)
+    page = markdown([rec], meta)
+    assert "CPU-s per minute (of 120): busy 100, of which the Spark Connect server" in page
+    assert "the server's memory at its peak: jvm 80 MB (at most 80), workers 30 MB" in page
+
+
+def test_a_process_is_told_apart_as_the_servers_jvm_its_python_workers_or_a_stage():
+    assert part(os.getpid()) == "stages"  # a Python process that is no Spark worker
+    assert part(2**22 + 7) == "stages"  # gone (or never was): counted with the rest
 
 
 def test_the_rate_is_the_replays_own_not_the_measured_minutes(tmp_path):
