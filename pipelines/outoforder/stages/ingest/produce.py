@@ -13,7 +13,8 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,17 +64,63 @@ def record(row: Any, shift_us: int = 0) -> tuple[bytes, bytes]:
     return str(row["key"]).encode(), json.dumps(body, separators=(",", ":")).encode()
 
 
+CATCH_UP = 2.0  # a paced replay behind its schedule sends at most this many times its pace
+SLEEP_MIN_S = 0.002  # shorter waits are not slept (sleeping per record would cap the rate)
+
+
+def paced(
+    arrivals_us: Iterator[int | None],
+    speed: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Iterator[float]:
+    """For each arrival (µs, in arrival order), once it may be sent: the clock then.
+
+    A record is sent no sooner than its arrival offset from the first one divided by ``speed``
+    (0: no pacing), the clock starting at the first record (fetching it may take seconds). A
+    sender that falls behind (fetching the next rows, a busy machine) does not send its backlog at
+    once: it catches up at most :data:`CATCH_UP` times the pace. A burst would share a log-append
+    time: a producer batches a partition's records, the broker stamps a batch with one time, and
+    the partitions' batches of one instant are read back one partition after the other, which
+    reorders up to the burst's span of event time (seconds, after a stall of seconds).
+
+    >>> t = [0.0]
+    >>> def sleep(s): t[0] += s
+    >>> at = list(paced(iter([0, 1_000_000, 2_000_000]), 1.0, lambda: t[0], sleep))
+    >>> at
+    [0.0, 1.0, 2.0]
+    >>> t[0] = 0.0  # three records due at 0, 0.1 and 0.2 s, the sender 1 s late from the second
+    >>> def late(s): t[0] += s
+    >>> sends = paced(iter([0, 100_000, 200_000, 300_000]), 1.0, lambda: t[0], late)
+    >>> next(sends); t[0] = 1.1; [round(x, 3) for x in sends]  # spaced 0.05 s: twice the pace
+    0.0
+    [1.1, 1.15, 1.2]
+    """
+    start: float | None = None
+    first = 0
+    prev_due = 0.0  # the previous record's offset from the first one (s, at the replay's pace)
+    prev_at = 0.0  # when it was sent (s since the start)
+    for arrival in arrivals_us:
+        now = clock()
+        if speed <= 0 or arrival is None:
+            yield now
+            continue
+        if start is None:
+            start, first = now, arrival
+        due = (arrival - first) / 1e6 / speed
+        # on time: when due; behind: no sooner than the previous record plus its spacing sped up
+        at = max(due, prev_at + (due - prev_due) / CATCH_UP) if due < now - start else due
+        wait = at - (now - start)
+        if wait > SLEEP_MIN_S:
+            sleep(wait)
+        prev_due, prev_at = due, max(at, now - start)
+        yield clock()
+
+
 def _paced(rows: Iterator[Any], speed: float, shift_us: int) -> Iterator[tuple[bytes, bytes]]:
-    """Rows as records, each sent no sooner than its arrival offset divided by ``speed``."""
-    t0 = time.monotonic()
-    first: int | None = None
-    for row in rows:
-        arrival = row["arrival_ts"]
-        if speed > 0 and arrival is not None:
-            first = arrival if first is None else first
-            wait = (arrival - first) / 1e6 / speed - (time.monotonic() - t0)
-            if wait > 0.002:  # sleeping per record would cap the rate; catch up in small steps
-                time.sleep(wait)
+    """Rows as records, each sent when :func:`paced` says."""
+    rows, arrivals = itertools.tee(rows)
+    for row, _ in zip(rows, paced((r["arrival_ts"] for r in arrivals), speed), strict=True):
         yield record(row, shift_us)
 
 
@@ -111,15 +158,30 @@ def _in_arrival_order(
         else []
     )  # one row per ingested file or batch
     done = [tuple(r) for r in log_rows] or [whole]
-    for lo, hi, n in done:
-        pieces = max(1, -(-int(n) // RANGE_ROWS))
-        step = -(-(int(hi) - int(lo) + 1) // pieces)
-        for start in range(int(lo), int(hi) + 1, step):
-            end = min(start + step, int(hi) + 1)
-            piece = rows.where((F.col("arrival_seq") >= start) & (F.col("arrival_seq") < end))
-            table = piece.orderBy("arrival_seq").select(*columns).toArrow()
-            cols = table.to_pydict()
-            for i in range(table.num_rows):
+
+    def bounds() -> Iterator[tuple[int, int]]:
+        for lo, hi, n in done:
+            pieces = max(1, -(-int(n) // RANGE_ROWS))
+            step = -(-(int(hi) - int(lo) + 1) // pieces)
+            for start in range(int(lo), int(hi) + 1, step):
+                yield start, min(start + step, int(hi) + 1)
+
+    def fetch(span: tuple[int, int]) -> dict[str, list[Any]]:
+        piece = rows.where((F.col("arrival_seq") >= span[0]) & (F.col("arrival_seq") < span[1]))
+        return dict(piece.orderBy("arrival_seq").select(*columns).toArrow().to_pydict())
+
+    # the next piece is fetched while this one is sent: a paced replay does not stall between them
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="produce-fetch") as pool:
+        spans = bounds()
+        ahead: Future[dict[str, list[Any]]] | None = None
+        span = next(spans, None)
+        if span is not None:
+            ahead = pool.submit(fetch, span)
+        while ahead is not None:
+            cols = ahead.result()
+            span = next(spans, None)
+            ahead = None if span is None else pool.submit(fetch, span)
+            for i in range(len(cols[columns[0]])):
                 yield {c: cols[c][i] for c in columns}
 
 
