@@ -120,15 +120,22 @@ def test_spark_work_is_counted_per_stage_run_from_the_jobs_tags(spark_rest):
 
 
 @pytest.mark.parametrize(
-    ("landed", "last_ingest", "expected"),
-    [(100, "success", True), (90, "success", False), (90, "running", None), (110, "running", False)],
+    ("landed", "last_ingest", "listed_after_stop", "expected"),
+    [
+        (100, "success", False, True),
+        (90, "success", False, False),
+        (90, "running", False, None),  # records in flight
+        (90, "running", True, False),  # an ingest listed the topic after the stop: none in flight
+        (110, "running", False, False),
+    ],
 )
 def test_records_in_flight_at_the_end_are_not_judged_lost_nor_duplicates_forgiven(
-    landed, last_ingest, expected
+    landed, last_ingest, listed_after_stop, expected
 ):
     rec = {
         "per_dag": {},
         "records_sent": 100,
+        "listed_after_stop": listed_after_stop,
         "runs": {"ingest_kafka": [{"state": "success"}, {"state": last_ingest}]},
         "accounting": {"bronze": landed, "quarantine": 0, "verdicts": {}},
     }
