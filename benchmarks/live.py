@@ -24,11 +24,11 @@ Cases: ``tenth`` (the sensors at a tenth of the papers' rates, ~1,100 tuples/s) 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
-import subprocess
 import threading
 import time
 import urllib.parse
@@ -522,7 +522,10 @@ def run_case(name: str, rate: float, minutes: int, work: Path) -> dict[str, Any]
             log("live", f"{name}: minute {minute}/{minutes}; newest lags (s): {last}")
         # the replay stops; the runs of its last minutes finish
         pid = int((session / "producer.pid").read_text())
-        subprocess.run(["kill", "-TERM", f"-{pid}"], check=False, capture_output=True)
+        # the replay's process group (live.sh starts it with setsid), with killpg: procps-ng 4.0's
+        # `kill -TERM -<pgid>` signals every process of the user (kill(-1)), this benchmark too
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGTERM)
         stopped = time.time()
         deadline = stopped + DRAIN_S
         listed_after = False
