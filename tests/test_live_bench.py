@@ -32,8 +32,8 @@ def test_a_waited_for_child_s_cpu_counts_in_its_parent():
 
 
 def _sample(t_s, busy, server, airflow, jvm=60):
-    return {"t_s": t_s, "cpu_share": 0.5, "server_mb": jvm + 40, "server_jvm_mb": jvm, "server_workers_mb": 30,
-            "server_stages_mb": 10, "airflow_mb": 50,
+    return {"t_s": t_s, "cpu_share": 0.5, "server_mb": jvm + 40, "server_jvm_mb": jvm,
+            "server_workers_mb": 30, "server_stages_mb": 10, "airflow_mb": 50,
             "busy_cpu_s": busy, "server_cpu_s": server, "airflow_cpu_s": airflow}  # fmt: skip
 
 

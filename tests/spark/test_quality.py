@@ -308,6 +308,8 @@ def test_the_join_check_judges_a_share_of_periods(spark, settings):
         return r.success
 
     assert settings.quality.periods_met == 0.95 and settings.quality.periods_judged == 20
+    # a run judges its periods with the job's latest: ten minutes of them, as the aggregates' windows
+    assert settings.quality.periods_borrowed(5_000_000) == 120
     assert verdict([1.0] * 19 + [0.5], 0.95)
     assert verdict([1.0] * 5 + [0.5], 0.95)  # a young job: one miss is within the budget of twenty
     assert not verdict([1.0] * 18 + [0.5, 0.5], 0.95)

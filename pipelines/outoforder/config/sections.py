@@ -245,9 +245,10 @@ class QualitySettings:
     # the join's promise: recall >= Q_user in at least this share of the closed periods (1.0: in every
     # one); see :meth:`periods_required` for how a run of a few periods judges it
     periods_met: float = 0.95
-    # the aggregates' (ε, δ) is a share of windows and top-k's ε_min a mean over them: a run's windows
-    # are judged with the job's latest before them, this much event time of windows at least (a
-    # minute's share or mean is mostly sampling noise); see :meth:`windows_judged`
+    # the aggregates' (ε, δ) and the join's promise are shares of windows and periods, top-k's ε_min
+    # a mean over windows: a run's are judged with the job's latest before them, this much event time
+    # of them at least (a minute's share or mean is mostly sampling noise); see :meth:`windows_judged`
+    # and :meth:`periods_borrowed`
     windows_judged_s: float = 600.0
 
     def __post_init__(self) -> None:
@@ -294,6 +295,23 @@ class QualitySettings:
             return self.periods_met
         allowed = math.floor((1.0 - self.periods_met) * max(n, self.periods_judged) + 1e-9)
         return max(0.0, 1.0 - (allowed + 0.5) / n) if allowed else 1.0
+
+    def periods_borrowed(self, period_us: int) -> int:
+        """The fewest periods a join check judges together: its run's and the job's latest before them.
+
+        :attr:`windows_judged_s` of them, as the aggregates' windows, and :attr:`periods_judged` at
+        least. A run of a minute closes a dozen periods of 5 s: judged with only the twenty before them,
+        two misses a few minutes apart failed a run while the stream met the share over its hour.
+
+        >>> q = QualitySettings(periods_met=0.95, windows_judged_s=600)
+        >>> q.periods_borrowed(5_000_000), q.periods_borrowed(60_000_000), q.periods_borrowed(3_600_000_000)
+        (120, 20, 20)
+        >>> QualitySettings(periods_met=1.0).periods_borrowed(5_000_000)  # every period: each alone
+        1
+        """
+        if self.periods_met >= 1.0:
+            return 1
+        return max(self.periods_judged, math.ceil(self.windows_judged_s * 1e6 / period_us - 1e-9))
 
     def windows_judged(self, slide_us: int) -> int:
         """The fewest windows an aggregate check judges together, for windows sliding by ``slide_us``.

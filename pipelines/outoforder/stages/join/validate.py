@@ -3,9 +3,9 @@
 The recall of every closed period against the exact join goes to ``gold/join_metrics`` (method
 ``stream:<job>``) and to the quality measures; Great Expectations checks that no result pair is
 stored twice and that the closed periods' recall is at least Q_user in the share
-``quality.periods_met`` of them (judged over the run's periods and, when they are fewer than
-``quality.periods_judged``, the job's latest before them). A violation fails the task, or is only
-reported with ``on_violation="warn"``. The exact join runs in Spark; a run over
+``quality.periods_met`` of them (judged over the run's periods and the job's latest before them,
+``quality.windows_judged_s`` of periods and ``quality.periods_judged`` at least). A violation fails
+the task, or is only reported with ``on_violation="warn"``. The exact join runs in Spark; a run over
 a data interval (``--since``, as the DAG passes it) judges only the periods that closed in it.
 
 Under a retention bound (the job's ``max_retention``) each adaptation states the recall the bound
@@ -227,7 +227,7 @@ def validate_join(
             items,
         )  # fmt: skip
     # the promise is a share of periods: a run judges its own with the job's latest before them
-    judged_together = _with_earlier(ctx, metrics, settings.quality.periods_judged)
+    judged_together = _with_earlier(ctx, metrics, settings.quality.periods_borrowed(job.period_us))
     frames: dict[str, Any] = {"join_results": judged.stored, "join_recall": judged_together}
     if job.latency_bound_us is not None and len(quality):
         stated = period_statements(ctx)
