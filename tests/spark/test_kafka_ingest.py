@@ -265,11 +265,18 @@ def test_a_recreated_topic_and_expired_offsets_stop_the_run_naming_them(spark, s
     assert table(spark, settings, BRONZE).count() == before
 
     kafka_io.delete_topic(broker, topic)
-    for _ in range(50):
+    # the broker deletes a topic in the background: created again once it has (seconds on a busy
+    # machine; 10 s were not always enough beside the other test runs)
+    deadline, created, described = time.monotonic() + 120, False, False
+    while not described and time.monotonic() < deadline:
         with contextlib.suppress(Exception):
-            kafka_io.create_topic(broker, topic, 2, exist_ok=False)
-            break
-        time.sleep(0.2)
+            if not created:
+                created = kafka_io.create_topic(broker, topic, 2, exist_ok=False)
+            kafka_io.topic_state(broker, topic)  # and its metadata is served (as the ingest asks)
+            described = True
+        if not described:
+            time.sleep(0.5)
+    assert described, f"the broker did not serve {topic} created again within 120 s (created: {created})"
     with pytest.raises(StateError, match=r"deleted and created again .*partition 0 offset \d+"):
         stage.ingest_topic(spark, mine, "yard")
     assert table(spark, settings, BRONZE).count() == before
