@@ -154,7 +154,8 @@ class Sampler:
         tree = [pid, *_descendants(pid)]
         parts: dict[str, int] = {}
         for p in tree:
-            parts[part(p)] = parts.get(part(p), 0) + _memory_bytes(p)
+            kind = part(p)
+            parts[kind] = parts.get(kind, 0) + _memory_bytes(p)
         return parts, sum(_cpu_seconds(p) for p in tree)
 
     def _run(self) -> None:
@@ -601,6 +602,7 @@ def summarize(
         for key in ("busy_cpu_s", "server_cpu_s", "airflow_cpu_s"):
             per_min[key.removesuffix("_cpu_s")] = round((last[key] - first[key]) / span_min, 1)
         per_min["rest"] = round(per_min["busy"] - per_min["server"] - per_min["airflow"], 1)
+    peak = max(samples, key=lambda s: s["server_mb"], default=None)
     return {
         "stage": name,
         "rate": rate,
@@ -616,9 +618,7 @@ def summarize(
         "server_parts_mb_max": {
             k: max((s.get(f"server_{k}_mb", 0) for s in samples), default=None) for k in PARTS
         },
-        "server_parts_at_peak_mb": None
-        if not samples
-        else {k: max(samples, key=lambda s: s["server_mb"]).get(f"server_{k}_mb") for k in PARTS},
+        "server_parts_at_peak_mb": None if peak is None else {k: peak.get(f"server_{k}_mb") for k in PARTS},
         "airflow_mb_max": max((s["airflow_mb"] for s in samples), default=None),
         "cpu_s_per_minute": per_min,
         "samples": samples,
