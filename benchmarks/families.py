@@ -18,10 +18,12 @@ arrivals (:func:`outoforder.stages.join.evaluate.evaluate`): QJoin with the stag
 estimator and the seed's learned one, the hindsight-best constant retention (the yardstick:
 the least buffer that meets the target in every period) and MP-K-slack. Reported: the share of
 periods meeting the target, the mean buffer against hindsight's, the abrupt shifts of the delay
-process in the trace and how many of the missed periods contain one, and which missed periods no
-controller reading the past could have met, with the evidence
-(:mod:`outoforder.core.joins.feasibility`): a case keeps the promise when the periods met or
-judged infeasible are at least :data:`TARGET_SHARE` and its buffer is within :data:`BUFFER_BOUND`.
+process in the trace and how many of the missed periods contain one, whether a miss was followed
+by another (the reaction a period after a shift), and which missed periods no controller reading
+the past could have met, with the evidence (:mod:`outoforder.core.joins.feasibility`). A case
+keeps the promise when the periods met -- raw, as the report shows them to a user -- are at least
+:data:`TARGET_SHARE` and its buffer is within :data:`BUFFER_BOUND`; an infeasible verdict explains
+a miss, it does not excuse it.
 """
 
 from __future__ import annotations
@@ -124,6 +126,7 @@ def bench_case(part: str, w: Workload, family: str, seed: int) -> list[dict[str,
             missed = [p["period"] for p in rec["per_period"] if not p["met"]]
             excused = [infeasible[p] for p in missed if p in infeasible]
             judged = [p["period"] for p in rec["per_period"]]
+            in_a_row = sum(p + 1 in missed for p in missed)
             out.append(
                 {
                     "part": part, "workload": w.name, "family": family, "q_user": q_user, "method": m,
@@ -133,7 +136,7 @@ def bench_case(part: str, w: Workload, family: str, seed: int) -> list[dict[str,
                     "recall_min": round(rec["recall_min"], 4),
                     "buffered_mean": round(rec["buffered_mean"], 1),
                     "buffer_vs_hindsight": round(rec["buffered_mean"] / hind, 3) if hind else None,
-                    "shifts": int(a.shifts_us.size), "missed": len(missed),
+                    "shifts": int(a.shifts_us.size), "missed": len(missed), "missed_in_a_row": in_a_row,
                     "missed_with_shift": sum(p in shifted for p in missed),
                     "infeasible": sum(p in infeasible for p in judged), "excused": len(excused),
                     "periods_met_or_excused": round(
@@ -157,13 +160,15 @@ def verdicts(records: list[dict[str, Any]], method: str) -> dict[str, Any]:
         ok = [
             r
             for r in mine
-            if r["periods_met_or_excused"] >= TARGET_SHARE and (r["buffer_vs_hindsight"] or 0) <= BUFFER_BOUND
+            if r["periods_met"] >= TARGET_SHARE and (r["buffer_vs_hindsight"] or 0) <= BUFFER_BOUND
         ]
         out[part] = {
             "cases": len(mine),
             "kept": len(ok),
             "periods_met_min": min((r["periods_met"] for r in mine), default=None),
             "met_or_excused_min": min((r["periods_met_or_excused"] for r in mine), default=None),
+            "missed": sum(r["missed"] for r in mine),
+            "missed_in_a_row": sum(r["missed_in_a_row"] for r in mine),
             "excused": sum(r["excused"] for r in mine),
             "periods_met_mean": round(float(np.mean([r["periods_met"] for r in mine])), 4) if mine else None,
             "buffer_vs_hindsight_mean": round(
@@ -180,7 +185,8 @@ COLUMNS = (
     ("pairs_per_s", "pairs/s", ".1f"), ("method", "method", ""), ("periods", "periods", "d"),
     ("periods_met", "met", ".0%"), ("recall_min", "min recall", ".3f"),
     ("buffer_vs_hindsight", "buffer ÷ hindsight", ".2f"), ("shifts", "shifts", "d"),
-    ("missed", "missed", "d"), ("missed_with_shift", "… with a shift", "d"),
+    ("missed", "missed", "d"), ("missed_in_a_row", "… after a miss", "d"),
+    ("missed_with_shift", "… with a shift", "d"),
     ("excused", "… infeasible", "d"), ("periods_met_or_excused", "met or infeasible", ".0%"),
 )  # fmt: skip
 
@@ -197,16 +203,16 @@ def markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "held-out part: "
         f"{', '.join(meta['held-out']['workloads'])} × {', '.join(meta['held-out']['families'])}.",
         "",
-        "| method | part | cases keeping the promise | periods met (min / mean) "
-        "| met or infeasible (min) | missed periods judged infeasible | buffer ÷ hindsight (mean) |",
-        "|---|---|---|---|---|---|---|",
+        "| method | part | cases keeping the promise | periods met (min / mean) | missed periods "
+        "| … after a miss | … judged infeasible | met or infeasible (min) | buffer ÷ hindsight (mean) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for m, v in meta["verdicts"].items():
         for part, s in v.items():
             lines.append(
                 f"| {m} | {part} | {s['kept']} of {s['cases']} | {s['periods_met_min']:.0%} / "
-                f"{s['periods_met_mean']:.0%} | {s['met_or_excused_min']:.0%} | {s['excused']} "
-                f"| {s['buffer_vs_hindsight_mean']:.2f} |"
+                f"{s['periods_met_mean']:.0%} | {s['missed']} | {s['missed_in_a_row']} | {s['excused']} "
+                f"| {s['met_or_excused_min']:.0%} | {s['buffer_vs_hindsight_mean']:.2f} |"
             )
     lines += [
         "",
@@ -215,9 +221,12 @@ def markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "constant retention meeting the target in that period alone. A missed period is judged "
         "*infeasible* when it was a record, needing more than any period before it, and even the "
         "controller that keeps the largest need of the periods known so far (never lowering it) "
-        "misses it (outoforder.core.joins.feasibility); a case keeps the promise when the periods met "
-        f"or judged infeasible are ≥ {TARGET_SHARE:.0%}. The raw share of periods met is the *met* "
-        "column.",
+        "misses it (outoforder.core.joins.feasibility): an explanation of the miss, not a pass. A case "
+        f"keeps the promise when the periods met -- raw, the *met* column, what the report shows a user "
+        f"-- are ≥ {TARGET_SHARE:.0%} and its buffer ≤ {BUFFER_BOUND}× hindsight's. *… after a miss* "
+        "counts the misses that followed a missed period (the reaction to a shift takes more than a "
+        "period). The join's repair stage (`join-repair`) adds a missed period's pairs afterwards, so "
+        "its result becomes complete; the share here is of periods met as the stream was joined.",
         "",
     ]
     for part in ("tuning", "held-out"):
@@ -235,11 +244,16 @@ def markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     ops = meta.get("operators", [])
     if ops:
         met = {o: sum(r["met"] for r in ops if r["operator"] == o) for o in ("aggregate", "top-k")}
+        waits = {
+            o: sum((r["wait_vs_hindsight"] or 0) <= BUFFER_BOUND for r in ops if r["operator"] == o)
+            for o in ("aggregate", "top-k")
+        }
         lines += [
             "## The aggregates and top-k on the held-out part",
             "",
             f"Targets met: aggregates {met['aggregate']} of {sum(r['operator'] == 'aggregate' for r in ops)} "
-            f"cases, top-k {met['top-k']} of {sum(r['operator'] == 'top-k' for r in ops)}. "
+            f"cases, top-k {met['top-k']} of {sum(r['operator'] == 'top-k' for r in ops)}; waiting within "
+            f"{BUFFER_BOUND}× hindsight's: aggregates {waits['aggregate']}, top-k {waits['top-k']}. "
             + (family_operators.__doc__ or "").split("\n\n")[1].replace("\n", " "),
             "",
             markdown_table(ops, family_operators.COLUMNS),

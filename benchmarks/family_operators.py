@@ -15,6 +15,11 @@ the stages' default controller, run as its reference on the same arrivals:
   seeded uniform one, independent of its delay. The target: mean accuracy ε_min = 0.95 over the
   windows after the first five minutes. The yardstick: the hindsight constant cache duration.
 
+Each case records its waiting against hindsight's (``wait_vs_hindsight``: the mean K or cache
+duration over the hindsight constant's, which is floored at its search step, since a need of 0
+is only known to that step): within :data:`~benchmarks.families.BUFFER_BOUND` the operator waits no
+more than it must, beyond it every result is late by the difference.
+
 The controllers' constants were chosen on the soccer game's streams (their own benchmarks), the
 aggregates' coverage horizon (:data:`HORIZON_WINDOWS`) on the families' tuning part
 (:mod:`benchmarks.tuning`); the held-out part is held out for all of them.
@@ -78,7 +83,7 @@ def aggregate_record(w: Workload, a: Arrivals, horizon_windows: int = HORIZON_WI
         "met": share >= 1.0 - DELTA - 1e-12,
         "k_mean_s": rec["mean_k"],
         "hindsight_s": hind / 1e6,
-        "k_vs_hindsight": rec["mean_k"] / (hind / 1e6) if hind else None,
+        "wait_vs_hindsight": wait_vs_hindsight(rec["mean_k"], hind / 1e6, agg.HINDSIGHT_STEP_US / 1e6),
     }
 
 
@@ -102,8 +107,17 @@ def topk_record(w: Workload, a: Arrivals, seed: int) -> dict[str, Any]:
         "met": acc is not None and acc >= topk.EPS_MIN,
         "k_mean_s": rec["cache_mean_s"],
         "hindsight_s": hind / 1e6,
-        "k_vs_hindsight": rec["cache_mean_s"] / (hind / 1e6) if hind and rec["cache_mean_s"] else None,
+        "wait_vs_hindsight": wait_vs_hindsight(rec["cache_mean_s"], hind / 1e6, topk.HINDSIGHT_STEP_US / 1e6),
     }
+
+
+def wait_vs_hindsight(wait_s: float | None, hindsight_s: float, step_s: float) -> float | None:
+    """The mean wait over hindsight's need, the need floored at the step it was searched with.
+
+    >>> wait_vs_hindsight(3.0, 2.0, 0.01), wait_vs_hindsight(0.05, 0.0, 0.1), wait_vs_hindsight(None, 1, 1)
+    (1.5, 0.5, None)
+    """
+    return None if wait_s is None else wait_s / max(hindsight_s, step_s)
 
 
 def records(w: Workload, a: Arrivals, seed: int) -> list[dict[str, Any]]:
@@ -118,5 +132,5 @@ COLUMNS = (
     ("met_share", "windows meeting ε / mean accuracy", ".3f"),
     ("excused", "missed windows judged infeasible", ""),
     ("met_or_excused", "… met or infeasible", ".3f"), ("k_mean_s", "mean K (s)", ".2f"),
-    ("hindsight_s", "hindsight K (s)", ".2f"), ("k_vs_hindsight", "K ÷ hindsight", ".2f"),
+    ("hindsight_s", "hindsight K (s)", ".2f"), ("wait_vs_hindsight", "K ÷ hindsight", ".2f"),
 )  # fmt: skip

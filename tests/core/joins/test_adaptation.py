@@ -416,3 +416,29 @@ def test_robust_remembers_what_a_recurring_outage_needed():
         }
         missed = {p.period for p in per[1:]} - met[20]
         assert len(missed - infeasible) <= 1, (seed, missed, infeasible)
+
+
+def test_the_memory_margin_meets_outages_a_little_longer_than_the_last_and_loses_no_period():
+    # a record period beats the periods before it by a little more often than by a lot: keeping
+    # (1 + margin) times what the last ones needed meets it, without giving up a period
+    from outoforder.sources.workloads import arrive, fleet
+
+    gained = 0
+    for seed in (1, 2, 3):
+        w = fleet(900.0, vehicles=10, seed=seed)
+        inp = arrive(w, "outages", seed).inp
+        truth = exact_join(inp, w.query)
+        met = {}
+        for margin in (0.0, 0.25):
+            st_ = AdaptationSettings(
+                q_user=0.9, period_us=w.period_us, interval_us=w.interval_us,
+                granularity_us=w.granularity_us, estimator="robust", headroom=0.5, memory_periods=20,
+                memory_margin=margin,
+            )  # fmt: skip
+            run, _ = run_adaptive_qjoin(inp, w.query, st_, truth)
+            met[margin] = {p.period for p in period_recall(inp, truth, run.pairs, w.period_us, 0.9) if p.met}
+        assert met[0.0] <= met[0.25], seed
+        gained += len(met[0.25] - met[0.0])
+    assert gained > 0
+    with pytest.raises(ConfigError):
+        AdaptationSettings(memory_margin=-0.1)

@@ -43,11 +43,15 @@ for the next L (docs/operators.md, QJoin):
      recent arrivals bound (a pair needs at most its later tuple's lateness ``T - ts``), so a side
      that went a period without a late partner does not drop its buffer before the next one.
      And it remembers: both sides keep at least what each of the last ``memory_periods`` periods
-     needed in hindsight (:func:`remembered_need`). A link's outages or bursts of congestion that
-     recur every few minutes are over before the regime view reacts, and have left it by the
-     next one; a causal controller meets such periods only by keeping what the last ones needed.
-     A period that needs more than any before it (a record) no controller reading the past
-     meets: :mod:`outoforder.core.joins.feasibility` says which periods those were.
+     needed in hindsight (:func:`remembered_need`), times ``1 + memory_margin``: the next outage or
+     burst is seldom the same as the last, and a period that needs a little more than any before
+     it is lost for good (the margin spends some of the buffer that a constant retention, which
+     must cover the worst period all the time, would spend anyway). A link's outages or bursts of
+     congestion that recur every few minutes are over before the regime view reacts, and have
+     left it by the next one; a causal controller meets such periods only by keeping what the
+     last ones needed. A period that needs more than any before it (a record) no controller
+     reading the past is sure to meet: :mod:`outoforder.core.joins.feasibility` says
+     which periods those were.
 
 The estimates themselves are in :mod:`outoforder.core.joins.requirements`; the baseline AQ-K-slack
 in :mod:`outoforder.core.joins.aq_kslack`.
@@ -97,6 +101,7 @@ class AdaptationSettings:
     headroom: float = 0.0  # robust: Q_L >= Q_user + headroom·(1 - Q_user)
     max_retention_us: int | None = None  # the user's bound on d_R, d_S (None: none)
     memory_periods: int = 0  # robust: keep what each of the last M periods needed in hindsight
+    memory_margin: float = 0.0  # robust: ... times (1 + this): a record rarely beats the last by more
     # robust's thresholds (chosen on the families benchmark's tuning part, docs/benchmarks/tuning.md)
     confidence: float = 0.9  # the chance that a retention chosen from a sample reaches its target
     min_regime_pairs: int = 200  # fewer observations in a regime: its requirements are not yet known
@@ -118,8 +123,8 @@ class AdaptationSettings:
         if not 0.0 <= self.headroom < 1.0:
             msg = f"headroom must be in [0, 1), got {self.headroom}"
             raise ConfigError(msg)
-        if self.memory_periods < 0:
-            msg = f"the memory must be >= 0 periods, got {self.memory_periods}"
+        if self.memory_periods < 0 or self.memory_margin < 0:
+            msg = f"the memory and its margin must be >= 0, got {self.memory_periods}, {self.memory_margin}"
             raise ConfigError(msg)
         if not 0.0 < self.confidence < 1.0:
             msg = f"the confidence must be in (0, 1), got {self.confidence}"
@@ -406,7 +411,7 @@ def _decide(
         guards.update(remembered_us=remembered, current_need_us=current, previous_need_us=previous)
         if complete:  # what later decisions remember of this one (earlier_needs)
             guards["measured_need_us"] = previous
-        floor_us = max(floor_us, guards["remembered_us"])
+        floor_us = max(floor_us, int(np.ceil(guards["remembered_us"] * (1.0 + st.memory_margin))))
     if floor_us:  # held tuples, a remembered need: keep what they will join with, on the grid
         floor_us = -(-floor_us // st.granularity_us) * st.granularity_us
         d_r, d_s = max(d_r, floor_us), max(d_s, floor_us)

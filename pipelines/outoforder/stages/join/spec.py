@@ -62,6 +62,13 @@ class JoinJob(Job):
         minimum=0,
         help="robust: keep at least what each of the last M periods needed (recurring outages, bursts)",
     )
+    memory_margin: float = param(
+        0.25,
+        identifies=False,
+        minimum=0,
+        help="robust: keep (1 + margin) times what the last M periods needed (a record seldom beats "
+        "the last by more)",
+    )
     latency_bound_us: int | None = param(
         None,
         unit="s",
@@ -123,6 +130,7 @@ class JoinJob(Job):
             estimator=estimator or self.estimator,  # type: ignore[arg-type]
             headroom=self.headroom,
             memory_periods=self.memory_periods,
+            memory_margin=self.memory_margin,
             max_retention_us=self.latency_bound_us,
         )
 
