@@ -391,24 +391,30 @@ def test_the_remembered_need_is_the_largest_hindsight_need_of_the_last_periods(
     assert remembered_need(req, times, known, 100, st_, earlier, start_us=61) == (want, *needs, False)
 
 
+def outage_periods(seed, **robust):
+    """A fleet of ten whose link has outages: workload, input, truth, periods."""
+    from outoforder.sources.workloads import arrive, fleet
+
+    w = fleet(900.0, vehicles=10, seed=seed)
+    inp = arrive(w, "outages", seed).inp
+    truth = exact_join(inp, w.query)
+    st_ = AdaptationSettings(
+        q_user=0.9, period_us=w.period_us, interval_us=w.interval_us, granularity_us=w.granularity_us,
+        estimator="robust", headroom=0.5, **robust,
+    )  # fmt: skip
+    run, _ = run_adaptive_qjoin(inp, w.query, st_, truth)
+    return w, inp, truth, period_recall(inp, truth, run.pairs, w.period_us, 0.9)
+
+
 def test_robust_remembers_what_a_recurring_outage_needed():
     # a link that goes down for 5-30 s every one to three minutes: an outage is over before the
     # regime view reacts; only what the last outages needed keeps the next one's pairs
     from outoforder.core.joins.feasibility import period_verdicts
-    from outoforder.sources.workloads import arrive, fleet
 
     for seed in (1, 2, 3):
-        w = fleet(900.0, vehicles=10, seed=seed)
-        inp = arrive(w, "outages", seed).inp
-        truth = exact_join(inp, w.query)
         met = {}
         for memory in (0, 20):
-            st_ = AdaptationSettings(
-                q_user=0.9, period_us=w.period_us, interval_us=w.interval_us,
-                granularity_us=w.granularity_us, estimator="robust", headroom=0.5, memory_periods=memory,
-            )  # fmt: skip
-            run, _ = run_adaptive_qjoin(inp, w.query, st_, truth)
-            per = period_recall(inp, truth, run.pairs, w.period_us, 0.9)
+            w, inp, truth, per = outage_periods(seed, memory_periods=memory)
             met[memory] = {p.period for p in per[1:] if p.met}
         assert met[0] < met[20], seed  # more periods met, none lost
         infeasible = {
@@ -421,22 +427,12 @@ def test_robust_remembers_what_a_recurring_outage_needed():
 def test_the_memory_margin_meets_outages_a_little_longer_than_the_last_and_loses_no_period():
     # a record period beats the periods before it by a little more often than by a lot: keeping
     # (1 + margin) times what the last ones needed meets it, without giving up a period
-    from outoforder.sources.workloads import arrive, fleet
-
     gained = 0
     for seed in (1, 2, 3):
-        w = fleet(900.0, vehicles=10, seed=seed)
-        inp = arrive(w, "outages", seed).inp
-        truth = exact_join(inp, w.query)
         met = {}
         for margin in (0.0, 0.25):
-            st_ = AdaptationSettings(
-                q_user=0.9, period_us=w.period_us, interval_us=w.interval_us,
-                granularity_us=w.granularity_us, estimator="robust", headroom=0.5, memory_periods=20,
-                memory_margin=margin,
-            )  # fmt: skip
-            run, _ = run_adaptive_qjoin(inp, w.query, st_, truth)
-            met[margin] = {p.period for p in period_recall(inp, truth, run.pairs, w.period_us, 0.9) if p.met}
+            per = outage_periods(seed, memory_periods=20, memory_margin=margin)[3]
+            met[margin] = {p.period for p in per if p.met}
         assert met[0.0] <= met[0.25], seed
         gained += len(met[0.25] - met[0.0])
     assert gained > 0
