@@ -81,7 +81,9 @@ common=(-p no:cacheprovider --doctest-glob='*.md')
 run_pytest() {  # name python args...: one pytest run, its output in $reports/name.log
   local name=$1 py=$2
   shift 2
-  PATH="$(dirname "$py"):$PATH" "$py" -m pytest "${common[@]}" --basetemp="$reports/tmp-$name" \
+  # OOO_TEST_RUN names the run in every process it starts (servers, Airflow, its tasks): what
+  # each run costs the machine can be read off /proc
+  OOO_TEST_RUN="$name" PATH="$(dirname "$py"):$PATH" "$py" -m pytest "${common[@]}" --basetemp="$reports/tmp-$name" \
     --junitxml="$reports/$name.xml" "$@" >"$reports/$name.log" 2>&1
 }
 
