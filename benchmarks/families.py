@@ -183,7 +183,7 @@ def verdicts(records: list[dict[str, Any]], method: str) -> dict[str, Any]:
 COLUMNS = (
     ("workload", "workload", ""), ("family", "family", ""), ("q_user", "Q_user", ".2f"),
     ("pairs_per_s", "pairs/s", ".1f"), ("method", "method", ""), ("periods", "periods", "d"),
-    ("periods_met", "met", ".0%"), ("recall_min", "min recall", ".3f"),
+    ("periods_met", "met", ".1%"), ("recall_min", "min recall", ".3f"),
     ("buffer_vs_hindsight", "buffer ÷ hindsight", ".2f"), ("shifts", "shifts", "d"),
     ("missed", "missed", "d"), ("missed_in_a_row", "… after a miss", "d"),
     ("missed_with_shift", "… with a shift", "d"),
@@ -210,7 +210,7 @@ def markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     for m, v in meta["verdicts"].items():
         for part, s in v.items():
             lines.append(
-                f"| {m} | {part} | {s['kept']} of {s['cases']} | {s['periods_met_min']:.0%} / "
+                f"| {m} | {part} | {s['kept']} of {s['cases']} | {s['periods_met_min']:.1%} / "
                 f"{s['periods_met_mean']:.0%} | {s['missed']} | {s['missed_in_a_row']} | {s['excused']} "
                 f"| {s['met_or_excused_min']:.0%} | {s['buffer_vs_hindsight_mean']:.2f} |"
             )

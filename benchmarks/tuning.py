@@ -46,7 +46,7 @@ SWEEP: dict[str, tuple[float, ...]] = {
     "memory_margin": (0.0, 0.25, 0.5, 1.0),
     "confidence": (0.75, 0.9, 0.97),
     "min_regime_pairs": (100, 200, 400),
-    "regime_factor": (1.5, 2.0, 3.0),
+    "regime_factor": (1.1, 1.25, 1.5, 2.0, 3.0),
 }
 
 
@@ -207,7 +207,7 @@ def defaults_hold(rows: list[dict[str, Any]]) -> dict[str, bool]:
 COLUMNS = (
     ("constant", "constant", ""), ("value", "value", ""), ("kept", "cases kept", "d"),
     ("missed", "missed periods", "d"), ("unexcused", "… not judged infeasible", "d"),
-    ("worst_share", "worst periods met", ".0%"),
+    ("worst_share", "worst periods met", ".1%"),
     ("periods_met_mean", "periods met (mean)", ".1%"), ("buffer_mean", "buffer ÷ hindsight (mean)", ".2f"),
     ("buffer_max", "… (max)", ".2f"),
 )  # fmt: skip

@@ -105,7 +105,7 @@ class AdaptationSettings:
     # robust's thresholds (chosen on the families benchmark's tuning part, docs/benchmarks/tuning.md)
     confidence: float = 0.9  # the chance that a retention chosen from a sample reaches its target
     min_regime_pairs: int = 200  # fewer observations in a regime: its requirements are not yet known
-    regime_factor: float = 2.0  # intervals whose lateness or arrival count differ more: other regimes
+    regime_factor: float = 1.25  # intervals whose lateness or arrival count differ more: other regimes
 
     def __post_init__(self) -> None:
         if not 0.0 < self.q_user <= 1.0:

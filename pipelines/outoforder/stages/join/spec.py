@@ -63,7 +63,7 @@ class JoinJob(Job):
         help="robust: keep at least what each of the last M periods needed (recurring outages, bursts)",
     )
     memory_margin: float = param(
-        0.25,
+        0.5,
         identifies=False,
         minimum=0,
         help="robust: keep (1 + margin) times what the last M periods needed (a record seldom beats "
