@@ -7,9 +7,10 @@ the stages' default controller, run as its reference on the same arrivals:
   window holds; a window meets ε when its count at emission is within ε = 0.05 of the exact one),
   the lateness controller with the aggregate stage's defaults adapting once per interval L, as
   the stage does (:data:`benchmarks.aggregate.PER_BATCH`); the target is (ε, δ): at least
-  1 − δ = 95 % of the windows meet ε, or are judged infeasible: a window that needed a larger K
-  than every window before it (a record, :mod:`outoforder.core.windows.feasibility`), as the
-  join's periods are judged. The yardstick: the hindsight constant K.
+  1 − δ = 95 % of the windows meet ε, counted raw as the join's periods are. A missed window that
+  needed a larger K than every window before it (a record,
+  :mod:`outoforder.core.windows.feasibility`) is counted beside, as an explanation. The
+  yardstick: the hindsight constant K.
 - **top-k**: the top-5 of 60 s windows sliding by 5 s with the top-k benchmark's lateness
   controller (:mod:`benchmarks.topk`); the workloads carry no score, so each tuple gets a
   seeded uniform one, independent of its delay. The target: mean accuracy ε_min = 0.95 over the
@@ -78,9 +79,10 @@ def aggregate_record(w: Workload, a: Arrivals, horizon_windows: int = HORIZON_WI
         "target": f"(ε, δ) = ({EPS}, {DELTA})",
         "met_share": rec["windows_meeting_target"],
         "excused": excused,
+        "missed": int(missed.size),
         "unexcused": int(missed.size - excused),
         "met_or_excused": share,
-        "met": share >= 1.0 - DELTA - 1e-12,
+        "met": rec["windows_meeting_target"] >= 1.0 - DELTA - 1e-12,  # raw, as the report shows it
         "k_mean_s": rec["mean_k"],
         "hindsight_s": hind / 1e6,
         "wait_vs_hindsight": wait_vs_hindsight(rec["mean_k"], hind / 1e6, agg.HINDSIGHT_STEP_US / 1e6),

@@ -73,9 +73,9 @@ def test_the_aggregates_horizon_is_swept_on_a_tuning_case_and_chosen_by_the_same
         (name, v) for name, values in T.AGG_SWEEP.items() for v in values
     ]
     for r in records:
-        assert 0.0 <= r["met_or_excused"] <= 1.0 and r["unexcused"] >= 0
-    trials = [(1, 5, 1.0), (2, 2, 1.1), (3, 2, 1.11), (4, 2, 2.0)]  # (value, unexcused, mean K)
+        assert 0.0 <= r["met_share"] <= r["met_or_excused"] <= 1.0 and 0 <= r["unexcused"] <= r["missed"]
+    trials = [(1, 5, 1.0), (2, 2, 1.1), (3, 2, 1.11), (4, 2, 2.0)]  # (value, missed, mean K)
     same = {"constant": "horizon_windows", "kept": 3, "worst_share": 0.9}
-    agg = [same | {"value": v, "unexcused": u, "k_mean_s": k} for v, u, k in trials]
-    # fewer unexcused misses beat less K; a K within the tie keeps the shorter horizon
+    agg = [same | {"value": v, "missed": u, "k_mean_s": k} for v, u, k in trials]
+    # fewer missed windows beat less K; a K within the tie keeps the shorter horizon
     assert T.aggregate_choice(agg) == {"horizon_windows": 2}
