@@ -189,8 +189,7 @@ def beats(row: dict[str, Any], other: dict[str, Any]) -> bool:
     """Whether ``row`` ranks above ``other``.
 
     More cases kept, then fewer missed periods (for the aggregates: windows), then a better worst
-    share, then less buffer by more than :data:`BUFFER_TIE` (for
-    the aggregates: less K).
+    share, then less buffer by more than :data:`BUFFER_TIE` (for the aggregates: less K).
     """
     a = (row["kept"], -row["missed"], row["worst_share"])
     b = (other["kept"], -other["missed"], other["worst_share"])

@@ -108,7 +108,9 @@ def live(tmp_path_factory: pytest.TempPathFactory):
 
 def _stage_succeeded(site: dict[str, Any], dag_id: str) -> bool:
     """Whether a scheduled run of a stream DAG has a stream stage that succeeded: its lag is measured."""
-    task = dag_id.replace("_stream", "_interval")
+    from outoforder_airflow.pace import stage_tasks
+
+    task = stage_tasks()[dag_id][0]
     return any(
         sa.tasks(site, dag_id, r["run_id"]).get(task, {}).get("state") == "success"
         for r in sa.runs(site, dag_id)
