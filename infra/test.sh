@@ -141,6 +141,11 @@ for f in sorted(pathlib.Path(sys.argv[1]).glob("*.xml")):
     for s in ET.parse(f).getroot().iter("testsuite"):
         for k in tot:
             tot[k] += int(s.get(k, 0))
+    # Name every failure here too: CI shows only the tail of the output.
+    for case in ET.parse(f).getroot().iter("testcase"):
+        for bad in (*case.iter("failure"), *case.iter("error")):
+            why = "".join((bad.get("message") or "").splitlines()[:1])[:200]
+            print(f"[test] FAILED ({f.stem}) {case.get('classname')}::{case.get('name')}: {why}")
 passed = tot["tests"] - tot["failures"] - tot["errors"] - tot["skipped"]
 print(f"\n[test] all suites: {passed} passed, {tot['failures'] + tot['errors']} failed, {tot['skipped']} skipped")
 sys.exit(0 if tot["tests"] > 0 else 5)

@@ -14,6 +14,10 @@ import pytest
 from tests import services, sparkconf
 
 REPO = Path(__file__).resolve().parents[2]
+# The plugin's modules importable here as in Airflow's processes, whatever this run imported before:
+# Airflow puts its plugins folder on sys.path only once it loads plugins
+if str(REPO / "plugins") not in sys.path:
+    sys.path.append(str(REPO / "plugins"))
 
 # A hang guard for one `airflow dags test` (each of its Spark tasks is a spark-submit), not a
 # performance bound: under infra/test.sh's five parallel runs on 2 cores a DAG run takes 3-5x its
