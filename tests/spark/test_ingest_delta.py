@@ -84,6 +84,31 @@ def test_ingesting_the_same_file_twice_changes_nothing(spark, settings, tmp_path
     assert delta.read(spark, BRONZE, settings.lake_root).count() == 50
 
 
+# A small file's Spark jobs, counted on a warm session (issue 73's budget of a run, for a file of
+# a few lines): the claim and the done row (MERGEs into the ingest log), the identification, the
+# parse and append; with the source's history in bronze, the hash pass; with rejects, quarantine
+JOBS_PER_FILE = {"new source": 12, "history": 18, "history and rejects": 22, "already ingested": 1}
+
+
+def test_a_small_file_costs_a_counted_handful_of_spark_jobs(spark, settings, tmp_path):
+    ingest_file(spark, settings, write(tmp_path / "0.csv", soccer_lines(20)), "debs2013", "t/a")  # the tables
+    sc = spark.sparkContext
+    files = {
+        "new source": ("t/b", soccer_lines(20, 20)),
+        "history": ("t/a", soccer_lines(20, 40)),
+        "history and rejects": ("t/a", [*soccer_lines(20, 60), "garbage"]),
+        "already ingested": ("t/a", [*soccer_lines(20, 60), "garbage"]),
+    }
+    for i, (case, (source, lines)) in enumerate(files.items()):
+        f = write(tmp_path / f"{i}.csv", lines)
+        sc.setJobGroup(f"file-{i}", case)
+        s = ingest_file(spark, settings, f, "debs2013", source)
+        sc.setJobGroup("", "")
+        assert (s.skipped, s.quarantined) == (case == "already ingested", case == "history and rejects")
+        jobs = len(sc.statusTracker().getJobIdsForGroup(f"file-{i}"))
+        assert jobs <= JOBS_PER_FILE[case], (case, jobs)
+
+
 def test_bad_rows_are_quarantined_and_accounted_in_the_log(spark, settings, tmp_path):
     lines = [*soccer_lines(10), "garbage", GOOD.replace("27058", "nan?"), soccer_lines(1)[0], ""]
     f = write(tmp_path / "bad.csv.gz", lines, gz=True)

@@ -42,7 +42,6 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +54,7 @@ from pyspark.sql import functions as F
 from outoforder.core.mcf.cuckoo import CuckooFilter
 from outoforder.errors import ConfigError
 from outoforder.spark.estimates import UNKNOWN_BYTES, estimated_bytes, parallelism, row_size
+from outoforder.spark.session import side_by_side
 
 log = logging.getLogger(__name__)
 
@@ -253,8 +253,7 @@ def _tables(
             sample = keys.orderBy(_H).limit(SAMPLE_KEYS).toArrow()
             return keys, sample, keys.agg(F.count(F.lit(1)), F.sum("count")).first()
 
-        with ThreadPoolExecutor(len(frames)) as pool:
-            got = list(pool.map(exact, range(len(frames))))
+        got = side_by_side(spark, exact, range(len(frames)), len(frames))
         stats.distinct_keys = [int(n[0]) for _, _, n in got]
         stats.filter_bytes = 8 * sum(stats.distinct_keys)
         samples = [(t.column(_H).to_numpy(), t.column("count").to_numpy()) for _, t, _ in got]
@@ -274,8 +273,7 @@ def _tables(
 
     # a job per frame, submitted together: a union of single-partition inputs would be run as
     # one partition by Spark 4 (it keeps the children's common partitioning), in one task
-    with ThreadPoolExecutor(len(frames)) as pool:
-        per_frame = list(pool.map(build, range(len(frames))))
+    per_frame = side_by_side(spark, build, range(len(frames)), len(frames))
     samples = []
     for mine in per_frame:
         keys, counts = _flat(mine.column("sample")), _flat(mine.column("counts"))

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 from outoforder.config import Settings, load_settings
 
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 def get_spark(settings: Settings | None = None, app_name: str = "outoforder") -> SparkSession:
@@ -76,3 +79,40 @@ def is_remote(spark: SparkSession) -> bool:
 def master(spark: SparkSession) -> str:
     """The master the session's application runs on (``local[2]``, ``spark://…``)."""
     return str(spark.conf.get("spark.master", "?"))
+
+
+def side_by_side(spark: SparkSession, work: Callable[[T], R], items: Sequence[T], workers: int) -> list[R]:
+    """``work`` over ``items`` in ``workers`` threads (their Spark jobs submitted together), in order.
+
+    Each thread carries the caller's job group (a classic session) or tags (Spark Connect): Spark
+    keeps both per thread, and a job submitted from a bare thread would be named by neither, so a
+    stage's jobs would not all be found under its name (the UI, a count of a run's jobs).
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    if is_remote(spark):
+        tags = spark.getTags()
+
+        def carried(item: T) -> R:
+            for tag in tags:
+                spark.addTag(tag)
+            try:
+                return work(item)
+            finally:
+                spark.clearTags()
+
+    else:
+        sc = spark.sparkContext
+        props = {k: sc.getLocalProperty(k) for k in _THREAD_PROPERTIES}
+
+        def carried(item: T) -> R:
+            for key, value in props.items():
+                sc.setLocalProperty(key, value)  # type: ignore[arg-type]  # None unsets it
+            return work(item)
+
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        return list(pool.map(carried, items))
+
+
+# what a classic session's setJobGroup puts on the calling thread
+_THREAD_PROPERTIES = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")

@@ -162,7 +162,7 @@ def test_a_decision_sees_only_the_arrivals_of_its_last_periods(estimator):
 
 @settings(max_examples=25, deadline=None)
 @given(
-    st.sampled_from([("bimodal", 0), ("outages", 20), ("heavy_tail", 20)]),
+    st.sampled_from([("bimodal", 0), ("outages", 20), ("heavy_tail", 20), ("skew", 20)]),
     st.lists(st.floats(0.0, 1.0), max_size=40),
     st.booleans(),
 )

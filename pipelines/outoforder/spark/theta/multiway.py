@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from pyspark import StorageLevel
@@ -15,6 +14,7 @@ from outoforder.core.theta.plan import (
     Theta,
 )
 from outoforder.errors import ConfigError
+from outoforder.spark.session import side_by_side
 from outoforder.spark.theta.join import theta_join
 from outoforder.spark.theta.result import ThetaResult
 
@@ -89,12 +89,8 @@ def multiway_join(
     try:
         while len(groups) > 1:
             materialize = len(groups) > 2
-            with ThreadPoolExecutor(max_workers=len(groups) // 2) as pool:
-                futures = [
-                    pool.submit(join_pair, groups[k], groups[k + 1], materialize)
-                    for k in range(0, len(groups) - 1, 2)
-                ]
-                done = [f.result() for f in futures]
+            pairs = [(groups[k], groups[k + 1], materialize) for k in range(0, len(groups) - 1, 2)]
+            done = side_by_side(frames[0].sparkSession, lambda p: join_pair(*p), pairs, len(pairs))
             result.joins.append([res for _, res in done])
             groups = [g for g, _ in done] + ([groups[-1]] if len(groups) % 2 else [])
     except BaseException:

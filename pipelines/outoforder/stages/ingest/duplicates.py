@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from outoforder.config import Settings
 from outoforder.io import delta
-from outoforder.io.tables import BRONZE, INGEST_LOG
+from outoforder.io.tables import BRONZE
 from outoforder.sources.parsing import ACROSS_FILES, WITHIN_FILE
 from outoforder.stages.ingest import tasks
-from outoforder.stages.ingest.plan import PlannedFile, arrow_df, spark_schema
+from outoforder.stages.ingest.plan import PlannedFile, arrow_df, ingest_log, spark_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -26,20 +26,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def sources_with_history(spark: SparkSession, settings: Settings, files: list[PlannedFile]) -> set[str]:
+def sources_with_history(settings: Settings, files: list[PlannedFile]) -> set[str]:
     """Sources for which an earlier ingest (a file not among ``files``) claimed an ordinal."""
-    from pyspark.sql import functions as F
-
-    ids = [f.ingest_id for f in files]
+    ids = {f.ingest_id for f in files}
     sources = sorted({f.spec.source for f in files})
-    rows = (
-        delta.read(spark, INGEST_LOG, settings.lake_root)
-        .where(F.col("source").isin(sources) & ~F.col("ingest_id").isin(ids))
-        .select("source")
-        .distinct()
-        .collect()
-    )
-    return {r["source"] for r in rows}
+    rows = ingest_log(settings, [("source", "in", sources)], ["source", "ingest_id"])
+    return {r["source"] for r in rows if r["ingest_id"] not in ids}
 
 
 def suspects_of(

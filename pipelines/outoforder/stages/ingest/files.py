@@ -46,7 +46,6 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -58,6 +57,7 @@ from outoforder.io.conflicts import retry_on_conflict
 from outoforder.io.files import remove_stale_staging, remove_tree, staging_name, staging_uri
 from outoforder.io.tables import BRONZE, INGEST_LOG, QUARANTINE
 from outoforder.spark.estimates import parallelism
+from outoforder.spark.session import side_by_side
 from outoforder.stages.ingest import tasks
 from outoforder.stages.ingest.duplicates import decide_duplicates, sources_with_history, suspects_of
 from outoforder.stages.ingest.plan import (
@@ -68,6 +68,7 @@ from outoforder.stages.ingest.plan import (
     claim_ordinals,
     file_uri,
     identify,
+    ingest_log,
     part_rows,
     spark_schema,
 )
@@ -124,8 +125,6 @@ def ingest_files(
     written, unless ``misfits`` is given: then that file is left out, its reason put there by its
     path, and the summaries are those of the other files, in order (what the landing zone does).
     """
-    from pyspark.sql import functions as F
-
     t0 = time.monotonic()
     for s in specs:
         check_reader(settings, s.reader)  # an unknown reader fails before anything is read
@@ -145,10 +144,7 @@ def ingest_files(
     ids = [f.ingest_id for f in files]
     done = {
         r["ingest_id"]
-        for r in delta.read(spark, INGEST_LOG, lake)
-        .where((F.col("status") == "done") & F.col("ingest_id").isin(ids))
-        .select("ingest_id")
-        .collect()
+        for r in ingest_log(settings, [("status", "=", "done"), ("ingest_id", "in", ids)], ["ingest_id"])
     }
     todo: list[PlannedFile] = []
     for f in files:
@@ -187,7 +183,7 @@ def _ingest(
     rows = part_rows(settings, files)
     megabytes = sum(f.size for f in files) / 1e6
     log.info("[ingest] %d files (%.1f MB) in %d parts", len(files), megabytes, len(rows))
-    suspects = suspects_of(spark, settings, files, rows, sources_with_history(spark, settings, files))
+    suspects = suspects_of(spark, settings, files, rows, sources_with_history(settings, files))
 
     started = time.time()
     gone = remove_stale_staging(lake, storage, "ingest", STALE_STAGING_S, started)
@@ -310,8 +306,7 @@ def _side_by_side(spark: SparkSession, files: list[PlannedFile], work: Callable[
     A file's rows are a job of one task or a few, and its commits are its own (blind appends do
     not conflict): the files side by side keep every core busy.
     """
-    with ThreadPoolExecutor(max(1, min(parallelism(spark), len(files)))) as pool:
-        list(pool.map(work, files))
+    side_by_side(spark, work, files, min(parallelism(spark), len(files)))
 
 
 def _finish(

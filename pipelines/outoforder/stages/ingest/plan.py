@@ -26,6 +26,8 @@ from outoforder.stages.ingest import tasks
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from outoforder.io.deltars import Filter
+
 
 @dataclass(frozen=True)
 class FileSpec:
@@ -160,28 +162,37 @@ def _pa() -> Any:
     return pa
 
 
+def ingest_log(settings: Settings, filters: list[Filter], columns: list[str]) -> list[dict[str, Any]]:
+    """The ingest log's rows matching ``filters`` (``columns`` of them), read on the driver: no Spark job.
+
+    The log is small (a few rows per file or Kafka ordinal), and an ingest asks it a few questions
+    before any data moves; through Spark each was a snapshot's state and a scan (a few seconds of the
+    shared server's driver for a file of a few lines).
+    """
+    from outoforder.io import deltars
+
+    rows = deltars.read_table(INGEST_LOG, settings.lake_root, settings.storage, filters, columns)
+    return [] if rows is None else rows.to_pylist()
+
+
 def claim_ordinals(spark: SparkSession, settings: Settings, files: list[PlannedFile], now: int) -> None:
     """Each file's ordinal: the one a crashed attempt claimed, else the next free one (claimed now).
 
     The claims are committed to the ingest log before any data, so two files never share sequence
     numbers however attempts interleave: a claim is a MERGE keyed on the ordinal, so of two ingests
     that picked the same free ordinal one inserts and the other inserts nothing (and tries the next
-    ones); two MERGEs committing at once conflict in Delta (one retries).
+    ones); two MERGEs committing at once conflict in Delta (one retries). The claims are read back
+    from the log on the driver.
     """
-    from pyspark.sql import functions as F
-
     todo = {f.ingest_id: f for f in files}
     while True:
-        started = delta.read(spark, INGEST_LOG, settings.lake_root).where(F.col("status") == "started")
-        mine = (
-            started.where(F.col("ingest_id").isin(list(todo))).select("ingest_id", "file_ordinal").collect()
-        )
-        for r in mine:
-            todo.pop(r["ingest_id"]).ordinal = int(r["file_ordinal"])
+        started = ingest_log(settings, [("status", "=", "started")], ["ingest_id", "file_ordinal"])
+        for r in started:
+            if r["ingest_id"] in todo:
+                todo.pop(r["ingest_id"]).ordinal = int(r["file_ordinal"])
         if not todo:
             return
-        top = started.agg(F.max("file_ordinal")).first()
-        first = 0 if top is None or top[0] is None else int(top[0]) + 1
+        first = max((int(r["file_ordinal"]) for r in started), default=-1) + 1
         claims = [
             (f.ingest_id, "started", first + i, f.spec.source, f.shown, f.sha256, f.size, f.spec.reader,
              0, 0, 0, 0, 0, 0, None, None, now)
