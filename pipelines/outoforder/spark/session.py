@@ -84,12 +84,16 @@ def master(spark: SparkSession) -> str:
 def side_by_side(spark: SparkSession, work: Callable[[T], R], items: Sequence[T], workers: int) -> list[R]:
     """``work`` over ``items`` in ``workers`` threads (their Spark jobs submitted together), in order.
 
-    Each thread carries the caller's job group (a classic session) or tags (Spark Connect): Spark
-    keeps both per thread, and a job submitted from a bare thread would be named by neither, so a
-    stage's jobs would not all be found under its name (the UI, a count of a run's jobs).
+    Each thread carries the caller's tags (Spark Connect) or job group (a classic session, through
+    PySpark's :func:`~pyspark.util.inheritable_thread_target`, tags too): Spark keeps both per thread, and a
+    job submitted from a bare thread would be named by neither, so a stage's jobs would not all be
+    found under its name (the UI, a count of a run's jobs).
     """
     from concurrent.futures import ThreadPoolExecutor
 
+    from pyspark.sql.utils import is_remote as connect_process
+
+    carried: Callable[[T], R] = work
     if is_remote(spark):
         tags = spark.getTags()
 
@@ -101,18 +105,9 @@ def side_by_side(spark: SparkSession, work: Callable[[T], R], items: Sequence[T]
             finally:
                 spark.clearTags()
 
-    else:
-        sc = spark.sparkContext
-        props = {k: sc.getLocalProperty(k) for k in _THREAD_PROPERTIES}
+    elif not connect_process():  # PySpark's helper takes a process with a Connect session for Connect
+        from pyspark.util import inheritable_thread_target
 
-        def carried(item: T) -> R:
-            for key, value in props.items():
-                sc.setLocalProperty(key, value)  # type: ignore[arg-type]  # None unsets it
-            return work(item)
-
+        carried = inheritable_thread_target(spark)(work)
     with ThreadPoolExecutor(max(1, workers)) as pool:
         return list(pool.map(carried, items))
-
-
-# what a classic session's setJobGroup puts on the calling thread
-_THREAD_PROPERTIES = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
