@@ -23,7 +23,7 @@ from outoforder.config import Settings
 from outoforder.errors import ConfigError, StateError
 from outoforder.io import status as status_files
 from outoforder.io.kafka import LOG_APPEND_TIME, TopicState
-from outoforder.io.tables import INGEST_LOG, KAFKA_OFFSETS, SEQ_PER_FILE
+from outoforder.io.tables import KAFKA_OFFSETS, SEQ_PER_FILE
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -124,16 +124,9 @@ def first_claim(settings: Settings, claims: list[str]) -> str:
 
 def batch_done(settings: Settings, ingest_id: str) -> bool:
     """Whether the ingest log holds the batch's ``done`` row (read on the driver, no Spark job)."""
-    from outoforder.io import deltars
+    from outoforder.stages.ingest.plan import ingest_log
 
-    rows = deltars.read_table(
-        INGEST_LOG,
-        settings.lake_root,
-        settings.storage,
-        [("ingest_id", "=", ingest_id), ("status", "=", "done")],
-        columns=["ingest_id"],
-    )
-    return rows is not None and rows.num_rows > 0
+    return bool(ingest_log(settings, [("ingest_id", "=", ingest_id), ("status", "=", "done")], ["ingest_id"]))
 
 
 def check_readable(batch: Batch, state: TopicState) -> None:
