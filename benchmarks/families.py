@@ -301,7 +301,7 @@ def main(
         for j, w in enumerate(part.workloads):
             for k, family in enumerate(part.families):
                 records += bench_case(part.name, w, family, seed=case_seed(i, j, k))
-                if part.name == "held-out":  # the other operators' controllers were tuned on soccer
+                if part.name == "held-out":  # the other operators: their constants were chosen elsewhere
                     operators += family_operators.records(w, arrive(w, family, case_seed(i, j, k)), k)
     meta |= {
         "machine": machine(),

@@ -75,6 +75,7 @@ WINDOWS = Windows(size_us=60_000_000, slide_us=5_000_000)
 K = 5
 EPS_MIN = 0.95
 INITIAL_US = 2_000_000
+N_WINDOWS = 30  # the controllers' n: windows per decision (paper) or of evidence (lateness)
 HINDSIGHT_STEP_US = 100_000
 WARMUP_US = 300_000_000  # windows ending in the first 5 min are left out of the steady state
 BOUND_US = 60_000_000  # the bounded candidate's latency bound: one window length
@@ -201,8 +202,8 @@ class Run:
     decided_at: list[tuple[int, float]] = field(default_factory=list)  # (arrival index, progress)
 
 
-def drive(case: Case, method: str, hindsight_us: int = 0) -> Run:
-    """Replay the case through one candidate."""
+def drive(case: Case, method: str, hindsight_us: int = 0, n: int = N_WINDOWS) -> Run:
+    """Replay the case through one candidate (``n``: the controllers' windows of evidence)."""
     ts = case.arrival_us if method == "mintopk-arrival" else case.ts
     results: TopK = {}
     at: dict[int, int] = {}
@@ -227,12 +228,12 @@ def drive(case: Case, method: str, hindsight_us: int = 0) -> Run:
     if method.startswith("lateness"):
         bound = BOUND_US if method == "lateness-bound" else math.inf
         policy = LatenessController(
-            LatenessSettings(initial_us=INITIAL_US, n=30, eps_min=EPS_MIN, bound_us=bound)
+            LatenessSettings(initial_us=INITIAL_US, n=n, eps_min=EPS_MIN, bound_us=bound)
         )
     elif method.startswith("adaptive"):
         step = 500_000.0 if method == "adaptive-step0.5s" else 10_000.0
         policy = CacheDurationController(
-            CacheSettings(initial_us=INITIAL_US, m=10, n=30, eps_min=EPS_MIN, min_step_us=step)
+            CacheSettings(initial_us=INITIAL_US, m=10, n=n, eps_min=EPS_MIN, min_step_us=step)
         )
     else:
         fixed = {"fixed-2s": INITIAL_US, "hindsight": hindsight_us}.get(method, 0)
@@ -356,7 +357,7 @@ def main(
     meta = {
         **machine(),
         "query": f"top-{K} by score, windows 60 s sliding by 5 s, epsilon_min {EPS_MIN}",
-        "controller": "K 2 s initially, m 10, n 30, smallest step 10 ms",
+        "controller": f"K {INITIAL_US / 1e6:g} s initially, m 10, n {N_WINDOWS}, smallest step 10 ms",
         "hindsight_step_s": HINDSIGHT_STEP_US / 1e6,
         "warmup_s": WARMUP_US / 1e6,
         "seconds": time.monotonic() - t_start,

@@ -8,7 +8,8 @@ the headroom, the memory, the confidence bound, the regime detector's minimum sa
 is varied one at a time around the defaults the stages use; every variant runs on every case of
 the *tuning* part of :mod:`benchmarks.families` at each target. The held-out part is never
 run here: it is judged by ``bench families`` with the defaults this sweep supports. The
-aggregates' coverage horizon (:data:`AGG_SWEEP`) is swept on the same cases.
+aggregates' coverage horizon (:data:`AGG_SWEEP`) and top-k's settlement horizon and windows of
+evidence (:data:`TOPK_SWEEP`, around the top-k stage's defaults) are swept on the same cases.
 
 A variant is scored as the families benchmark scores the promise, in raw periods: the cases
 keeping it (periods met >= :data:`~benchmarks.families.TARGET_SHARE`, mean buffer within
@@ -38,8 +39,16 @@ from outoforder.core.joins.metrics import period_recall, summarize
 from outoforder.core.joins.query import exact_join
 from outoforder.sources.workloads import Workload, arrive
 from outoforder.stages.join.evaluate import evaluate
+from outoforder.stages.topk.spec import TopKJob
 
 AGG_SWEEP: dict[str, tuple[int, ...]] = {"horizon_windows": (1, 2, 3, 4)}  # family_operators' constants
+# top-k's lateness controller (family_operators.topk_record's keywords), each row led by the top-k
+# stage's default, which stands on a tie
+_TOPK_STAGE = TopKJob(streams=("a",))
+TOPK_SWEEP: dict[str, tuple[int, ...]] = {
+    "horizon_us": (_TOPK_STAGE.horizon_us, 60_000_000, 120_000_000, 600_000_000),
+    "n": (_TOPK_STAGE.n, 60, 120),
+}
 SWEEP: dict[str, tuple[float, ...]] = {
     "headroom": (0.25, 0.5, 0.75),
     "memory_periods": (5, 10, 20, 30),
@@ -135,6 +144,48 @@ def run_aggregate_case(case: Case) -> list[dict[str, Any]]:
     return out
 
 
+def run_topk_case(case: Case) -> list[dict[str, Any]]:
+    """Top-k's constants on one case, one at a time: accuracy and waiting against hindsight.
+
+    A case too short for a steady state (no window ends after the warm-up) is recorded unjudged.
+    """
+    a = arrive(case.workload, case.family, case.seed)
+    seed = families.parts(False)[0].families.index(case.family)  # bench families' score seed
+    out = []
+    base = {name: values[0] for name, values in TOPK_SWEEP.items()}
+    for name, values in TOPK_SWEEP.items():
+        for value in values:
+            rec = family_operators.topk_record(case.workload, a, seed, **(base | {name: value}))
+            ratio = rec["wait_vs_hindsight"]
+            out.append(
+                {
+                    "workload": case.workload.name, "family": case.family, "constant": name,
+                    "value": value, "judged": rec["met_share"] is not None, "met": rec["met"],
+                    "accuracy": rec["met_share"], "k_mean_s": rec["k_mean_s"],
+                    "wait_vs_hindsight": ratio,
+                    "kept": bool(rec["met"]) and ratio is not None and ratio <= families.BUFFER_BOUND,
+                }
+            )  # fmt: skip
+    return out
+
+
+def topk_scores(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per top-k variant over its judged cases: kept, below ε_min, worst accuracy, waiting."""
+    rows = []
+    for name, value, every in by_variant(records):
+        mine = [r for r in every if r["judged"]]
+        rows.append(
+            {
+                "constant": name, "value": value, "kept": sum(r["kept"] for r in mine),
+                "cases": len(mine), "missed": sum(not r["met"] for r in mine),
+                "worst_share": min(r["accuracy"] for r in mine),
+                "buffer_mean": round(float(np.mean([r["wait_vs_hindsight"] for r in mine])), 3),
+                "buffer_max": max(r["wait_vs_hindsight"] for r in mine),
+            }
+        )  # fmt: skip
+    return rows
+
+
 def by_variant(records: list[dict[str, Any]]) -> list[tuple[str, Any, list[dict[str, Any]]]]:
     """(constant, value, its records) per variant, in the order the records first name them."""
     keys = list(dict.fromkeys((r["constant"], r["value"]) for r in records))
@@ -156,9 +207,14 @@ def aggregate_scores(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def aggregate_choice(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per aggregate constant, its best value by the ranking of :func:`beats` (K for buffer)."""
+    return choice([r | {"buffer_mean": r["k_mean_s"]} for r in rows], AGG_SWEEP)
+
+
+def choice(rows: list[dict[str, Any]], sweep: dict[str, tuple[int, ...]]) -> dict[str, Any]:
+    """Per constant of ``sweep``, its best value by :func:`beats`; a tie keeps the earlier value."""
     out = {}
-    for name in AGG_SWEEP:
-        mine = [r | {"buffer_mean": r["k_mean_s"]} for r in rows if r["constant"] == name]
+    for name in sweep:
+        mine = [r for r in rows if r["constant"] == name]
         best = mine[0]
         for r in mine[1:]:
             best = r if beats(r, best) else best
@@ -242,17 +298,42 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "per interval (as `bench families` runs it), on the same tuning cases; the horizon (how long "
         "after its close a window's members are counted, in window lengths) varies. A case meets "
         "(ε, δ) when the windows meeting ε are at least 1 − δ (raw, as for the join). Ranked as above, "
-        "with the mean K for buffer. Chosen: "
-        + ", ".join(f"{k} {v}" for k, v in meta["aggregate_choice"].items())
-        + "; `bench families` uses "
-        + ", ".join(f"{k} {v}" for k, v in meta["aggregate_defaults"].items())
-        + ".",
+        "with the mean K for buffer. " + chosen(meta["aggregate_choice"], meta["aggregate_defaults"]),
         "",
         markdown_table(meta["aggregate_variants"], AGG_COLUMNS),
+        "",
+        "## Top-k's settlement horizon and evidence",
+        "",
+        "The top-5 of 60 s windows sliding by 5 s, the lateness controller (as `bench families` runs "
+        "it), on the same tuning cases; each constant varies alone around the top-k stage's defaults "
+        "(each row's first value): the horizon (how long after its emission a window's late members "
+        "are awaited before its lateness profile joins the evidence) and n (how many settled windows "
+        "the evidence keeps). A case is kept when the mean accuracy after the warm-up meets ε_min and "
+        "the mean cache duration is within 1.5× hindsight's (floored at its 0.1 s step); cases too "
+        "short for a steady state are not judged. Ranked as above (cases below ε_min for missed, the "
+        "worst accuracy, the waiting over hindsight's for buffer). "
+        + chosen(meta["topk_choice"], meta["topk_defaults"]),
+        "",
+        markdown_table(meta["topk_variants"], TOPK_COLUMNS),
         "",
     ]
     return "\n".join(lines)
 
+
+def chosen(choice: dict[str, Any], used: dict[str, Any]) -> str:
+    """The sentence naming a sweep's chosen values and those ``bench families`` uses."""
+    return (
+        f"Chosen: {', '.join(f'{k} {v}' for k, v in choice.items())}; `bench families` uses "
+        f"{', '.join(f'{k} {v}' for k, v in used.items())}."
+    )
+
+
+TOPK_COLUMNS = (
+    ("constant", "constant", ""), ("value", "value", ""), ("kept", "cases kept", "d"),
+    ("cases", "cases judged", "d"), ("missed", "below ε_min", "d"),
+    ("worst_share", "worst accuracy", ".3f"), ("buffer_mean", "wait ÷ hindsight (mean)", ".2f"),
+    ("buffer_max", "… (max)", ".2f"),
+)  # fmt: skip
 
 AGG_COLUMNS = (
     ("constant", "constant", ""), ("value", "value", ""), ("kept", "cases meeting (ε, δ)", "d"),
@@ -289,8 +370,10 @@ def main(
     with ProcessPoolExecutor(max_workers=max(1, min(2, os.cpu_count() or 1))) as pool:
         records = [r for rs in pool.map(run_case, todo) for r in rs]
         agg_records = [r for rs in pool.map(run_aggregate_case, todo) for r in rs]
+        topk_records = [r for rs in pool.map(run_topk_case, todo) for r in rs]
     rows = scores(records)  # the defaults first, then each constant's values (the sweep's order)
     agg_rows = aggregate_scores(agg_records)
+    topk_rows = topk_scores(topk_records)
     base = families.job_of(todo[0].workload, families.Q_USERS[0]).adaptation()
     tuning, _ = families.parts(quick)
     meta: dict[str, Any] = {
@@ -307,6 +390,10 @@ def main(
         "aggregate_choice": aggregate_choice(agg_rows),
         "aggregate_variants": agg_rows,
         "aggregate_records": agg_records,
+        "topk_defaults": {"horizon_us": family_operators.TOPK_HORIZON_US, "n": family_operators.TOPK_N},
+        "topk_choice": choice(topk_rows, TOPK_SWEEP),
+        "topk_variants": topk_rows,
+        "topk_records": topk_records,
     }
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "tuning.json", meta, records)

@@ -79,3 +79,31 @@ def test_the_aggregates_horizon_is_swept_on_a_tuning_case_and_chosen_by_the_same
     agg = [same | {"value": v, "missed": u, "k_mean_s": k} for v, u, k in trials]
     # fewer missed windows beat less K; a K within the tie keeps the shorter horizon
     assert T.aggregate_choice(agg) == {"horizon_windows": 2}
+
+
+def test_top_k_is_swept_around_the_stage_defaults_and_a_tie_keeps_the_default():
+    from outoforder.stages.topk.spec import TopKJob
+
+    stage = TopKJob(streams=("a",))
+    assert {name: values[0] for name, values in T.TOPK_SWEEP.items()} == {
+        "horizon_us": stage.horizon_us,
+        "n": stage.n,
+    }
+    case = T.Case(W.meters(420, n_meters=20, seed=3), "lognormal", 5)
+    records = T.run_topk_case(case)
+    assert [(r["constant"], r["value"]) for r in records] == [
+        (name, v) for name, values in T.TOPK_SWEEP.items() for v in values
+    ]
+    for r in records:
+        assert r["judged"] and 0.0 < r["accuracy"] <= 1.0 and r["wait_vs_hindsight"] >= 0
+        assert r["kept"] == (r["accuracy"] >= 0.95 and r["wait_vs_hindsight"] <= F.BUFFER_BOUND)
+    # the settlement horizon changes when the evidence arrives, hence the waiting
+    assert len({r["k_mean_s"] for r in records if r["constant"] == "horizon_us"}) > 1
+    rows = T.topk_scores(records)
+    assert [r["cases"] for r in rows] == [1] * len(records)
+    same = {"kept": 9, "missed": 0, "worst_share": 0.99}
+    trials = [(10, 0.50), (60, 0.495), (120, 0.2)]  # (value, mean wait ÷ hindsight)
+    rows = [same | {"constant": "n", "value": v, "buffer_mean": b} for v, b in trials]
+    # less waiting beyond the tie wins; within it the earlier value (the stage's default) stands
+    assert T.choice(rows, {"n": (10, 60, 120)}) == {"n": 120}
+    assert T.choice(rows[:2], {"n": (10, 60)}) == {"n": 10}
