@@ -176,16 +176,16 @@ def test_two_files_racing_for_the_same_file_ordinal_get_different_ones(
     a, b = tmp_path / "a.csv", tmp_path / "b.csv"
     a.write_text("\n".join(lines[:20]) + "\n")
     b.write_text("\n".join(lines[20:]) + "\n")
-    plain = delta.merge_new
+    plain = deltars.merge_new
     raced: list[object] = []
 
-    def racing(df, table, root, keys):
+    def racing(table, root, storage, rows, keys):
         if table is INGEST_LOG and not raced:  # b claims the ordinal a has just chosen, and finishes
             raced.append(b)
             ingest.ingest_file(spark, settings, b, "debs2013", "race/b")
-        return plain(df, table, root, keys)
+        return plain(table, root, storage, rows, keys)
 
-    monkeypatch.setattr(delta, "merge_new", racing)
+    monkeypatch.setattr(deltars, "merge_new", racing)
     ingest.ingest_file(spark, settings, a, "debs2013", "race/a")
     done = delta.read(spark, INGEST_LOG, settings.lake_root).where(F.col("status") == "done").collect()
     assert sorted(r["file_ordinal"] for r in done) == [0, 1]

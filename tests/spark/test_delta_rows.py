@@ -120,3 +120,60 @@ def test_replace_rows_into_an_unpartitioned_table(spark, settings, writer):
     replace_rows(spark, QUALITY_RUNS, lake, storage, [row], match)
     replace_rows(spark, QUALITY_RUNS, lake, storage, [(*row[:5], False, 1, 2, ["x"], "fail", None, 6)], match)
     assert table(spark, QUALITY_RUNS, settings) == [(*row[:5], False, 1, 2, ["x"], "fail", None, 6)]
+
+
+def claim(ordinal, ingest_id):
+    return (
+        ingest_id,
+        "started",
+        ordinal,
+        SRC,
+        "f.csv",
+        "sha",
+        10,
+        "debs2013",
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        None,
+        None,
+        1,
+    )
+
+
+def test_merge_new_on_the_driver_inserts_only_new_keys_and_a_stale_snapshot_loses(
+    spark, settings, monkeypatch
+):
+    from outoforder.errors import WriteConflict
+    from outoforder.io.tables import INGEST_LOG
+
+    lake, storage, keys = settings.lake_root, settings.storage, ("status", "file_ordinal")
+    with pytest.raises(Exception, match="does not exist"):
+        deltars.merge_new(INGEST_LOG, lake, storage, [claim(0, "a")], keys)
+    delta.ensure(spark, INGEST_LOG, lake)
+    assert deltars.merge_new(INGEST_LOG, lake, storage, [claim(0, "a"), claim(1, "b")], keys) == 2
+    assert deltars.merge_new(INGEST_LOG, lake, storage, [claim(1, "c"), claim(2, "c")], keys) == 1
+    assert (
+        delta.merge_new(spark.createDataFrame([claim(2, "d")], INGEST_LOG.schema), INGEST_LOG, lake, keys)
+        == 0
+    )
+    assert table(spark, INGEST_LOG, settings) == sorted([claim(0, "a"), claim(1, "b"), claim(2, "c")])
+
+    # a writer whose snapshot predates another's claim of the same ordinal must not commit a second
+    # row for it: Delta's conflict check fails it (the stage then redoes its claim from a fresh read)
+    arrow, raced = deltars._arrow, []
+
+    def racing(t, rows):
+        if not raced:
+            raced.append(1)
+            assert deltars.merge_new(INGEST_LOG, lake, storage, [claim(3, "e")], keys) == 1
+        return arrow(t, rows)
+
+    monkeypatch.setattr(deltars, "_arrow", racing)
+    with pytest.raises(WriteConflict):
+        deltars.merge_new(INGEST_LOG, lake, storage, [claim(3, "f")], keys)
+    got = table(spark, INGEST_LOG, settings, F.col("file_ordinal") == 3)
+    assert got == [claim(3, "e")]

@@ -85,9 +85,9 @@ def test_ingesting_the_same_file_twice_changes_nothing(spark, settings, tmp_path
 
 
 # A small file's Spark jobs, counted on a warm session (issue 73's budget of a run, for a file of
-# a few lines): the claim and the done row (MERGEs into the ingest log), the identification, the
-# parse and append; with the source's history in bronze, the hash pass; with rejects, quarantine
-JOBS_PER_FILE = {"new source": 12, "history": 18, "history and rejects": 22, "already ingested": 1}
+# a few lines): the identification, the parse and append (the ingest log is read and written on
+# the driver); with the source's history in bronze, the hash pass; with rejects, quarantine
+JOBS_PER_FILE = {"new source": 4, "history": 10, "history and rejects": 14, "already ingested": 1}
 
 
 def test_a_small_file_costs_a_counted_handful_of_spark_jobs(spark, settings, tmp_path):

@@ -184,3 +184,39 @@ def replace_rows(
     except CommitFailedError as e:  # a concurrent commit touched the slice: redo from a fresh read
         msg = f"{table.name}: a concurrent commit won ({e})"
         raise WriteConflict(msg) from e
+
+
+def merge_new(
+    table: Table,
+    lake_root: Path | str,
+    storage: StorageSettings | None,
+    rows: Sequence[Sequence[Any]],
+    keys: Sequence[str],
+) -> int:
+    """Insert the ``rows`` whose ``keys`` are not in the table yet, in one commit; how many were new.
+
+    The driver-side twin of :func:`outoforder.io.delta.merge_new` for rows the driver holds (no
+    Spark job): re-running inserts nothing. The table must exist. A concurrent commit that added
+    rows this MERGE should have read (on these columns delta-rs can bound no partition, so any)
+    makes it lose: :class:`~outoforder.errors.WriteConflict`, redone from a fresh read.
+    """
+    from deltalake import DeltaTable
+    from deltalake.exceptions import CommitFailedError, TableNotFoundError
+
+    path = table.path(lake_root)
+    try:
+        dt = DeltaTable(_uri(path), storage_options=storage_options(path, storage))
+    except TableNotFoundError as e:
+        msg = f"{table.name} does not exist at {path}: it is created before rows are merged into it"
+        raise ConfigError(msg) from e
+    on = " AND ".join(f"t.{k} = n.{k}" for k in keys)
+    try:
+        metrics = (
+            dt.merge(_arrow(table, rows), on, source_alias="n", target_alias="t")
+            .when_not_matched_insert_all()
+            .execute()
+        )
+    except CommitFailedError as e:
+        msg = f"{table.name}: a concurrent commit won ({e})"
+        raise WriteConflict(msg) from e
+    return int(metrics.get("num_target_rows_inserted", 0))

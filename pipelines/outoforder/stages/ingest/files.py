@@ -6,7 +6,7 @@ The driver plans; Spark tasks read, hash and parse (functions in
 1. **identify** (a task per file): size, SHA-256, gzip or not. The content hash gives each file
    an ``ingest_id``; a file whose ingest log has a ``done`` row is skipped ("already ingested").
 2. **claim**: every other file gets a ``started`` row in the ingest log claiming the next file
-   ordinal (one MERGE for all), before any data is written; a crashed attempt's claim is reused.
+   ordinal (one MERGE for all, on the driver), before any data is written; a crashed claim is reused.
    A row's ``arrival_seq = file_ordinal * SEQ_PER_FILE + line_no``: receive order, fixed up front.
 3. **parts**: a plain file is cut into byte ranges of ``ingest.part_bytes``, a gzip file is one
    part (see :mod:`outoforder.sources.lines`).
@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from outoforder.config import Settings
-from outoforder.io import delta
+from outoforder.io import delta, deltars
 from outoforder.io.conflicts import retry_on_conflict
 from outoforder.io.files import remove_stale_staging, remove_tree, staging_name, staging_uri
 from outoforder.io.tables import BRONZE, INGEST_LOG, QUARANTINE
@@ -160,7 +160,7 @@ def ingest_files(
         now = now_us if now_us is not None else int(datetime.now(UTC).timestamp() * 1_000_000)
         for i, f in enumerate(todo):
             f.idx = i
-        claim_ordinals(spark, settings, todo, now)
+        claim_ordinals(settings, todo, now)
         summaries |= {id(f): s for f, s in zip(todo, _ingest(spark, settings, todo, now, t0), strict=True)}
     return [summaries[id(f)] for f in files]
 
@@ -293,7 +293,7 @@ def _commit(
                 delta.append_once(quarantine.where(mine), QUARANTINE, lake, f.ingest_id, 0, storage)
 
         _side_by_side(spark, files, commit_file)
-        summaries = _finish(spark, settings, files, counts, reasons, seq_range, now, t0)
+        summaries = _finish(settings, files, counts, reasons, seq_range, now, t0)
     finally:
         if decided is not None:
             decided.unpersist()
@@ -310,7 +310,6 @@ def _side_by_side(spark: SparkSession, files: list[PlannedFile], work: Callable[
 
 
 def _finish(
-    spark: SparkSession,
     settings: Settings,
     files: list[PlannedFile],
     counts: dict[int, dict[str, int]],
@@ -319,7 +318,7 @@ def _finish(
     now: int,
     t0: float,
 ) -> list[IngestSummary]:
-    """Every file's ``done`` row in the ingest log (one MERGE), and its summary."""
+    """Every file's ``done`` row in the ingest log (one MERGE, on the driver), and its summary."""
     summaries, done_rows = [], []
     for f in files:
         c = counts[f.idx]
@@ -337,12 +336,7 @@ def _finish(
                 n_quarantined, dict(reasons[f.idx]), time.monotonic() - t0,
             )
         )  # fmt: skip
-    delta.merge_new(
-        spark.createDataFrame(done_rows, INGEST_LOG.schema),
-        INGEST_LOG,
-        settings.lake_root,
-        ("ingest_id", "status"),
-    )
+    deltars.merge_new(INGEST_LOG, settings.lake_root, settings.storage, done_rows, ("ingest_id", "status"))
     return summaries
 
 
@@ -377,7 +371,7 @@ def _one_pass(
         f"{parsed:,}",
         parsed / max(time.monotonic() - t1, 1e-9),
     )
-    return _finish(spark, settings, files, counts, reasons, seq_range, now, t0)
+    return _finish(settings, files, counts, reasons, seq_range, now, t0)
 
 
 def _parse_and_append(

@@ -167,7 +167,7 @@ def _claim(spark: SparkSession, settings: Settings, batch: Batch, now: int) -> B
     if batch.records and batch.ordinal < 0:
         claim = PlannedFile(0, FileSpec(batch.shown, "kafka", batch.source), batch.shown, key=batch.key)
         claim.size = batch.records
-        claim_ordinals(spark, settings, [claim], now)
+        claim_ordinals(settings, [claim], now)
         batch = replace(batch, ordinal=claim.ordinal, first_rank=0)
     bronze = deltalog.newest_version(BRONZE.path(lake), settings.storage)
     batch = replace(batch, bronze_after=-1 if bronze is None else bronze)

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from outoforder.config import Settings
 from outoforder.errors import ConfigError, InputError
-from outoforder.io import delta
 from outoforder.io.tables import INGEST_LOG, SEQ_PER_FILE
 from outoforder.sources.declaration import Declaration
 from outoforder.sources.declared import DeclaredReader
@@ -175,15 +174,17 @@ def ingest_log(settings: Settings, filters: list[Filter], columns: list[str]) ->
     return [] if rows is None else rows.to_pylist()
 
 
-def claim_ordinals(spark: SparkSession, settings: Settings, files: list[PlannedFile], now: int) -> None:
+def claim_ordinals(settings: Settings, files: list[PlannedFile], now: int) -> None:
     """Each file's ordinal: the one a crashed attempt claimed, else the next free one (claimed now).
 
     The claims are committed to the ingest log before any data, so two files never share sequence
     numbers however attempts interleave: a claim is a MERGE keyed on the ordinal, so of two ingests
     that picked the same free ordinal one inserts and the other inserts nothing (and tries the next
-    ones); two MERGEs committing at once conflict in Delta (one retries). The claims are read back
-    from the log on the driver.
+    ones); two MERGEs committing at once conflict in Delta (one retries). Claims and reads run on
+    the driver through delta-rs: no Spark job.
     """
+    from outoforder.io import deltars
+
     todo = {f.ingest_id: f for f in files}
     while True:
         started = ingest_log(settings, [("status", "=", "started")], ["ingest_id", "file_ordinal"])
@@ -198,12 +199,8 @@ def claim_ordinals(spark: SparkSession, settings: Settings, files: list[PlannedF
              0, 0, 0, 0, 0, 0, None, None, now)
             for i, f in enumerate(todo.values())
         ]  # fmt: skip
-        delta.merge_new(
-            spark.createDataFrame(claims, INGEST_LOG.schema),
-            INGEST_LOG,
-            settings.lake_root,
-            ("status", "file_ordinal"),
-        )
+        keys = ("status", "file_ordinal")
+        deltars.merge_new(INGEST_LOG, settings.lake_root, settings.storage, claims, keys)
 
 
 def part_rows(settings: Settings, files: list[PlannedFile]) -> list[dict[str, Any]]:
