@@ -161,6 +161,16 @@ def test_merge_new_on_the_driver_inserts_only_new_keys_and_a_stale_snapshot_lose
         == 0
     )
     assert table(spark, INGEST_LOG, settings) == sorted([claim(0, "a"), claim(1, "b"), claim(2, "c")])
+    # strings stay plain strings (not Arrow's view type), which the scans' filters compare
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    files = list(Path(INGEST_LOG.path(lake)).glob("*.parquet"))
+    assert files and {pq.read_schema(f).field("source").type for f in files} == {pa.string()}
+    got = deltars.read_table(
+        INGEST_LOG, lake, storage, [("source", "in", [SRC, "x"]), ("file_ordinal", ">=", 1)]
+    )
+    assert got is not None and got.num_rows == 2
 
     # a writer whose snapshot predates another's claim of the same ordinal must not commit a second
     # row for it: Delta's conflict check fails it (the stage then redoes its claim from a fresh read)

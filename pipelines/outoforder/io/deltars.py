@@ -196,27 +196,55 @@ def merge_new(
     """Insert the ``rows`` whose ``keys`` are not in the table yet, in one commit; how many were new.
 
     The driver-side twin of :func:`outoforder.io.delta.merge_new` for rows the driver holds (no
-    Spark job): re-running inserts nothing. The table must exist. A concurrent commit that added
-    rows this MERGE should have read (on these columns delta-rs can bound no partition, so any)
-    makes it lose: :class:`~outoforder.errors.WriteConflict`, redone from a fresh read.
+    Spark job): re-running inserts nothing and commits nothing. The table must exist. It is an
+    overwrite of exactly the rows with these keys (those found, as they were, and the new ones)
+    from one snapshot, not delta-rs's MERGE, which writes strings as Arrow's view type that
+    pyarrow's scans cannot compare with a string literal. A concurrent commit adding rows with
+    these keys makes it lose: :class:`~outoforder.errors.WriteConflict`, redone from a fresh read.
     """
-    from deltalake import DeltaTable
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable, write_deltalake
     from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
+    from outoforder.io.delta import sql_literal
+
     path = table.path(lake_root)
+    options = storage_options(path, storage)
     try:
-        dt = DeltaTable(_uri(path), storage_options=storage_options(path, storage))
+        dt = DeltaTable(_uri(path), storage_options=options)
     except TableNotFoundError as e:
         msg = f"{table.name} does not exist at {path}: it is created before rows are merged into it"
         raise ConfigError(msg) from e
-    on = " AND ".join(f"t.{k} = n.{k}" for k in keys)
-    try:
-        metrics = (
-            dt.merge(_arrow(table, rows), on, source_alias="n", target_alias="t")
-            .when_not_matched_insert_all()
-            .execute()
-        )
+    names = table.schema.fieldNames()
+    at = [names.index(k) for k in keys]
+    wanted: dict[tuple[Any, ...], Sequence[Any]] = {}
+    for r in rows:
+        wanted.setdefault(tuple(r[i] for i in at), r)
+    if not wanted:
+        return 0
+    # the rows with any of the keys' values (a superset, pruned by the log's statistics), then exact
+    near = None
+    for i, k in enumerate(keys):
+        term = pc.field(k).isin(sorted({key[i] for key in wanted}))
+        near = term if near is None else near & term
+    found = [
+        tuple(r[n] for n in names)
+        for r in dt.to_pyarrow_dataset().to_table(filter=near).to_pylist()
+        if tuple(r[k] for k in keys) in wanted
+    ]
+    new = [r for key, r in wanted.items() if key not in {tuple(f[i] for i in at) for f in found}]
+    if not new:
+        return 0
+    cond = " OR ".join(
+        "(" + " AND ".join(f"{k} = {sql_literal(v)}" for k, v in zip(keys, key, strict=True)) + ")"
+        for key in wanted
+    )
+    try:  # from the snapshot read above: a commit since then touching these keys conflicts
+        write_deltalake(
+            dt, _arrow(table, [*found, *new]), mode="overwrite", predicate=cond,
+            partition_by=list(table.partition_by) or None, storage_options=options,
+        )  # fmt: skip
     except CommitFailedError as e:
         msg = f"{table.name}: a concurrent commit won ({e})"
         raise WriteConflict(msg) from e
-    return int(metrics.get("num_target_rows_inserted", 0))
+    return len(new)
