@@ -121,8 +121,12 @@ def hpm_policy(floor: float = ALPHA_MIN) -> HPMSlack:
     return HPMSlack(PDController(lambda_thr=0.95, k_p=0.2, k_d=4.0, alpha_initial=0.6, alpha_min=floor))
 
 
-def policy(method: str, fixed_us: int = 0) -> SlackPolicy:
-    """A fresh policy of a candidate (``hindsight``: the constant K ``fixed_us``)."""
+def policy(method: str, fixed_us: int = 0, **lateness: Any) -> SlackPolicy:
+    """A fresh policy of a candidate (``hindsight``: the constant K ``fixed_us``).
+
+    ``lateness``: the lateness controller's settings other than the stage's defaults (``memory``,
+    ``headroom``: :class:`~outoforder.stages.aggregate.spec.AggJob`'s names).
+    """
     if method in ("hpm", "hpm-no-floor"):
         return hpm_policy(ALPHA_MIN if method == "hpm" else 0.0)
     if method == "hpm-recent":
@@ -133,7 +137,7 @@ def policy(method: str, fixed_us: int = 0) -> SlackPolicy:
         return FixedSlack(fixed_us)
     if method in ("lateness", "lateness-1s"):  # the stage's defaults, declared once in the job
         q = soccer_query()
-        return AggJob(eps=q.eps, delta=q.delta).lateness()
+        return AggJob(eps=q.eps, delta=q.delta, **lateness).lateness()
     return AQSlack()
 
 
@@ -244,13 +248,19 @@ def _trace(case: Case, slack: IntArray, points: int = 200) -> list[list[float]]:
     return [[float(a), float(b)] for a, b in zip(t, slack[idx] / 1e6, strict=True)]
 
 
-def run_reference(case: Case, method: str, fixed_us: int = 0) -> tuple[dict[str, Any], BufferedRun]:
-    """A candidate's tuple-at-a-time run, judged (HPM also with its repairs replayed)."""
+def run_reference(
+    case: Case, method: str, fixed_us: int = 0, **lateness: Any
+) -> tuple[dict[str, Any], BufferedRun]:
+    """A candidate's tuple-at-a-time run, judged (HPM also with its repairs replayed).
+
+    ``lateness``: :func:`policy`'s.
+    """
     t0 = time.monotonic()
     points = batch_bounds(case)[1:] if method in PER_BATCH else None
     run = buffered_reference(
-        case.ts, case.values, case.query, policy(method, fixed_us), control_points=points, flush=True
-    )
+        case.ts, case.values, case.query, policy(method, fixed_us, **lateness), control_points=points,
+        flush=True,
+    )  # fmt: skip
     seconds = time.monotonic() - t0
     plain = repair_history(case.ts, case.values, case.query, run, [])
     hist = None

@@ -64,14 +64,19 @@ def count_query(w: Workload, horizon_windows: int = HORIZON_WINDOWS) -> WindowQu
     )
 
 
-def aggregate_record(w: Workload, a: Arrivals, horizon_windows: int = HORIZON_WINDOWS) -> dict[str, Any]:
-    """COUNT over 3L windows sliding by L, the lateness controller at the stage's cadence, and hindsight."""
+def aggregate_record(
+    w: Workload, a: Arrivals, horizon_windows: int = HORIZON_WINDOWS, **lateness: Any
+) -> dict[str, Any]:
+    """COUNT over 3L windows sliding by L, the lateness controller at the stage's cadence, and hindsight.
+
+    ``lateness``: the controller's settings other than the stage's defaults (the tuning sweep's).
+    """
     query = count_query(w, horizon_windows)
     case = agg.Case(
         f"{w.name}/{a.family}", a.model, a.inp.ts, np.ones(len(a.inp)), a.arrival_us, query,
         batch_us=w.interval_us,
     )  # fmt: skip
-    rec, run = agg.run_reference(case, AGG_METHOD)
+    rec, run = agg.run_reference(case, AGG_METHOD, **lateness)
     hind = agg.hindsight_slack(case)
     ids, err = emission_errors(
         case.ts, case.values, query.windows, query.aggregate, run.window_ids, run.values

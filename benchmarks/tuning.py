@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -38,10 +39,18 @@ from outoforder.core.joins.feasibility import period_verdicts
 from outoforder.core.joins.metrics import period_recall, summarize
 from outoforder.core.joins.query import exact_join
 from outoforder.sources.workloads import Workload, arrive
+from outoforder.stages.aggregate.spec import AggJob
 from outoforder.stages.join.evaluate import evaluate
 from outoforder.stages.topk.spec import TopKJob
 
-AGG_SWEEP: dict[str, tuple[int, ...]] = {"horizon_windows": (1, 2, 3, 4)}  # family_operators' constants
+# the aggregates: family_operators' coverage horizon (a tie keeps the shorter), and the lateness
+# controller's memory and headroom, each led by the aggregate stage's default, which stands on a tie
+_AGG_STAGE = AggJob()
+AGG_SWEEP: dict[str, tuple[float, ...]] = {
+    "horizon_windows": (1, 2, 3, 4),
+    "memory": (_AGG_STAGE.memory, 25, 100, 200),
+    "headroom": (_AGG_STAGE.headroom, 0.0, 0.25, 0.75),
+}
 # top-k's lateness controller (family_operators.topk_record's keywords), each row led by the top-k
 # stage's default, which stands on a tie
 _TOPK_STAGE = TopKJob(streams=("a",))
@@ -127,12 +136,13 @@ def run_case(case: Case) -> list[dict[str, Any]]:
 
 
 def run_aggregate_case(case: Case) -> list[dict[str, Any]]:
-    """The aggregates' constants on one case: COUNT at the stage's cadence with each horizon."""
+    """The aggregates' constants on one case, one at a time: COUNT at the stage's cadence."""
     a = arrive(case.workload, case.family, case.seed)
     out = []
     for name, values in AGG_SWEEP.items():
         for value in values:
-            rec = family_operators.aggregate_record(case.workload, a, **{name: value})
+            kw: dict[str, Any] = {name: int(value) if name in ("horizon_windows", "memory") else value}
+            rec = family_operators.aggregate_record(case.workload, a, **kw)
             out.append(
                 {
                     "workload": case.workload.name, "family": case.family, "constant": name, "value": value,
@@ -210,11 +220,13 @@ def aggregate_choice(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return choice([r | {"buffer_mean": r["k_mean_s"]} for r in rows], AGG_SWEEP)
 
 
-def choice(rows: list[dict[str, Any]], sweep: dict[str, tuple[int, ...]]) -> dict[str, Any]:
-    """Per constant of ``sweep``, its best value by :func:`beats`; a tie keeps the earlier value."""
+def choice(rows: list[dict[str, Any]], sweep: Mapping[str, tuple[float, ...]]) -> dict[str, Any]:
+    """Per constant of ``sweep`` with rows, its best value by :func:`beats`; a tie keeps the earlier."""
     out = {}
     for name in sweep:
         mine = [r for r in rows if r["constant"] == name]
+        if not mine:
+            continue
         best = mine[0]
         for r in mine[1:]:
             best = r if beats(r, best) else best
@@ -292,11 +304,14 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         + ", ".join(f"{k} {'yes' if ok else 'NO'}" for k, ok in held.items())
         + ".",
         "",
-        "## The aggregates' coverage horizon",
+        "## The aggregates' coverage horizon, memory and headroom",
         "",
         "COUNT over windows of three intervals sliding by one, the lateness controller adapting once "
-        "per interval (as `bench families` runs it), on the same tuning cases; the horizon (how long "
-        "after its close a window's members are counted, in window lengths) varies. A case meets "
+        "per interval (as `bench families` runs it), on the same tuning cases; each constant varies "
+        "alone: the horizon (how long after its close a window's members are counted, in window "
+        "lengths; a tie keeps the shorter), and the controller's memory (the recent windows K is read "
+        "off) and headroom (K serves the share (1 − δ) + headroom·δ of them), each led by the "
+        "aggregate stage's default. A case meets "
         "(ε, δ) when the windows meeting ε are at least 1 − δ (raw, as for the join). Ranked as above, "
         "with the mean K for buffer. " + chosen(meta["aggregate_choice"], meta["aggregate_defaults"]),
         "",
@@ -386,7 +401,11 @@ def main(
         "defaults": {k: getattr(base, k) for k in SWEEP},
         "defaults_hold": defaults_hold(rows),
         "variants": rows,
-        "aggregate_defaults": {k: getattr(family_operators, k.upper()) for k in AGG_SWEEP},
+        "aggregate_defaults": {
+            "horizon_windows": family_operators.HORIZON_WINDOWS,
+            "memory": _AGG_STAGE.memory,
+            "headroom": _AGG_STAGE.headroom,
+        },
         "aggregate_choice": aggregate_choice(agg_rows),
         "aggregate_variants": agg_rows,
         "aggregate_records": agg_records,

@@ -74,6 +74,10 @@ def test_the_aggregates_horizon_is_swept_on_a_tuning_case_and_chosen_by_the_same
     ]
     for r in records:
         assert 0.0 <= r["met_share"] <= r["met_or_excused"] <= 1.0 and 0 <= r["unexcused"] <= r["missed"]
+    from outoforder.stages.aggregate.spec import AggJob
+
+    stage = AggJob()  # the controller's constants are swept around the stage's defaults
+    assert (T.AGG_SWEEP["memory"][0], T.AGG_SWEEP["headroom"][0]) == (stage.memory, stage.headroom)
     trials = [(1, 5, 1.0), (2, 2, 1.1), (3, 2, 1.11), (4, 2, 2.0)]  # (value, missed, mean K)
     same = {"constant": "horizon_windows", "kept": 3, "worst_share": 0.9}
     agg = [same | {"value": v, "missed": u, "k_mean_s": k} for v, u, k in trials]
