@@ -46,7 +46,7 @@ from outoforder.stages.topk.spec import TopKJob
 # the aggregates: family_operators' coverage horizon (a tie keeps the shorter), and the lateness
 # controller's memory and headroom, each led by the aggregate stage's default, which stands on a tie
 _AGG_STAGE = AggJob()
-AGG_SWEEP: dict[str, tuple[float, ...]] = {
+AGG_SWEEP: dict[str, tuple[Any, ...]] = {
     "horizon_windows": (1, 2, 3, 4),
     "memory": (_AGG_STAGE.memory, 25, 100, 200),
     "headroom": (_AGG_STAGE.headroom, 0.0, 0.25, 0.75),
@@ -141,8 +141,7 @@ def run_aggregate_case(case: Case) -> list[dict[str, Any]]:
     out = []
     for name, values in AGG_SWEEP.items():
         for value in values:
-            kw: dict[str, Any] = {name: int(value) if name in ("horizon_windows", "memory") else value}
-            rec = family_operators.aggregate_record(case.workload, a, **kw)
+            rec = family_operators.aggregate_record(case.workload, a, **{name: value})
             out.append(
                 {
                     "workload": case.workload.name, "family": case.family, "constant": name, "value": value,
@@ -160,7 +159,7 @@ def run_topk_case(case: Case) -> list[dict[str, Any]]:
     A case too short for a steady state (no window ends after the warm-up) is recorded unjudged.
     """
     a = arrive(case.workload, case.family, case.seed)
-    seed = families.parts(False)[0].families.index(case.family)  # bench families' score seed
+    seed = families.TUNING_FAMILIES.index(case.family)  # bench families' score seed
     out = []
     base = {name: values[0] for name, values in TOPK_SWEEP.items()}
     for name, values in TOPK_SWEEP.items():
@@ -220,7 +219,7 @@ def aggregate_choice(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return choice([r | {"buffer_mean": r["k_mean_s"]} for r in rows], AGG_SWEEP)
 
 
-def choice(rows: list[dict[str, Any]], sweep: Mapping[str, tuple[float, ...]]) -> dict[str, Any]:
+def choice(rows: list[dict[str, Any]], sweep: Mapping[str, tuple[Any, ...]]) -> dict[str, Any]:
     """Per constant of ``sweep`` with rows, its best value by :func:`beats`; a tie keeps the earlier."""
     out = {}
     for name in sweep:

@@ -197,16 +197,16 @@ def merge_new(
 
     The driver-side twin of :func:`outoforder.io.delta.merge_new` for rows the driver holds (no
     Spark job): re-running inserts nothing and commits nothing. The table must exist. It is an
-    overwrite of exactly the rows with these keys (those found, as they were, and the new ones)
-    from one snapshot, not delta-rs's MERGE, which writes strings as Arrow's view type that
-    pyarrow's scans cannot compare with a string literal. A concurrent commit adding rows with
-    these keys makes it lose: :class:`~outoforder.errors.WriteConflict`, redone from a fresh read.
+    overwrite of the new keys' (empty) slice from the snapshot their absence was read in, not
+    delta-rs's MERGE, which writes strings as Arrow's view type that pyarrow's scans cannot compare
+    with a string literal. A concurrent commit adding rows with these keys makes it lose:
+    :class:`~outoforder.errors.WriteConflict`, redone from a fresh read.
     """
     import pyarrow.compute as pc
     from deltalake import DeltaTable, write_deltalake
     from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
-    from outoforder.io.delta import sql_literal
+    from outoforder.io.delta import where_sql
 
     path = table.path(lake_root)
     options = storage_options(path, storage)
@@ -215,33 +215,26 @@ def merge_new(
     except TableNotFoundError as e:
         msg = f"{table.name} does not exist at {path}: it is created before rows are merged into it"
         raise ConfigError(msg) from e
-    names = table.schema.fieldNames()
-    at = [names.index(k) for k in keys]
+    at = [table.schema.fieldNames().index(k) for k in keys]
     wanted: dict[tuple[Any, ...], Sequence[Any]] = {}
     for r in rows:
         wanted.setdefault(tuple(r[i] for i in at), r)
     if not wanted:
         return 0
-    # the rows with any of the keys' values (a superset, pruned by the log's statistics), then exact
+    # the keys present among any of the wanted values (pruned by the log's statistics)
     near = None
     for i, k in enumerate(keys):
         term = pc.field(k).isin(sorted({key[i] for key in wanted}))
         near = term if near is None else near & term
-    found = [
-        tuple(r[n] for n in names)
-        for r in dt.to_pyarrow_dataset().to_table(filter=near).to_pylist()
-        if tuple(r[k] for k in keys) in wanted
-    ]
-    new = [r for key, r in wanted.items() if key not in {tuple(f[i] for i in at) for f in found}]
+    present = dt.to_pyarrow_dataset().to_table(filter=near, columns=list(keys)).to_pylist()
+    have = {tuple(r[k] for k in keys) for r in present}
+    new = {key: r for key, r in wanted.items() if key not in have}
     if not new:
         return 0
-    cond = " OR ".join(
-        "(" + " AND ".join(f"{k} = {sql_literal(v)}" for k, v in zip(keys, key, strict=True)) + ")"
-        for key in wanted
-    )
-    try:  # from the snapshot read above: a commit since then touching these keys conflicts
+    cond = " OR ".join(f"({where_sql(dict(zip(keys, key, strict=True)))})" for key in new)
+    try:  # from the snapshot read above: a commit since then adding these keys conflicts
         write_deltalake(
-            dt, _arrow(table, [*found, *new]), mode="overwrite", predicate=cond,
+            dt, _arrow(table, list(new.values())), mode="overwrite", predicate=cond,
             partition_by=list(table.partition_by) or None, storage_options=options,
         )  # fmt: skip
     except CommitFailedError as e:
