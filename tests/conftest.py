@@ -16,6 +16,8 @@ from outoforder.config import Settings, load_settings
 from tests import sparkconf
 
 DATA = load_settings().data_dir
+# a scheduler's minute of the stream stages' test streams (1,200-2,000 arrivals): a few runs each
+MINUTE_ARRIVALS = 500
 # an operator package of its own, put on the path only by the tests that install it: importing its
 # modules for doctests would put it on the path (and in the registry) of every test after
 collect_ignore = ["toy_operator"]
@@ -139,7 +141,7 @@ def load_bronze(spark, settings: Settings):
 def run_at_cadences(spark, settings: Settings, load_bronze, monkeypatch):
     """Run a stream stage over one stream at three cadences, each in a lake of its own; returns the lakes.
 
-    ``one``: a single run; ``minutes``: runs of 300 arrivals (a scheduler's minute), the second one
+    ``one``: a single run; ``minutes``: runs of :data:`MINUTE_ARRIVALS` (a scheduler's minute), the second one
     first killed between its outputs and its state (the run after it must clear what it left);
     ``random``: runs of random lengths over bronze in four appends, with a pass budget of a quarter
     of the arrivals (the longer runs make several passes). ``only``: those cadences (``one`` among
@@ -168,7 +170,7 @@ def run_at_cadences(spark, settings: Settings, load_bronze, monkeypatch):
         n = len(frame)
         cadences = {
             "one": [n],
-            "minutes": [*range(300, n, 300), n],
+            "minutes": [*range(MINUTE_ARRIVALS, n, MINUTE_ARRIVALS), n],
             "random": [*sorted(set(np.random.default_rng(seed).integers(1, n, n_random).tolist())), n],
         }
         cadences = {k: v for k, v in cadences.items() if only is None or k in only}

@@ -98,3 +98,45 @@ def test_no_runner_on_the_socket_is_told_apart_from_a_failed_stage(tmp_path: Pat
         s.bind(str(gone))  # a socket file nobody listens on, as a stopped runner leaves it
     with pytest.raises(runner.RunnerUnavailable):
         runner.run(gone, ["0"], {}, lambda _: None)
+
+
+# after the runner's imports, a child that collects garbage: its private memory, with the imports
+# frozen (as the runner leaves them) and, for scale, unfrozen
+PRIVATE_AFTER_COLLECTING = textwrap.dedent(
+    """
+    import gc, os
+    from outoforder.stages import runner
+
+    def child_private_mb():
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            gc.collect()
+            rollup = open("/proc/self/smaps_rollup").read().split("Private_Dirty:")[1]
+            os.write(w, rollup.split()[0].encode())
+            os._exit(0)
+        os.close(w)
+        kb = int(os.read(r, 64))
+        os.waitpid(pid, 0)
+        return kb / 1024
+
+    runner.warm_up()
+    frozen = child_private_mb()
+    gc.unfreeze()
+    print(frozen, child_private_mb())
+    """
+)
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps_rollup").exists(), reason="Linux's /proc measures it")
+def test_a_child_collecting_garbage_copies_none_of_the_runners_imports() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", PRIVATE_AFTER_COLLECTING],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    frozen, unfrozen = map(float, done.stdout.split()[-2:])
+    assert unfrozen > 40  # the imports are that large: the comparison means something
+    assert frozen < unfrozen / 4, (frozen, unfrozen)

@@ -66,7 +66,7 @@ def newest_state(spark, lake):
 
 @pytest.mark.parametrize("job", [JOB, SEED], ids=["lateness", "paper"])
 def test_any_cadence_gives_the_rows_of_one_pass_and_of_the_operator(spark, run_at_cadences, job):
-    # one run, runs of 300 arrivals, of random lengths, and with a run killed between its results
+    # one run, runs of a scheduler's minute, of random lengths, and with a run killed between its results
     # and its state: the same windows, ledger and state, those of HPM's operator
     frame = arrivals()
     # the seed's controller through one run and random ones (the cadences' machinery is the same

@@ -24,6 +24,7 @@ from outoforder.stages.join.repair import repair
 from outoforder.stages.join.spec import JoinJob
 from outoforder.stages.join.stream import JoinStream
 from outoforder.stages.join.validate import period_quality, validate_join
+from tests.conftest import MINUTE_ARRIVALS
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta]
 
@@ -57,7 +58,7 @@ def newest_state(spark, lake):
 
 
 def test_any_cadence_gives_the_rows_of_one_pass_and_of_the_operator(spark, settings, run_at_cadences):
-    # one run, runs of 300 arrivals (a scheduler's minute), of random lengths, and with a run killed
+    # one run, runs of a scheduler's minute, of random lengths, and with a run killed
     # between its results and its state: the same pairs, decisions and state
     frame = arrivals()
     n = len(frame)
@@ -71,7 +72,8 @@ def test_any_cadence_gives_the_rows_of_one_pass_and_of_the_operator(spark, setti
         pd.testing.assert_frame_equal(newest_state(spark, lake), want_state, obj=f"{name}: state")
     # the killed pass's orphan commit was cleared before the pass ran again
     killed = JOIN_RESULTS.path(lakes["minutes"])
-    assert deltalog.tagged_commits(killed, f"{SOURCE}|{JOB.job_id()}|{T0 + 600 * STEP}", -1, settings.storage)
+    tag = f"{SOURCE}|{JOB.job_id()}|{T0 + 2 * MINUTE_ARRIVALS * STEP}"
+    assert deltalog.tagged_commits(killed, tag, -1, settings.storage)
 
     # the pairs and decisions are the operator's over the whole stream (bronze numbers arrivals from 1)
     inp = input_from_frame(frame, JOB)
