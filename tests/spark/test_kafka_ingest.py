@@ -183,6 +183,38 @@ def test_a_batch_costs_a_handful_of_spark_jobs_and_commits(spark, settings, tmp_
         assert len(sc.statusTracker().getJobIdsForGroup(f"bronze-check-{i}")) <= JOBS_PER_BRONZE_CHECK
 
 
+def kafka_pools(spark):
+    """The JVM's Kafka pools (private fields, read by reflection): consumers, fetched-data entries
+    held, fetched-data entries ever created."""
+    jvm = spark.sparkContext._jvm
+    cls = jvm.java.lang.Class.forName("org.apache.spark.sql.kafka010.consumer.KafkaDataConsumer$")
+    pools = []
+    for name in ("consumerPool", "fetchedDataPool"):
+        field = cls.getDeclaredField(name)
+        field.setAccessible(True)
+        pools.append(field.get(None))
+    return pools[0].size(), pools[1].numTotal(), pools[1].numCreated()
+
+
+def test_a_batchs_consumers_and_their_fetched_records_leave_the_driver_soon_after(
+    spark, settings, tmp_path, broker
+):
+    # A batch read has a group id of its own: no later read borrows its consumers again, and a
+    # pooled consumer keeps the records it fetched past the read's end in the heap. Left for Spark's
+    # default 5 minutes, a live stream's pools held minutes of the topic.
+    topic = f"pools-{uuid.uuid4().hex[:8]}"
+    _, mine = declare(settings, tmp_path, topic, broker)
+    kafka_io.create_topic(broker, topic, 3)
+    kafka_io.produce(broker, topic, records(500, seed=11))
+    created = kafka_pools(spark)[2]
+    stage.ingest_topic(spark, mine, "yard")
+    assert kafka_pools(spark)[2] > created  # the read fetched through the pools
+    deadline = time.monotonic() + 60
+    while kafka_pools(spark)[:2] != (0, 0) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert kafka_pools(spark)[:2] == (0, 0)
+
+
 def test_of_two_runs_claiming_one_batch_the_first_stands_and_idle_covers_stay_few(
     spark, settings, tmp_path, broker, monkeypatch
 ):

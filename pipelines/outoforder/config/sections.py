@@ -87,6 +87,14 @@ class SparkSettings:
             # are freed only after a driver GC finds the RDD unreachable. The default period
             # (30 min) lets a long-lived session fill the driver heap with dead blocks.
             "spark.cleaner.periodicGC.interval": "2min",
+            # A Kafka read's consumers go back to a pool that keeps them idle for 5 minutes, each
+            # with the records it fetched past the read's end. A batch read has a group id of its
+            # own, so none is ever borrowed again: on a live stream the pool held five minutes of
+            # the topic in the driver's heap (and ten times that at the full rate).
+            "spark.kafka.consumer.cache.timeout": "5s",
+            "spark.kafka.consumer.cache.evictorThreadRunInterval": "2s",
+            "spark.kafka.consumer.fetchedData.cache.timeout": "5s",
+            "spark.kafka.consumer.fetchedData.cache.evictorThreadRunInterval": "2s",
         }
         return conf
 

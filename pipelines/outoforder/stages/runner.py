@@ -125,6 +125,12 @@ def _child(
         traceback.print_exc()
         code = 1
     finally:
+        import resource
+
+        # what it touched at most (with the pages it shares with the runner): the figure to look
+        # at when the server's memory grows
+        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+        print(f"[runner] stage process {os.getpid()} exits {code}; peak resident memory {peak_mb} MB")
         sys.stdout.flush()
         sys.stderr.flush()
         try:
