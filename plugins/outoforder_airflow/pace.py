@@ -246,8 +246,21 @@ def _newest_covered(session: Any, table: str) -> datetime | None:
 
 
 def main() -> int:
-    """Print the pace table and the verdict (``bash infra/live.sh status``)."""
-    sys.stdout.write(text(from_airflow()) + "\n")
+    """Print the pace table and the verdict (``bash infra/live.sh status``).
+
+    While a session starts, Airflow's database may not have its tables yet: said, with exit 3.
+    """
+    from sqlalchemy.exc import OperationalError
+
+    try:
+        paces = from_airflow()
+    except OperationalError as e:
+        sys.stderr.write(
+            f"[live] Airflow's database cannot be read yet ({str(e.orig).strip()}): the session is "
+            "probably still starting; try again in a minute\n"
+        )
+        return 3
+    sys.stdout.write(text(paces) + "\n")
     return 0
 
 

@@ -430,3 +430,18 @@ def test_the_live_page_says_whether_the_pipeline_keeps_pace(plugin_path):
     shown = page(steady, t0)
     assert "http-equiv='refresh'" in shown and "keeps pace" in shown and "join_stream" in shown
     assert "40.0" in text(steady)  # the freshness column
+
+
+def test_the_pace_command_says_when_airflows_database_is_not_ready(plugin_path, monkeypatch, capsys):
+    import sqlite3
+
+    from outoforder_airflow import pace
+    from sqlalchemy.exc import OperationalError
+
+    def starting():
+        missing = sqlite3.OperationalError("no such table: dag_run")
+        raise OperationalError("SELECT dag_run.run_id", {}, missing)
+
+    monkeypatch.setattr(pace, "from_airflow", starting)
+    assert pace.main() == 3
+    assert "no such table: dag_run" in capsys.readouterr().err
