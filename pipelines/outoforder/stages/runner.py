@@ -26,6 +26,7 @@ import gc
 import json
 import logging
 import os
+import resource
 import signal
 import socket
 import sys
@@ -125,8 +126,6 @@ def _child(
         traceback.print_exc()
         code = 1
     finally:
-        import resource
-
         # what it touched at most (with the pages it shares with the runner): the figure to look
         # at when the server's memory grows
         peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
